@@ -1,0 +1,1 @@
+"""Query-per-core-plus-one admission: nodes, routers and the region balancer."""

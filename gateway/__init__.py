@@ -1,0 +1,1 @@
+"""The SQL-over-HTTP gateway and the `cxg` command line."""

@@ -1,0 +1,37 @@
+"""The `cxg` command line: one entry point, one subcommand per job."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from gateway import demo
+from gateway.config import ConfigError, load_config
+from storage import cli as storage_cli
+from storage.errors import StorageError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cxg", description="Compressed, GPU-accelerated analytical database service.")
+    parser.add_argument("--config", type=Path, help="TOML configuration file (default ./cxg.toml if present)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo.register(sub)
+    storage_cli.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        config = load_config(args.config)
+        return args.func(args, config)
+    except (StorageError, ConfigError) as e:
+        print(f"cxg: error [{e.code}]: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

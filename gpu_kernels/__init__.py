@@ -1,0 +1,1 @@
+"""Kernels on encoded columns: one interface, a NumPy and a CuPy backend."""

@@ -1,0 +1,1 @@
+"""Benchmarks and load tests; each runs as `python -m loadtests.<name>`."""

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Prepares a fresh machine: a JDK (for Spark) and the project's virtual environment with pinned packages.
+# Usage: scripts/bootstrap.sh [EXTRA ...]   e.g. scripts/bootstrap.sh dev
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+apt_install() {
+    echo "bootstrap: installing $* with apt-get" >&2
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+command -v java >/dev/null 2>&1 || apt_install openjdk-17-jre-headless
+
+python=${PYTHON:-python3}
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    echo "bootstrap: Python >= 3.11 is required ($python is $("$python" --version 2>&1))" >&2
+    exit 1
+fi
+
+extras=$(IFS=,; echo "$*")
+spec="."
+[ -n "$extras" ] && spec=".[${extras}]"
+stamp=".venv/.installed-$(cat pyproject.toml | sha256sum | cut -c1-16)-${extras:-base}"
+
+if [ ! -x .venv/bin/python ]; then
+    "$python" -m venv .venv
+fi
+if [ ! -f "$stamp" ]; then
+    .venv/bin/python -m pip install -q --upgrade pip
+    .venv/bin/python -m pip install -q -e "$spec"
+    rm -f .venv/.installed-*
+    touch "$stamp"
+fi

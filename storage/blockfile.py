@@ -1,0 +1,128 @@
+"""Block files on disk: written atomically, checksummed, optionally zstd-wrapped.
+
+A block file is the block's Arrow IPC bytes, or one zstd frame around them. Its size and
+CRC-32 are recorded in the manifest; reading checks both before parsing, so a truncated or
+corrupt file raises `CorruptBlockError` naming the file instead of being read as data.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import zstandard
+
+from storage.block import EncodedBlock
+from storage.errors import CorruptBlockError
+
+COMPRESSIONS = ("zstd", "none")
+ZSTD_LEVEL = 3
+_MAX_STAT_STRING = 64
+
+
+@dataclass
+class ColumnEntry:
+    """What the planner chose for one column of one block, and why (see `cxg storage stats`)."""
+
+    chain: str
+    runs: int
+    distinct: int
+    encoded_bytes: int
+    plain_bytes: int
+    null_count: int
+    minimum: Any = None
+    maximum: Any = None
+    candidates: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class BlockEntry:
+    file: str
+    bucket: int
+    rows: int
+    bytes: int
+    crc32: int
+    compression: str
+    columns: dict[str, ColumnEntry]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BlockEntry:
+        columns = {name: ColumnEntry(**c) for name, c in data["columns"].items()}
+        return cls(**{**data, "columns": columns})
+
+
+def _stat_value(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > _MAX_STAT_STRING:
+        return None
+    return value
+
+
+def _fsync_write(path: Path, data: bytes | pa.Buffer) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_block(directory: Path, name: str, block: EncodedBlock, bucket: int, compression: str) -> BlockEntry:
+    """Write `block` as `directory/name` (via a temp file and rename) and describe it."""
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"compression must be one of {COMPRESSIONS}, not {compression!r}")
+    payload = block.to_ipc()
+    if compression == "zstd":
+        payload = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(payload)
+    tmp = directory / f"{name}.tmp"
+    _fsync_write(tmp, payload)
+    os.replace(tmp, directory / name)
+    columns = {}
+    for column in block.columns.values():
+        s = column.stats
+        columns[column.name] = ColumnEntry(
+            chain=column.encoding.chain,
+            runs=s.runs if s else 0,
+            distinct=s.distinct if s else 0,
+            encoded_bytes=column.nbytes,
+            plain_bytes=s.plain_bytes if s else 0,
+            null_count=column.null_count,
+            minimum=_stat_value(s.minimum) if s else None,
+            maximum=_stat_value(s.maximum) if s else None,
+            candidates=dict(s.candidates) if s else {},
+        )
+    return BlockEntry(name, bucket, block.rows, len(payload), zlib.crc32(payload), compression, columns)
+
+
+def read_block(path: Path, entry: BlockEntry) -> EncodedBlock:
+    """Read and verify one block file; raises CorruptBlockError naming `path`."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CorruptBlockError(f"block file {path} is missing") from None
+    if len(data) != entry.bytes:
+        raise CorruptBlockError(f"block file {path} is truncated or resized: {len(data)} bytes, expected {entry.bytes}")
+    crc = zlib.crc32(data)
+    if crc != entry.crc32:
+        raise CorruptBlockError(f"block file {path} fails its checksum (crc32 {crc:08x}, expected {entry.crc32:08x})")
+    try:
+        if entry.compression == "zstd":
+            data = zstandard.ZstdDecompressor().decompress(data)
+        block = EncodedBlock.from_ipc(pa.py_buffer(data))
+    except (zstandard.ZstdError, pa.ArrowException, ValueError, KeyError) as e:
+        raise CorruptBlockError(f"block file {path} cannot be decoded: {e}") from e
+    if block.rows != entry.rows:
+        raise CorruptBlockError(f"block file {path} holds {block.rows} rows, expected {entry.rows}")
+    return block

@@ -1,0 +1,159 @@
+"""Table definitions: columns and types, sort key and placement.
+
+A table definition is stored in the table's manifest, next to its blocks, so schema and data
+are replaced together by one atomic rename.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from storage.errors import SchemaError
+from storage.types import Domain, domain_of, parse_type, type_name
+
+TABLE_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_HASH = re.compile(r"hash\((.*)\)")
+DEFAULT_BUCKETS = 16
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # catalog type name, see storage.types
+    nullable: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.name or "/" in self.name or any(ord(c) < 32 for c in self.name):
+            raise SchemaError(f"invalid column name {self.name!r}")
+        object.__setattr__(self, "type", type_name(parse_type(self.type)))
+
+    @property
+    def arrow_type(self) -> pa.DataType:
+        return parse_type(self.type)
+
+    @property
+    def domain(self) -> Domain:
+        return domain_of(self.arrow_type)
+
+    def field(self) -> pa.Field:
+        return pa.field(self.name, self.arrow_type, nullable=self.nullable)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a table's rows live: on every node (`replicated`) or in hash buckets owned by nodes.
+
+    Row r goes to bucket ``hash(key columns of r) mod buckets`` (`storage.partitioning`);
+    `owners[b]` names the node holding bucket b.
+    """
+
+    kind: Literal["replicated", "hash"] = "replicated"
+    keys: tuple[str, ...] = ()
+    buckets: int = 1
+    owners: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.kind == "replicated":
+            if self.keys or self.buckets != 1:
+                raise SchemaError("a replicated placement has no keys and one bucket")
+        elif self.kind == "hash":
+            if not self.keys:
+                raise SchemaError("hash placement needs at least one key column")
+            if not 1 <= self.buckets <= 4096:
+                raise SchemaError(f"bucket count {self.buckets} outside 1..4096")
+        else:
+            raise SchemaError(f"unknown placement {self.kind!r}")
+        if self.owners and len(self.owners) != self.buckets:
+            raise SchemaError(f"{len(self.owners)} bucket owners for {self.buckets} buckets")
+
+    @classmethod
+    def parse(cls, text: str, buckets: int = DEFAULT_BUCKETS) -> Placement:
+        """`replicated` or `hash(col, ...)`."""
+        text = text.strip()
+        if text == "replicated":
+            return cls()
+        if m := _HASH.fullmatch(text):
+            keys = tuple(k.strip() for k in m[1].split(",") if k.strip())
+            return cls("hash", keys, buckets)
+        raise SchemaError(f"placement must be 'replicated' or 'hash(col, ...)', not {text!r}")
+
+    def with_owners(self, nodes: Sequence[str]) -> Placement:
+        """Buckets assigned round-robin to `nodes`."""
+        owners = tuple(nodes[b % len(nodes)] for b in range(self.buckets))
+        return Placement(self.kind, self.keys, self.buckets, owners)
+
+    def __str__(self) -> str:
+        return "replicated" if self.kind == "replicated" else f"hash({', '.join(self.keys)}) x{self.buckets}"
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    name: str
+    columns: tuple[Column, ...]
+    sort_key: tuple[str, ...] = ()
+    placement: Placement = Placement()
+
+    def __post_init__(self) -> None:
+        if not TABLE_NAME_PATTERN.fullmatch(self.name):
+            raise SchemaError(f"invalid table name {self.name!r}: use letters, digits and _")
+        if not self.columns:
+            raise SchemaError(f"table {self.name} has no columns")
+        seen: set[str] = set()
+        for column in self.columns:
+            if column.name.lower() in seen:
+                raise SchemaError(f"table {self.name} has two columns named {column.name!r}")
+            seen.add(column.name.lower())
+        for key in (*self.sort_key, *self.placement.keys):
+            self.column(key)
+
+    def column(self, name: str) -> Column:
+        for column in self.columns:
+            if column.name == name:
+                return column
+        raise SchemaError(f"table {self.name} has no column {name!r}")
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([c.field() for c in self.columns])
+
+    @classmethod
+    def from_arrow(
+        cls,
+        name: str,
+        schema: pa.Schema,
+        sort_key: Iterable[str] = (),
+        placement: Placement = Placement(),
+    ) -> TableSchema:
+        columns = tuple(Column(f.name, type_name(f.type), f.nullable) for f in schema)
+        return cls(name, columns, tuple(sort_key), placement)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "columns": [{"name": c.name, "type": c.type, "nullable": c.nullable} for c in self.columns],
+            "sort_key": list(self.sort_key),
+            "placement": {
+                "kind": self.placement.kind,
+                "keys": list(self.placement.keys),
+                "buckets": self.placement.buckets,
+                "owners": list(self.placement.owners),
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TableSchema:
+        p = data["placement"]
+        return cls(
+            data["name"],
+            tuple(Column(c["name"], c["type"], c["nullable"]) for c in data["columns"]),
+            tuple(data["sort_key"]),
+            Placement(p["kind"], tuple(p["keys"]), p["buckets"], tuple(p["owners"])),
+        )

@@ -1,0 +1,310 @@
+"""`cxg load ...` and `cxg storage ...`: loading tables and inspecting how they are stored."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table as RichTable
+
+from gateway.config import Config, parse_size
+from storage import sources, tpch
+from storage.catalog import Column, Placement, TableSchema
+from storage.errors import SchemaError, StorageError
+from storage.loader import LoadOptions, load_table
+from storage.planner import PlannerOptions
+from storage.stats import TableSummary, summarize
+from storage.store import Store
+
+console = Console()
+if not console.is_terminal:
+    console = Console(width=160)
+Job = tuple[TableSchema, Callable[[], pa.Table]]
+
+
+def stores_of(args: argparse.Namespace, config: Config) -> list[Store]:
+    """One store per `--data` directory (default: storage.data), named node-0, node-1, ..."""
+    directories = args.data or config.storage.data
+    return [Store(d, node=f"node-{i}") for i, d in enumerate(directories)]
+
+
+def load_options(args: argparse.Namespace, config: Config) -> LoadOptions:
+    budget = parse_size(args.block_budget) if args.block_budget else config.storage.block_budget
+    return LoadOptions(
+        block_budget=budget,
+        compression=args.compression or config.storage.compression,
+        mode=args.mode,
+        planner=PlannerOptions(allow_zstd=config.storage.zstd_strings),
+    )
+
+
+def load_jobs(stores: list[Store], jobs: list[Job], options: LoadOptions) -> list[tuple[str, int, float]]:
+    """Read and load each job with a progress bar; returns (table, rows, seconds) per job."""
+    done = []
+    columns = (
+        TextColumn("[bold]{task.description:<10}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("rows"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as progress:
+        for schema, read in jobs:
+            task = progress.add_task(schema.name, total=None)
+            started = time.perf_counter()
+            source = read()
+            progress.update(task, total=source.num_rows)
+            load_table(stores, schema, source, options, lambda rows, t=task: progress.advance(t, rows))
+            done.append((schema.name, source.num_rows, time.perf_counter() - started))
+    return done
+
+
+def load_tpch(
+    stores: list[Store], scale_factor: float, options: LoadOptions, buckets: int, tables: list[str] | None = None
+) -> list[tuple[str, int, float]]:
+    """Generate TPC-H at `scale_factor` and load all (or some) of its tables."""
+    with tempfile.TemporaryDirectory(prefix="cxg-tpch-") as tmp:
+        with console.status(f"generating TPC-H SF {scale_factor:g} with tpchgen-cli"):
+            files = tpch.generate(scale_factor, Path(tmp), tables)
+        jobs: list[Job] = [
+            (tpch.schema_for(name, pq.read_schema(path), buckets), lambda p=path: sources.read_parquet([p]))
+            for name, path in files.items()
+        ]
+        return load_jobs(stores, jobs, options)
+
+
+def _schema_from_args(name: str, arrow_schema: pa.Schema, args: argparse.Namespace, config: Config) -> TableSchema:
+    placement = Placement.parse(args.placement, args.buckets or config.storage.buckets)
+    sort_key = [k.strip() for k in args.sort_key.split(",") if k.strip()] if args.sort_key else []
+    return TableSchema.from_arrow(name, arrow_schema, sort_key, placement)
+
+
+def _schema_file(path: str, name: str, args: argparse.Namespace, config: Config) -> TableSchema:
+    """A table definition from JSON: {"columns": [{"name", "type", "nullable"}], "sort_key", "placement"}."""
+    try:
+        data = json.loads(Path(path).read_text())
+        columns = tuple(Column(c["name"], c["type"], c.get("nullable", True)) for c in data["columns"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SchemaError(f"schema file {path}: {e}") from e
+    sort_key = args.sort_key.split(",") if args.sort_key else data.get("sort_key", [])
+    placement_text = args.placement if args.placement != "replicated" else data.get("placement", "replicated")
+    placement = Placement.parse(placement_text, args.buckets or config.storage.buckets)
+    return TableSchema(name, columns, tuple(sort_key), placement)
+
+
+def cmd_load_tpch(args: argparse.Namespace, config: Config) -> int:
+    tables = args.tables.split(",") if args.tables else None
+    stores = stores_of(args, config)
+    done = load_tpch(stores, args.sf, load_options(args, config), args.buckets or config.storage.buckets, tables)
+    _print_loaded(stores, done)
+    return 0
+
+
+def cmd_load_parquet(args: argparse.Namespace, config: Config) -> int:
+    stores = stores_of(args, config)
+    schema = _schema_from_args(args.table, pq.read_schema(_first(args.files)), args, config)
+    done = load_jobs(stores, [(schema, lambda: sources.read_parquet(args.files))], load_options(args, config))
+    _print_loaded(stores, done)
+    return 0
+
+
+def cmd_load_csv(args: argparse.Namespace, config: Config) -> int:
+    stores = stores_of(args, config)
+    given = _schema_file(args.schema, args.table, args, config) if args.schema else None
+    source = sources.read_csv(args.files, args.delimiter, not args.no_header, given)
+    schema = given or _schema_from_args(args.table, source.schema, args, config)
+    done = load_jobs(stores, [(schema, lambda: source)], load_options(args, config))
+    _print_loaded(stores, done)
+    return 0
+
+
+def _first(files: list[str]) -> Path:
+    path = Path(files[0])
+    if path.is_dir():
+        found = sorted(path.rglob("*.parquet"))
+        if not found:
+            raise StorageError(f"no Parquet files under {path}")
+        return found[0]
+    if not path.exists():
+        raise StorageError(f"source file not found: {path}")
+    return path
+
+
+def _print_loaded(stores: list[Store], done: list[tuple[str, int, float]]) -> None:
+    where = ", ".join(str(s.root) for s in stores)
+    for name, rows, seconds in done:
+        console.print(f"loaded [bold]{name}[/]: {rows:,} rows in {seconds:.2f} s into {where}")
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def render_summary(summary: TableSummary) -> RichTable:
+    title = (
+        f"{summary.name}: {summary.rows:,} rows in {summary.blocks} blocks of RC={summary.block_rows:,} rows "
+        f"(BS={human_bytes(summary.budget_bytes)}, RS={summary.record_bytes} B), {summary.placement}, "
+        f"sorted by ({', '.join(summary.sort_key)}), version {summary.version}"
+    )
+    table = RichTable(title=title, title_justify="left")
+    for header in ("column", "type", "chain (blocks)", "runs", "distinct/block", "nulls", "encoded", "plain Arrow"):
+        table.add_column(header, justify="left" if header in ("column", "type", "chain (blocks)") else "right")
+    table.add_column("ratio", justify="right")
+    for c in summary.columns:
+        table.add_row(
+            c.name,
+            c.type,
+            c.chain,
+            f"{c.runs:,}",
+            f"{c.max_distinct:,}",
+            f"{c.null_count:,}",
+            human_bytes(c.encoded_bytes),
+            human_bytes(c.plain_bytes),
+            f"{c.ratio:.1f}x",
+        )
+    ratio = summary.plain_bytes / summary.encoded_bytes if summary.encoded_bytes else 0
+    table.add_section()
+    table.add_row(
+        "total",
+        "",
+        f"on disk {human_bytes(summary.disk_bytes)}",
+        "",
+        "",
+        "",
+        human_bytes(summary.encoded_bytes),
+        human_bytes(summary.plain_bytes),
+        f"{ratio:.1f}x",
+    )
+    return table
+
+
+def cmd_stats(args: argparse.Namespace, config: Config) -> int:
+    for store in stores_of(args, config):
+        console.print(render_summary(summarize(store.table(args.table))))
+    return 0
+
+
+def cmd_tables(args: argparse.Namespace, config: Config) -> int:
+    table = RichTable("node", "table", "rows", "blocks", "placement", "encoded", "on disk", "version")
+    for store in stores_of(args, config):
+        for name in store.tables():
+            s = summarize(store.table(name))
+            table.add_row(
+                store.node,
+                name,
+                f"{s.rows:,}",
+                str(s.blocks),
+                s.placement,
+                human_bytes(s.encoded_bytes),
+                human_bytes(s.disk_bytes),
+                str(s.version),
+            )
+    console.print(table)
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace, config: Config) -> int:
+    problems = 0
+    for store in stores_of(args, config):
+        for name in args.tables or store.tables():
+            table = store.table(name)
+            found = table.verify()
+            problems += len(found)
+            for message in found:
+                console.print(f"[red]{message}[/]")
+            if not found:
+                console.print(f"{store.node} {name}: {len(table.blocks)} blocks ok")
+    return 1 if problems else 0
+
+
+def cmd_head(args: argparse.Namespace, config: Config) -> int:
+    store = stores_of(args, config)[0]
+    data = store.table(args.table).to_arrow().slice(0, args.n)
+    table = RichTable(*data.column_names)
+    for row in data.to_pylist():
+        table.add_row(*("NULL" if v is None else str(v) for v in row.values()))
+    console.print(table)
+    return 0
+
+
+def cmd_drop(args: argparse.Namespace, config: Config) -> int:
+    for store in stores_of(args, config):
+        store.drop(args.table)
+    return 0
+
+
+def _add_data(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", action="append", metavar="DIR", help="node data directory, repeat for several nodes")
+
+
+def _add_load_options(parser: argparse.ArgumentParser) -> None:
+    _add_data(parser)
+    parser.add_argument("--mode", choices=("replace", "append"), default="replace")
+    parser.add_argument("--block-budget", metavar="SIZE", help="BS, memory for one decoded block (e.g. 64MiB)")
+    parser.add_argument("--compression", choices=("zstd", "none"), help="block files on disk")
+    parser.add_argument("--buckets", type=int, help="hash buckets of a hash-placed table")
+
+
+def _add_table_layout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("table", help="table name")
+    parser.add_argument("files", nargs="+", help="source files")
+    parser.add_argument("--sort-key", metavar="COLS", help="comma-separated sort key")
+    parser.add_argument("--placement", default="replicated", help="replicated or hash(col, ...)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    load = sub.add_parser("load", help="load tables from TPC-H, Parquet or CSV").add_subparsers(
+        dest="source", required=True
+    )
+    p = load.add_parser("tpch", help="generate TPC-H data and load all 8 tables")
+    p.add_argument("--sf", type=float, default=0.01, help="scale factor (default 0.01)")
+    p.add_argument("--tables", help="comma-separated subset of the 8 tables")
+    _add_load_options(p)
+    p.set_defaults(func=cmd_load_tpch)
+
+    p = load.add_parser("parquet", help="load Parquet files (or directories) as one table")
+    _add_table_layout(p)
+    _add_load_options(p)
+    p.set_defaults(func=cmd_load_parquet)
+
+    p = load.add_parser("csv", help="load CSV files as one table")
+    _add_table_layout(p)
+    p.add_argument("--delimiter", default=",")
+    p.add_argument("--no-header", action="store_true", help="the files have no header row")
+    p.add_argument("--schema", metavar="JSON", help="column names and types instead of inference")
+    _add_load_options(p)
+    p.set_defaults(func=cmd_load_csv)
+
+    storage = sub.add_parser("storage", help="inspect stored tables").add_subparsers(dest="action", required=True)
+    p = storage.add_parser("tables", help="list tables per node")
+    _add_data(p)
+    p.set_defaults(func=cmd_tables)
+    p = storage.add_parser("stats", help="per column: chain chosen, runs, distinct count, ratio to plain Arrow")
+    p.add_argument("table")
+    _add_data(p)
+    p.set_defaults(func=cmd_stats)
+    p = storage.add_parser("verify", help="read every block and check its checksum")
+    p.add_argument("tables", nargs="*")
+    _add_data(p)
+    p.set_defaults(func=cmd_verify)
+    p = storage.add_parser("head", help="print the first rows of a table")
+    p.add_argument("table")
+    p.add_argument("-n", type=int, default=10)
+    _add_data(p)
+    p.set_defaults(func=cmd_head)
+    p = storage.add_parser("drop", help="remove a table")
+    p.add_argument("table")
+    _add_data(p)
+    p.set_defaults(func=cmd_drop)

@@ -1,0 +1,251 @@
+"""Loading into stores: placement, block sizing, versions, corruption and crash safety."""
+
+from __future__ import annotations
+
+import decimal
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from storage import CorruptBlockError, Placement, SchemaError, Store, TableSchema
+from storage.block import record_size
+from storage.loader import LoadOptions, load_table
+from storage.partitioning import buckets_of
+from storage.store import ORPHAN_AGE_S
+from storage.types import to_domain
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sample(rows: int = 5000, seed: int = 0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    key = np.arange(rows, dtype=np.int64)
+    day = rng.integers(0, 400, rows).astype(np.int32)
+    cents = rng.integers(-(10**8), 10**8, rows).tolist()
+    amount = pa.array([decimal.Decimal(c).scaleb(-2) for c in cents], pa.decimal128(12, 2))
+    city = pa.array(rng.choice(["Москва", "Zürich", "東京", "Lima", None], rows).tolist(), pa.string())
+    note = pa.array([f"note {i} " + "x" * int(i % 17) if i % 11 else None for i in range(rows)], pa.string())
+    return pa.table(
+        {
+            "key": key,
+            "day": pa.array(day, pa.int32()).cast(pa.date32()),
+            "amount": amount,
+            "city": city,
+            "flag": pa.array(rng.random(rows) < 0.3),
+            "note": note,
+        }
+    )
+
+
+def schema_of(table: pa.Table, placement: str = "hash(key)", buckets: int = 4) -> TableSchema:
+    return TableSchema.from_arrow("sales", table.schema, ("day", "city"), Placement.parse(placement, buckets))
+
+
+def by_key(table: pa.Table) -> pa.Table:
+    return table.sort_by("key")
+
+
+def test_hash_placement_spreads_buckets_over_nodes_and_reads_back(tmp_path: Path) -> None:
+    source = sample()
+    stores = [Store(tmp_path / "n0", "node-0"), Store(tmp_path / "n1", "node-1")]
+    load_table(stores, schema_of(source), source, LoadOptions(block_budget=20_000))
+    parts = [s.table("sales").to_arrow() for s in stores]
+    assert all(0 < p.num_rows < source.num_rows for p in parts)
+    assert by_key(pa.concat_tables(parts)).equals(source)
+    for i, store in enumerate(stores):
+        table = store.table("sales")
+        assert table.schema.placement.owners == ("node-0", "node-1", "node-0", "node-1")
+        for entry, block in table.iter_blocks():
+            assert entry.bucket % 2 == i
+            data = block.decode()
+            expected = buckets_of([to_domain(data.column("key"))], 4)
+            assert (expected == entry.bucket).all(), "every row sits in its hash bucket"
+
+
+def test_replicated_table_is_whole_on_every_node(tmp_path: Path) -> None:
+    source = sample(1000)
+    stores = [Store(tmp_path / "n0", "node-0"), Store(tmp_path / "n1", "node-1")]
+    load_table(stores, schema_of(source, "replicated", 1), source)
+    for store in stores:
+        assert by_key(store.table("sales").to_arrow()).equals(source)
+
+
+def test_blocks_hold_rc_rows_sorted_by_the_sort_key(tmp_path: Path) -> None:
+    source = sample()
+    schema = schema_of(source, buckets=2)
+    budget = 30_000
+    store = Store(tmp_path)
+    [manifest] = load_table([store], schema, source, LoadOptions(block_budget=budget))
+    rs = record_size(source, schema)
+    assert manifest.sizing.record_bytes == rs
+    assert manifest.sizing.block_rows == budget // rs
+    assert len(manifest.blocks) > 2
+    for entry, block in store.table("sales").iter_blocks():
+        assert entry.rows <= manifest.sizing.block_rows
+        data = block.decode()
+        days = data.column("day").cast(pa.int32()).to_numpy()
+        assert (np.diff(days) >= 0).all()
+
+
+def test_record_size_counts_the_longest_string(tmp_path: Path) -> None:
+    table = pa.table({"k": pa.array([1, 2], pa.int64()), "s": ["abc", "abcdefghij"]})
+    schema = TableSchema.from_arrow("t", table.schema)
+    assert record_size(table, schema) == 8 + (10 + 4)
+
+
+def test_replace_and_append_make_new_versions_and_collect_old_files(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    first, second = sample(2000, seed=1), sample(2000, seed=2)
+    schema = schema_of(first)
+    load_table([store], schema, first)
+    old_files = {b.file for b in store.table("sales").blocks}
+    load_table([store], schema, second)
+    table = store.table("sales")
+    assert table.manifest.version == 2
+    assert by_key(table.to_arrow()).equals(second)
+    assert not any((tmp_path / "sales" / f).exists() for f in old_files), "replaced blocks are removed"
+    load_table([store], schema, first, LoadOptions(mode="append"))
+    table = store.table("sales")
+    assert table.manifest.version == 3 and table.rows == 4000
+    assert (
+        table.to_arrow()
+        .sort_by([("key", "ascending"), ("amount", "ascending")])
+        .equals(pa.concat_tables([first, second]).sort_by([("key", "ascending"), ("amount", "ascending")]))
+    )
+
+
+def test_append_with_other_columns_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    source = sample(500)
+    load_table([store], schema_of(source), source)
+    other = source.drop_columns(["note"])
+    with pytest.raises(SchemaError, match="cannot append"):
+        load_table([store], schema_of(other), other, LoadOptions(mode="append"))
+    assert store.table("sales").manifest.version == 1
+    assert sorted(p.name for p in (tmp_path / "sales").iterdir() if p.suffix in (".zst", ".tmp")) == sorted(
+        b.file for b in store.table("sales").blocks
+    )
+
+
+def test_not_null_violation_names_the_column_and_writes_nothing(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    source = sample(100)
+    schema = TableSchema.from_arrow("sales", source.schema.set(3, pa.field("city", pa.string(), nullable=False)))
+    with pytest.raises(SchemaError, match="column city is NOT NULL"):
+        load_table([store], schema, source)
+    assert not store.exists("sales")
+
+
+def test_empty_table_round_trips(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    source = sample(0)
+    load_table([store], schema_of(source), source)
+    table = store.table("sales")
+    assert table.rows == 0 and table.to_arrow().equals(source)
+
+
+def _flip_byte(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("compression", ["zstd", "none"])
+def test_corrupt_truncated_and_missing_blocks_are_reported_by_name(tmp_path: Path, compression: str) -> None:
+    store = Store(tmp_path)
+    source = sample(3000)
+    load_table([store], schema_of(source), source, LoadOptions(compression=compression))
+    table = store.table("sales")
+    flipped, truncated, missing = (tmp_path / "sales" / b.file for b in table.blocks[:3])
+    _flip_byte(flipped, flipped.stat().st_size // 2)
+    truncated.write_bytes(truncated.read_bytes()[:-10])
+    missing.unlink()
+    with pytest.raises(CorruptBlockError, match=flipped.name + ".*checksum"):
+        table.read_block(table.blocks[0])
+    with pytest.raises(CorruptBlockError, match=truncated.name + ".*truncated"):
+        table.read_block(table.blocks[1])
+    with pytest.raises(CorruptBlockError, match=missing.name + ".*missing"):
+        table.read_block(table.blocks[2])
+    with pytest.raises(CorruptBlockError, match="table sales"):
+        table.to_arrow()
+    problems = table.verify()
+    assert len(problems) == 3
+    assert all(any(p.name in message for message in problems) for p in (flipped, truncated, missing))
+
+
+_CHILD = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    import pyarrow.parquet as pq
+    from storage import Store
+    from storage.loader import LoadOptions, load_table
+    from storage.tpch import schema_for
+
+    store_dir, source, marker = sys.argv[1:]
+    table = pq.read_table(source)
+
+    def stall_after_first_block(rows):
+        Path(marker).touch()
+        time.sleep(120)
+
+    load_table([Store(store_dir)], schema_for("lineitem", table.schema), table,
+               LoadOptions(block_budget=200_000, workers=1), stall_after_first_block)
+    """
+)
+
+
+def test_a_load_killed_midway_leaves_the_previous_version_readable(tmp_path: Path, tpch_files: dict[str, Path]) -> None:
+    from storage.sources import read_parquet
+    from storage.tpch import schema_for
+
+    store = Store(tmp_path / "store")
+    source = read_parquet([tpch_files["lineitem"]])
+    first = source.slice(0, 20_000)
+    load_table([store], schema_for("lineitem", source.schema), first)
+    before = store.table("lineitem").to_arrow()
+    marker = tmp_path / "first-block-written"
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(store.root), str(tpch_files["lineitem"]), str(marker)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert child.poll() is None, "the loading process ended before writing a block"
+        assert time.monotonic() < deadline, "the loading process wrote no block in time"
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+
+    table_dir = store.root / "lineitem"
+    referenced = {b.file for b in store.table("lineitem").blocks}
+    orphans = [p for p in table_dir.iterdir() if p.name.endswith((".zst", ".tmp")) and p.name not in referenced]
+    assert orphans, "the killed load had written block files"
+    table = store.table("lineitem")
+    assert table.manifest.version == 1
+    assert table.to_arrow().equals(before)
+    assert table.verify() == []
+
+    old = time.time() - ORPHAN_AGE_S - 60
+    for path in orphans:
+        os.utime(path, (old, old))
+    load_table([store], schema_for("lineitem", source.schema), first)
+    assert not any(p.exists() for p in orphans), "the next load removes a dead load's files"
+
+
+def test_decoded_strings_keep_non_ascii_text(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    source = sample(500)
+    load_table([store], schema_of(source), source)
+    cities = set(pc.unique(store.table("sales").to_arrow().column("city")).to_pylist())
+    assert cities == {"Москва", "Zürich", "東京", "Lima", None}
