@@ -99,7 +99,7 @@ class EncodedBlock:
         meta = json.loads(reader.schema.metadata[METADATA_KEY])
         if meta.get("format") != FORMAT_VERSION:
             raise ValueError(f"unknown block format {meta.get('format')}")
-        batch = reader.get_batch(0) if reader.num_record_batches else None
+        batch = reader.get_batch(0)
         parts_by_column: dict[str, dict[str, pa.Array]] = {}
         for i, field in enumerate(reader.schema):
             column_name, part_name = field.name.rsplit("/", 1) if "/" in field.name else (field.name, "")

@@ -34,6 +34,7 @@ class ColumnEntry:
     encoded_bytes: int
     plain_bytes: int
     null_count: int
+    sorted: bool = False
     minimum: Any = None
     maximum: Any = None
     candidates: dict[str, int] = field(default_factory=dict)
@@ -99,6 +100,7 @@ def write_block(directory: Path, name: str, block: EncodedBlock, bucket: int, co
             encoded_bytes=column.nbytes,
             plain_bytes=s.plain_bytes if s else 0,
             null_count=column.null_count,
+            sorted=s.sorted if s else False,
             minimum=_stat_value(s.minimum) if s else None,
             maximum=_stat_value(s.maximum) if s else None,
             candidates=dict(s.candidates) if s else {},

@@ -20,7 +20,7 @@ from storage import sources, tpch
 from storage.catalog import Column, Placement, TableSchema
 from storage.errors import SchemaError, StorageError
 from storage.loader import LoadOptions, load_table
-from storage.planner import PlannerOptions
+from storage.planner import CHAIN_PREFERENCE, PlannerOptions
 from storage.stats import TableSummary, summarize
 from storage.store import Store
 
@@ -159,7 +159,18 @@ def render_summary(summary: TableSummary) -> RichTable:
         f"sorted by ({', '.join(summary.sort_key)}), version {summary.version}"
     )
     table = RichTable(title=title, title_justify="left")
-    for header in ("column", "type", "chain (blocks)", "runs", "distinct/block", "nulls", "encoded", "plain Arrow"):
+    headers = (
+        "column",
+        "type",
+        "chain (blocks)",
+        "sorted",
+        "runs",
+        "distinct/block",
+        "nulls",
+        "encoded",
+        "plain Arrow",
+    )
+    for header in headers:
         table.add_column(header, justify="left" if header in ("column", "type", "chain (blocks)") else "right")
     table.add_column("ratio", justify="right")
     for c in summary.columns:
@@ -167,6 +178,7 @@ def render_summary(summary: TableSummary) -> RichTable:
             c.name,
             c.type,
             c.chain,
+            f"{c.sorted_blocks}/{summary.blocks}",
             f"{c.runs:,}",
             f"{c.max_distinct:,}",
             f"{c.null_count:,}",
@@ -183,6 +195,7 @@ def render_summary(summary: TableSummary) -> RichTable:
         "",
         "",
         "",
+        "",
         human_bytes(summary.encoded_bytes),
         human_bytes(summary.plain_bytes),
         f"{ratio:.1f}x",
@@ -190,9 +203,27 @@ def render_summary(summary: TableSummary) -> RichTable:
     return table
 
 
+def render_candidates(summary: TableSummary) -> RichTable:
+    """Every candidate chain's size per column (summed over blocks); the planner kept the smallest per block."""
+    chains = sorted({chain for c in summary.columns for chain in c.candidates}, key=CHAIN_PREFERENCE.index)
+    table = RichTable("column", *chains, title="candidate sizes (smallest per block is chosen)", title_justify="left")
+    for c in summary.columns:
+        smallest = min(c.candidates.values(), default=None)
+        cells = []
+        for chain in chains:
+            size = c.candidates.get(chain)
+            text = "" if size is None else human_bytes(size)
+            cells.append(f"[bold green]{text}[/]" if size is not None and size == smallest else text)
+        table.add_row(c.name, *cells)
+    return table
+
+
 def cmd_stats(args: argparse.Namespace, config: Config) -> int:
     for store in stores_of(args, config):
-        console.print(render_summary(summarize(store.table(args.table))))
+        summary = summarize(store.table(args.table))
+        console.print(render_summary(summary))
+        if args.candidates:
+            console.print(render_candidates(summary))
     return 0
 
 
@@ -293,6 +324,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_tables)
     p = storage.add_parser("stats", help="per column: chain chosen, runs, distinct count, ratio to plain Arrow")
     p.add_argument("table")
+    p.add_argument("--candidates", action="store_true", help="also show every candidate chain's size")
     _add_data(p)
     p.set_defaults(func=cmd_stats)
     p = storage.add_parser("verify", help="read every block and check its checksum")

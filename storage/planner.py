@@ -176,11 +176,11 @@ def _string_candidates(
 
 
 # Cheapest to decode first: among equal sizes, the earlier chain wins.
-_PREFERENCE = ("plain", "rle", "bitpack", "dict", "delta+rle", "zstd")
+CHAIN_PREFERENCE = ("plain", "rle", "bitpack", "dict", "delta+rle", "zstd")
 
 
 def choose(sizes: dict[str, int]) -> str:
-    return min(sizes, key=lambda chain: (sizes[chain], _PREFERENCE.index(chain)))
+    return min(sizes, key=lambda chain: (sizes[chain], CHAIN_PREFERENCE.index(chain)))
 
 
 def plan_column(values: Values, domain: Domain, options: PlannerOptions) -> tuple[Encoding, ColumnStats]:

@@ -16,6 +16,8 @@ class ColumnSummary:
     runs: int = 0  # summed over blocks
     max_distinct: int = 0  # largest distinct count of one block
     null_count: int = 0
+    sorted_blocks: int = 0
+    candidates: Counter = field(default_factory=Counter)  # chain -> bytes summed over blocks
     encoded_bytes: int = 0
     plain_bytes: int = 0
 
@@ -64,6 +66,8 @@ def summarize(table: Table) -> TableSummary:
             summary.runs += entry.runs
             summary.max_distinct = max(summary.max_distinct, entry.distinct)
             summary.null_count += entry.null_count
+            summary.sorted_blocks += entry.sorted
+            summary.candidates.update(entry.candidates)
             summary.encoded_bytes += entry.encoded_bytes
             summary.plain_bytes += entry.plain_bytes
     m = table.manifest

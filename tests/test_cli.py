@@ -31,9 +31,9 @@ def test_load_csv_then_stats_tables_verify_and_head(tmp_path: Path, capsys: pyte
     assert table.column("city").to_pylist() == ["Zürich", None, "東京"]
     assert table.column("amount").to_pylist() == [10.5, 7.25, None]
 
-    code, out, _ = run(capsys, "storage", "stats", "sales", "--data", data)
+    code, out, _ = run(capsys, "storage", "stats", "sales", "--data", data, "--candidates")
     assert code == 0
-    for expected in ("sales: 3 rows in 1 blocks", "chain", "ratio", "city", "rle", "on disk"):
+    for expected in ("sales: 3 rows in 1 blocks", "chain", "ratio", "city", "rle", "on disk", "candidate sizes"):
         assert expected in out
     code, out, _ = run(capsys, "storage", "tables", "--data", data)
     assert code == 0 and "sales" in out and "replicated" in out
