@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 MAX_WIDTH = 56  # a value plus its bit shift must fit one 8-byte load
+_CHUNK_GROUPS = 4096  # groups of 8 values unpacked at a time: the lanes stay in cache
 
 
 def packed_size(length: int, width: int) -> int:
@@ -40,18 +41,41 @@ def pack(values: np.ndarray, width: int) -> np.ndarray:
 
 
 def unpack(packed: np.ndarray, length: int, width: int) -> np.ndarray:
-    """Inverse of `pack`: a uint64 array of `length` values."""
+    """Inverse of `pack`: `length` non-negative integers (a narrow unsigned dtype for byte-friendly
+    widths, int64 otherwise)."""
     if width == 0 or length == 0:
-        return np.zeros(length, dtype=np.uint64)
-    groups = (length + 7) // 8
-    out = np.empty(groups * 8, dtype=np.uint64)
-    mask = np.uint64((1 << width) - 1)
+        return np.zeros(length, dtype=unsigned_dtype(width))
     buf = np.ascontiguousarray(packed, dtype=np.uint8)
-    for r in range(8):
-        offset = (r * width) >> 3
-        lane = np.ndarray((groups,), dtype="<u8", buffer=buf, offset=offset, strides=(width,))
-        out[r::8] = (lane >> np.uint64((r * width) & 7)) & mask
+    if width in (8, 16, 32):  # byte-aligned: the buffer is the array
+        return buf[: length * width // 8].view(unsigned_dtype(width)).copy()
+    if 8 % width == 0:  # several values per byte
+        per_byte = 8 // width
+        data = buf[: (length * width + 7) // 8]
+        out = np.empty((len(data), per_byte), dtype=np.uint8)
+        for k in range(per_byte):
+            np.bitwise_and(data >> (k * width), (1 << width) - 1, out=out[:, k])
+        return out.reshape(-1)[:length]
+    groups = (length + 7) // 8
+    out = np.empty(groups * 8, dtype=np.int64)
+    chunk = min(groups, _CHUNK_GROUPS)
+    lanes = np.empty((8, chunk), dtype=np.uint64)  # one contiguous lane per residue, cache-sized
+    mask = np.uint64((1 << width) - 1)
+    for first in range(0, groups, chunk):
+        count = min(chunk, groups - first)
+        for r in range(8):
+            offset = first * width + ((r * width) >> 3)
+            lane = np.ndarray((count,), dtype="<u8", buffer=buf, offset=offset, strides=(width,))
+            np.right_shift(lane, np.uint64((r * width) & 7), out=lanes[r, :count])
+            np.bitwise_and(lanes[r, :count], mask, out=lanes[r, :count])
+        out[first * 8 : (first + count) * 8].reshape(count, 8)[:] = lanes[:, :count].T
     return out[:length]
+
+
+def unsigned_dtype(width: int) -> np.dtype:
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if width <= np.iinfo(dtype).bits:
+            return np.dtype(dtype)
+    return np.dtype(np.uint64)
 
 
 def width_for(span: int) -> int:

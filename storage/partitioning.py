@@ -1,14 +1,17 @@
 """Hash placement: the bucket of each row, ``hash(key columns) mod buckets``.
 
-The hash is splitmix64 chained over the key columns, so NumPy, CuPy and Spark tasks compute
-the same bucket for the same row. Integers (and dates, decimals...) hash their domain value;
-strings hash the first 8 bytes of their BLAKE2b digest; NULL hashes to 0.
+The hash is splitmix64 chained over the key columns, so the loader, the NumPy and CuPy scan
+kernels and Spark tasks compute the same bucket for the same row. Integers (and dates,
+decimals...) hash their domain value; strings hash the first 8 bytes of their BLAKE2b digest
+(computed once per distinct string, on the host); NULL hashes to 0. The mixing functions take
+NumPy or CuPy arrays alike.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -19,42 +22,45 @@ from storage.types import DomainValues
 SEED = np.uint64(0x9E3779B97F4A7C15)
 
 
-def splitmix64(z: np.ndarray) -> np.ndarray:
-    z = z.astype(np.uint64, copy=True)
-    z ^= z >> np.uint64(30)
-    z *= np.uint64(0xBF58476D1CE4E5B9)
-    z ^= z >> np.uint64(27)
-    z *= np.uint64(0x94D049BB133111EB)
-    z ^= z >> np.uint64(31)
-    return z
+def splitmix64(z: Any) -> Any:
+    z = z ^ (z >> np.uint64(30))
+    z = z * np.uint64(0xBF58476D1CE4E5B9)
+    z = z ^ (z >> np.uint64(27))
+    z = z * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
 
 
-def _string_hashes(values: pa.Array) -> np.ndarray:
-    distinct = pc.unique(values)
+def string_hashes(strings: pa.Array) -> np.ndarray:
+    """uint64 hash of each string (NULL -> 0), on the host."""
     digests = [
-        int.from_bytes(hashlib.blake2b(s.encode(), digest_size=8).digest(), "little") for s in distinct.to_pylist()
+        0 if s is None else int.from_bytes(hashlib.blake2b(s.encode(), digest_size=8).digest(), "little")
+        for s in strings.to_pylist()
     ]
-    codes = pc.index_in(values, distinct).to_numpy(zero_copy_only=False)
-    return np.array(digests, dtype=np.uint64)[codes]
+    return np.array(digests, dtype=np.uint64)
+
+
+def mix(h: Any, key: Any) -> Any:
+    """Chain one key column's uint64 hash input into the running row hash."""
+    return splitmix64(h ^ key)
 
 
 def key_hash(column: DomainValues) -> np.ndarray:
     """uint64 hash input of one key column (before mixing)."""
     values = column.values
     if isinstance(values, np.ndarray):
-        h = values.view(np.uint64) if values.dtype == np.int64 else values.astype(np.int64).view(np.uint64)
+        h = values.astype(np.int64, copy=False).view(np.uint64)
     else:
-        h = _string_hashes(values)
+        distinct = pc.unique(values)
+        h = string_hashes(distinct)[pc.index_in(values, distinct).to_numpy(zero_copy_only=False)]
     if column.valid is not None:
         h = np.where(column.valid, h, np.uint64(0))
     return h
 
 
 def row_hashes(keys: Sequence[DomainValues]) -> np.ndarray:
-    n = len(keys[0])
-    h = np.full(n, SEED, dtype=np.uint64)
+    h = np.full(len(keys[0]), SEED, dtype=np.uint64)
     for column in keys:
-        h = splitmix64(h ^ key_hash(column))
+        h = mix(h, key_hash(column))
     return h
 
 

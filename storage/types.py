@@ -190,6 +190,8 @@ def from_domain(values: np.ndarray | pa.Array, valid: np.ndarray | None, t: pa.D
     bitmap = validity_buffer(valid)
     null_count = 0 if valid is None else int(n - np.count_nonzero(valid))
     domain = domain_of(t)
+    if pa.types.is_decimal128(t) and isinstance(values, np.ndarray):
+        domain = Domain.INT  # scaled integers, whatever the declared precision
     if domain in (Domain.STRING, Domain.OTHER):
         arr = values if isinstance(values, pa.Array) else pa.array(values)
         if valid is not None and arr.null_count != null_count:

@@ -1,0 +1,156 @@
+"""The array backends: NumPy on the CPU, CuPy on a GPU, behind one interface.
+
+Kernels are written once against ``backend.xp`` (NumPy's API, which CuPy mirrors); the few
+operations where the libraries differ (bit unpacking, run expansion, grouped min/max, moving
+data between host and device) are methods that the CuPy backend overrides. `get_backend`
+picks CuPy when a CUDA device is present unless configured otherwise, and never falls back
+silently: asking for ``cupy`` without a device is an error.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import numpy as np
+
+from storage import bitpack
+
+Array = Any  # numpy.ndarray or cupy.ndarray
+_EXACT_FLOAT = 1 << 53
+
+
+class BackendUnavailable(RuntimeError):
+    code = "backend_unavailable"
+
+
+class NumpyBackend:
+    name = "numpy"
+    xp = np
+
+    def asarray(self, host: np.ndarray) -> Array:
+        return host
+
+    def to_host(self, array: Array) -> np.ndarray:
+        return array
+
+    # -- decoding ---------------------------------------------------------------------------
+
+    def unpack(self, packed: Array, width: int, start: int, stop: int) -> Array:
+        """Bit-packed offsets of rows [start, stop), as unsigned integers of the narrowest width."""
+        group = start // 8
+        offset = group * width
+        rows = stop - group * 8
+        return bitpack.unpack(packed[offset:], rows, width)[start - group * 8 :]
+
+    def unpack_at(self, packed: Array, width: int, rows: Array) -> Array:
+        """Bit-packed offsets of the given rows (random access)."""
+        if width == 0:
+            return np.zeros(len(rows), dtype=np.int64)
+        bits = rows.astype(np.int64) * width
+        first = bits >> 3
+        word = np.zeros(len(rows), dtype=np.uint64)
+        for k in range((width + 7 + 7) // 8):
+            word |= packed[first + k].astype(np.uint64) << np.uint64(8 * k)
+        return ((word >> (bits & 7).astype(np.uint64)) & np.uint64((1 << width) - 1)).view(np.int64)
+
+    def repeat(self, values: Array, counts: Array) -> Array:
+        return np.repeat(values, counts)
+
+    # -- grouping ---------------------------------------------------------------------------
+
+    def unique_inverse(self, values: Array) -> tuple[Array, Array]:
+        uniques, inverse = np.unique(values, return_inverse=True)
+        return uniques, inverse.reshape(-1)
+
+    def group_min(self, gid: Array, values: Array, groups: int) -> Array:
+        out = np.full(groups, _max_of(values.dtype), dtype=values.dtype)
+        np.minimum.at(out, gid, values)
+        return out
+
+    def group_max(self, gid: Array, values: Array, groups: int) -> Array:
+        out = np.full(groups, _min_of(values.dtype), dtype=values.dtype)
+        np.maximum.at(out, gid, values)
+        return out
+
+    # -- shared, written once against xp ----------------------------------------------------
+
+    def segment_sum(self, values: Array, starts: Array) -> Array:
+        """Sums of the non-empty segments values[starts[i]:starts[i+1]] (the last to the end)."""
+        if len(starts) == 0:
+            return np.zeros(0, dtype=values.dtype)
+        return np.add.reduceat(values, starts)
+
+    def _prefix_segment_sum(self, values: Array, starts: Array) -> Array:
+        """`segment_sum` from prefix sums (exact for integers: the prefix sums wrap, differences do not)."""
+        xp = self.xp
+        if len(starts) == 0:
+            return xp.zeros(0, dtype=values.dtype)
+        prefix = xp.concatenate((xp.zeros(1, dtype=values.dtype), xp.cumsum(values, dtype=values.dtype)))
+        ends = xp.concatenate((starts[1:], xp.asarray([len(values)], dtype=starts.dtype)))
+        return prefix[ends] - prefix[starts]
+
+    def group_sum(self, gid: Array, values: Array, groups: int) -> Array:
+        """Per-group sums; integers summed exactly as two 32-bit halves through float64 bincounts."""
+        xp = self.xp
+        if values.dtype.kind == "f":
+            return xp.bincount(gid, weights=values, minlength=groups)
+        if len(values) < (1 << 21):  # each half sums below 2**53
+            low = (values & 0xFFFFFFFF).astype(xp.float64)
+            high = (values >> 32).astype(xp.float64)
+            low_sum = xp.rint(xp.bincount(gid, weights=low, minlength=groups)).astype(xp.int64)
+            high_sum = xp.rint(xp.bincount(gid, weights=high, minlength=groups)).astype(xp.int64)
+            return (high_sum << 32) + low_sum
+        half = len(values) // 2
+        return self.group_sum(gid[:half], values[:half], groups) + self.group_sum(gid[half:], values[half:], groups)
+
+    def group_count(self, gid: Array, groups: int) -> Array:
+        return self.xp.bincount(gid, minlength=groups).astype(self.xp.int64)
+
+    def partition(self, buckets: Array, count: int) -> tuple[Array, Array, Array]:
+        """Histogram, exclusive scan and scatter: (row order grouped by bucket, counts, offsets)."""
+        xp = self.xp
+        counts = xp.bincount(buckets, minlength=count).astype(xp.int64)
+        offsets = xp.cumsum(counts) - counts
+        order = xp.argsort(buckets, kind="stable")
+        return order, counts, offsets
+
+
+def _max_of(dtype: np.dtype) -> Any:
+    return np.inf if dtype.kind == "f" else np.iinfo(dtype).max
+
+
+def _min_of(dtype: np.dtype) -> Any:
+    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def cuda_available() -> bool:
+    if importlib.util.find_spec("cupy") is None:
+        return False
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+_BACKENDS: dict[str, NumpyBackend] = {}
+
+
+def get_backend(name: str = "auto") -> NumpyBackend:
+    """`numpy`, `cupy`, or `auto` (CuPy when a CUDA device is present, else NumPy)."""
+    if name == "auto":
+        name = "cupy" if cuda_available() else "numpy"
+    if name not in ("numpy", "cupy"):
+        raise BackendUnavailable(f"unknown backend {name!r}: use numpy, cupy or auto")
+    if name not in _BACKENDS:
+        if name == "cupy":
+            if not cuda_available():
+                raise BackendUnavailable("backend cupy was asked for, but CuPy finds no CUDA device")
+            from gpu_kernels.cupy_backend import CupyBackend
+
+            _BACKENDS[name] = CupyBackend()
+        else:
+            _BACKENDS[name] = NumpyBackend()
+    return _BACKENDS[name]

@@ -1,0 +1,98 @@
+"""The CuPy backend: the same kernels on a CUDA device.
+
+Imported only when CuPy finds a device (`gpu_kernels.backend.get_backend`). Bit unpacking is
+a CuPy ElementwiseKernel (one thread per row: one unaligned 8-byte window, shift, mask), run
+expansion is a binary search per row, grouped min/max use cupyx's scatter operations.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import cupy
+import cupyx
+import numpy as np
+
+from gpu_kernels.backend import Array, NumpyBackend
+
+_UNPACK = cupy.ElementwiseKernel(
+    "raw uint8 packed, int64 row, int64 width, uint64 mask",
+    "int64 out",
+    """
+    const unsigned long long bit = (unsigned long long)row * width;
+    const unsigned long long byte = bit >> 3;
+    unsigned long long word = 0;
+    for (int k = 0; k < 8; ++k) {
+        word |= ((unsigned long long)packed[byte + k]) << (8 * k);
+    }
+    out = (long long)((word >> (bit & 7)) & mask);
+    """,
+    "cxg_unpack",
+)
+
+
+_staging = threading.local()
+
+
+def stage_results(pool: cupy.cuda.MemoryPool | None, stream: cupy.cuda.Stream | None) -> None:
+    """Results of this thread's blocks go through `pool` (the result area) and out on `stream`."""
+    _staging.pool, _staging.stream = pool, stream
+
+
+class CupyBackend(NumpyBackend):
+    name = "cupy"
+    xp = cupy
+
+    def asarray(self, host: np.ndarray) -> Array:
+        return cupy.asarray(host)
+
+    def to_host(self, array: Array) -> np.ndarray:
+        if not isinstance(array, cupy.ndarray):
+            return array
+        pool = getattr(_staging, "pool", None)
+        if pool is None:
+            return cupy.asnumpy(array)
+        with cupy.cuda.using_allocator(pool.malloc):
+            staged = array.copy()
+        host = staged.get(stream=_staging.stream)
+        _staging.stream.synchronize()
+        return host
+
+    def unpack(self, packed: Array, width: int, start: int, stop: int) -> Array:
+        rows = cupy.arange(start, stop, dtype=cupy.int64)
+        return self.unpack_at(packed, width, rows)
+
+    def unpack_at(self, packed: Array, width: int, rows: Array) -> Array:
+        if width == 0:
+            return cupy.zeros(len(rows), dtype=cupy.int64)
+        return _UNPACK(packed, rows.astype(cupy.int64), width, np.uint64((1 << width) - 1))
+
+    def repeat(self, values: Array, counts: Array) -> Array:
+        ends = cupy.cumsum(counts)
+        total = int(ends[-1]) if len(ends) else 0
+        rows = cupy.arange(total, dtype=ends.dtype)
+        return values[cupy.searchsorted(ends, rows, side="right")]
+
+    def segment_sum(self, values: Array, starts: Array) -> Array:
+        return self._prefix_segment_sum(values, starts)
+
+    def unique_inverse(self, values: Array) -> tuple[Array, Array]:
+        uniques, inverse = cupy.unique(values, return_inverse=True)
+        return uniques, inverse.reshape(-1)
+
+    def group_min(self, gid: Array, values: Array, groups: int) -> Array:
+        out = cupy.full(groups, _extreme(values.dtype, high=True), dtype=values.dtype)
+        cupyx.scatter_min(out, gid, values)
+        return out
+
+    def group_max(self, gid: Array, values: Array, groups: int) -> Array:
+        out = cupy.full(groups, _extreme(values.dtype, high=False), dtype=values.dtype)
+        cupyx.scatter_max(out, gid, values)
+        return out
+
+
+def _extreme(dtype: np.dtype, high: bool):
+    if dtype.kind == "f":
+        return np.inf if high else -np.inf
+    info = np.iinfo(dtype)
+    return info.max if high else info.min

@@ -1,0 +1,320 @@
+"""Scalar expressions pushed down to the storage nodes, as a small JSON-serializable tree.
+
+``{"col": "l_discount"}`` is a column, ``{"lit": "0.05", "type": "decimal(3,2)"}`` a typed
+literal (dates as ISO strings, decimals as strings, intervals as ``interval_day``,
+``interval_month`` or ``interval_year`` counts) and ``{"op": "<=", "args": [...]}`` an
+operation. `check` types an expression against a table so that a bad request fails before
+any block is read.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import pyarrow as pa
+
+from storage.types import parse_type
+
+
+class ExprError(ValueError):
+    """The expression is malformed or mistyped; the message names the problem."""
+
+
+class Kind(Enum):
+    INT = "int"
+    DEC = "decimal"
+    FLOAT = "float"
+    DATE = "date"
+    TS = "timestamp"
+    BOOL = "bool"
+    STR = "string"
+    INTERVAL = "interval"
+    NULL = "null"
+
+
+@dataclass(frozen=True)
+class Type:
+    kind: Kind
+    scale: int = 0  # decimals: digits after the point; intervals: 0 day, 1 month
+    unit: str = ""  # timestamps
+
+
+@dataclass(frozen=True)
+class Col:
+    name: str
+
+
+@dataclass(frozen=True)
+class Lit:
+    value: Any  # Python value: int, Decimal, float, str, bool, date, None; intervals an int count
+    type: Type
+
+
+@dataclass(frozen=True)
+class Call:
+    op: str
+    args: tuple[Expr, ...]
+
+
+Expr = Col | Lit | Call
+
+COMPARISONS = ("=", "<>", "<", "<=", ">", ">=")
+ARITHMETIC = ("+", "-", "*", "/")
+PREDICATES = (*COMPARISONS, "between", "in", "is_null", "is_not_null", "like", "not_like", "and", "or", "not")
+FUNCTIONS = ("neg", "case", "extract_year", "extract_month", "extract_day", "substring")
+OPS = (*PREDICATES, *ARITHMETIC, *FUNCTIONS)
+INTERVALS = {"interval_day": 0, "interval_month": 1, "interval_year": 12}
+
+
+def arrow_kind(t: pa.DataType) -> Type:
+    """The expression type of a column of Arrow type `t`."""
+    if pa.types.is_boolean(t):
+        return Type(Kind.BOOL)
+    if pa.types.is_integer(t):
+        return Type(Kind.INT)
+    if pa.types.is_decimal(t):
+        return Type(Kind.DEC, t.scale)
+    if pa.types.is_floating(t):
+        return Type(Kind.FLOAT)
+    if pa.types.is_date32(t):
+        return Type(Kind.DATE)
+    if pa.types.is_timestamp(t):
+        return Type(Kind.TS, unit=t.unit)
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return Type(Kind.STR)
+    raise ExprError(f"columns of type {t} cannot be used in expressions")
+
+
+def _literal(value: Any, type_name: str | None) -> Lit:
+    if value is None:
+        return Lit(None, Type(Kind.NULL))
+    if type_name in INTERVALS:
+        if not isinstance(value, int):
+            raise ExprError(f"an {type_name} literal needs an integer count, not {value!r}")
+        months = INTERVALS[type_name]
+        return Lit(value * (months or 1), Type(Kind.INTERVAL, 1 if months else 0))
+    if type_name is None:
+        if isinstance(value, bool):
+            return Lit(value, Type(Kind.BOOL))
+        if isinstance(value, int):
+            return Lit(value, Type(Kind.INT))
+        if isinstance(value, float):
+            return Lit(value, Type(Kind.FLOAT))
+        if isinstance(value, str):
+            return Lit(value, Type(Kind.STR))
+        raise ExprError(f"literal {value!r} needs a type")
+    try:
+        arrow_type = parse_type(type_name)
+        kind = arrow_kind(arrow_type)
+        if kind.kind is Kind.DATE:
+            return Lit(dt.date.fromisoformat(value) if isinstance(value, str) else value, kind)
+        if kind.kind is Kind.DEC:
+            number = decimal.Decimal(str(value))
+            return Lit(number, Type(Kind.DEC, max(0, -number.as_tuple().exponent)))
+        if kind.kind is Kind.INT:
+            return Lit(int(value), kind)
+        if kind.kind is Kind.FLOAT:
+            return Lit(float(value), kind)
+        if kind.kind is Kind.BOOL:
+            return Lit(bool(value), kind)
+        if kind.kind is Kind.STR:
+            return Lit(str(value), kind)
+        if kind.kind is Kind.TS:
+            return Lit(dt.datetime.fromisoformat(value) if isinstance(value, str) else value, kind)
+    except (ValueError, TypeError, decimal.InvalidOperation) as e:
+        raise ExprError(f"literal {value!r} is not a valid {type_name}: {e}") from e
+    raise ExprError(f"literal of type {type_name} is not supported")
+
+
+def from_json(data: Any) -> Expr:
+    """Parse the JSON form; raises ExprError naming what is wrong."""
+    if not isinstance(data, dict):
+        raise ExprError(f"an expression must be an object, not {data!r}")
+    if "col" in data:
+        if not isinstance(data["col"], str):
+            raise ExprError(f"column name must be a string, not {data['col']!r}")
+        return Col(data["col"])
+    if "lit" in data:
+        type_name = data.get("type")
+        if type_name is not None and not isinstance(type_name, str):
+            raise ExprError(f"literal type must be a string, not {type_name!r}")
+        return _literal(data["lit"], type_name)
+    if "op" in data:
+        op = data["op"]
+        if op not in OPS:
+            raise ExprError(f"unsupported operation {op!r}")
+        args = data.get("args", [])
+        if not isinstance(args, list):
+            raise ExprError(f"args of {op} must be a list")
+        return Call(op, tuple(from_json(a) for a in args))
+    raise ExprError(f"an expression needs 'col', 'lit' or 'op': {data!r}")
+
+
+def to_json(expr: Expr) -> dict[str, Any]:
+    if isinstance(expr, Col):
+        return {"col": expr.name}
+    if isinstance(expr, Lit):
+        return _literal_json(expr)
+    return {"op": expr.op, "args": [to_json(a) for a in expr.args]}
+
+
+def _literal_json(lit: Lit) -> dict[str, Any]:
+    kind, value = lit.type.kind, lit.value
+    if kind is Kind.NULL:
+        return {"lit": None}
+    if kind is Kind.INTERVAL:
+        return {"lit": value, "type": "interval_month" if lit.type.scale else "interval_day"}
+    if kind is Kind.DEC:
+        return {"lit": str(value), "type": f"decimal(38,{lit.type.scale})"}
+    if kind is Kind.DATE:
+        return {"lit": value.isoformat(), "type": "date"}
+    if kind is Kind.TS:
+        return {"lit": value.isoformat(), "type": f"timestamp({lit.type.unit})"}
+    names = {Kind.INT: "int64", Kind.FLOAT: "float64", Kind.BOOL: "bool", Kind.STR: "string"}
+    return {"lit": value, "type": names[kind]}
+
+
+def columns_of(expr: Expr) -> set[str]:
+    if isinstance(expr, Col):
+        return {expr.name}
+    if isinstance(expr, Call):
+        return set().union(*(columns_of(a) for a in expr.args)) if expr.args else set()
+    return set()
+
+
+def conjuncts(expr: Expr | None) -> list[Expr]:
+    """The AND-ed parts of a predicate."""
+    if expr is None:
+        return []
+    if isinstance(expr, Call) and expr.op == "and":
+        return [c for a in expr.args for c in conjuncts(a)]
+    return [expr]
+
+
+# ---- typing ---------------------------------------------------------------------------------
+
+_NUMERIC = (Kind.INT, Kind.DEC, Kind.FLOAT)
+
+
+def _arity(call: Call, *counts: int) -> None:
+    if len(call.args) not in counts:
+        expected = " or ".join(str(c) for c in counts)
+        raise ExprError(f"{call.op} takes {expected} argument(s), got {len(call.args)}")
+
+
+def common_type(a: Type, b: Type, what: str) -> Type:
+    """The type both sides of a comparison or CASE branch are converted to."""
+    if a.kind is Kind.NULL:
+        return b
+    if b.kind is Kind.NULL:
+        return a
+    if a.kind in _NUMERIC and b.kind in _NUMERIC:
+        if Kind.FLOAT in (a.kind, b.kind):
+            return Type(Kind.FLOAT)
+        if Kind.DEC in (a.kind, b.kind):
+            return Type(Kind.DEC, max(a.scale, b.scale))
+        return Type(Kind.INT)
+    if a.kind == b.kind and a.kind is not Kind.INTERVAL:
+        return a if a.kind is not Kind.TS else Type(Kind.TS, unit=a.unit or b.unit)
+    if {a.kind, b.kind} == {Kind.DATE, Kind.TS}:
+        return Type(Kind.TS, unit=a.unit or b.unit)
+    raise ExprError(f"{what}: cannot combine {a.kind.value} and {b.kind.value}")
+
+
+def arithmetic_type(op: str, a: Type, b: Type) -> Type:
+    """The result type of `a op b` (op one of + - * /)."""
+    if Kind.INTERVAL in (a.kind, b.kind):
+        date = a if b.kind is Kind.INTERVAL else b
+        if date.kind not in (Kind.DATE, Kind.TS) or op not in ("+", "-") or (op == "-" and a.kind is Kind.INTERVAL):
+            raise ExprError(f"interval arithmetic needs date {op} interval, not {a.kind.value} {op} {b.kind.value}")
+        return date
+    if a.kind is Kind.DATE and b.kind is Kind.DATE and op == "-":
+        return Type(Kind.INT)
+    if Kind.NULL in (a.kind, b.kind):
+        return a if b.kind is Kind.NULL else b
+    if a.kind not in _NUMERIC or b.kind not in _NUMERIC:
+        raise ExprError(f"{op} needs numbers, not {a.kind.value} and {b.kind.value}")
+    if op == "/" or Kind.FLOAT in (a.kind, b.kind):
+        return Type(Kind.FLOAT)
+    if Kind.DEC in (a.kind, b.kind):
+        return Type(Kind.DEC, a.scale + b.scale if op == "*" else max(a.scale, b.scale))
+    return Type(Kind.INT)
+
+
+def check(expr: Expr, columns: dict[str, Type]) -> Type:
+    """The type of `expr` over `columns` (name -> type); raises ExprError when it is wrong."""
+    if isinstance(expr, Col):
+        if expr.name not in columns:
+            raise ExprError(f"unknown column {expr.name!r}")
+        return columns[expr.name]
+    if isinstance(expr, Lit):
+        return expr.type
+    types = [check(a, columns) for a in expr.args]
+    op = expr.op
+    if op in COMPARISONS:
+        _arity(expr, 2)
+        common_type(types[0], types[1], op)
+        return Type(Kind.BOOL)
+    if op == "between":
+        _arity(expr, 3)
+        common_type(common_type(types[0], types[1], op), types[2], op)
+        return Type(Kind.BOOL)
+    if op == "in":
+        if len(expr.args) < 2 or not all(isinstance(a, Lit) for a in expr.args[1:]):
+            raise ExprError("in takes an expression and one or more literals")
+        for t in types[1:]:
+            common_type(types[0], t, op)
+        return Type(Kind.BOOL)
+    if op in ("is_null", "is_not_null"):
+        _arity(expr, 1)
+        return Type(Kind.BOOL)
+    if op in ("like", "not_like"):
+        _arity(expr, 2)
+        if types[0].kind is not Kind.STR or not isinstance(expr.args[1], Lit) or types[1].kind is not Kind.STR:
+            raise ExprError(f"{op} needs a string expression and a string literal pattern")
+        return Type(Kind.BOOL)
+    if op in ("and", "or", "not"):
+        if op == "not":
+            _arity(expr, 1)
+        elif len(expr.args) < 2:
+            raise ExprError(f"{op} takes two or more arguments")
+        for t in types:
+            if t.kind not in (Kind.BOOL, Kind.NULL):
+                raise ExprError(f"{op} needs boolean arguments, not {t.kind.value}")
+        return Type(Kind.BOOL)
+    if op in ARITHMETIC:
+        _arity(expr, 2)
+        return arithmetic_type(op, types[0], types[1])
+    if op == "neg":
+        _arity(expr, 1)
+        if types[0].kind not in _NUMERIC:
+            raise ExprError(f"neg needs a number, not {types[0].kind.value}")
+        return types[0]
+    if op == "case":
+        if len(expr.args) < 2:
+            raise ExprError("case takes condition, value pairs and an optional else value")
+        pairs = len(types) // 2
+        for condition in types[0 : 2 * pairs : 2]:
+            if condition.kind not in (Kind.BOOL, Kind.NULL):
+                raise ExprError(f"case conditions must be boolean, not {condition.kind.value}")
+        values = types[1 : 2 * pairs : 2] + types[2 * pairs :]
+        result = Type(Kind.NULL)
+        for t in values:
+            result = common_type(result, t, "case")
+        return result
+    if op.startswith("extract_"):
+        _arity(expr, 1)
+        if types[0].kind not in (Kind.DATE, Kind.TS):
+            raise ExprError(f"{op} needs a date, not {types[0].kind.value}")
+        return Type(Kind.INT)
+    if op == "substring":
+        _arity(expr, 2, 3)
+        bounds_ok = all(isinstance(a, Lit) and a.type.kind is Kind.INT for a in expr.args[1:])
+        if types[0].kind is not Kind.STR or not bounds_ok:
+            raise ExprError("substring takes a string and integer literal start [and length]")
+        return Type(Kind.STR)
+    raise ExprError(f"unsupported operation {op!r}")

@@ -1,0 +1,86 @@
+"""The per-block operator a storage node runs: select, then project or partially aggregate,
+optionally hash-partitioned for the join level."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from gpu_kernels.aggregate import AggSpec, KeySpec, partial_aggregate
+from gpu_kernels.backend import Array, NumpyBackend
+from gpu_kernels.evaluate import BlockEvaluator, ScanStats
+from gpu_kernels.expr import Expr
+from gpu_kernels.partition import partition
+from gpu_kernels.vectors import from_arrow, to_arrow
+from storage.block import EncodedBlock
+
+
+@dataclass(frozen=True)
+class Output:
+    name: str
+    expr: Expr
+    arrow_type: pa.DataType
+
+
+@dataclass(frozen=True)
+class BlockTask:
+    """What to compute on every block of a scan."""
+
+    predicate: Expr | None
+    outputs: tuple[Output, ...] = ()  # projection
+    keys: tuple[KeySpec, ...] = ()  # aggregation: group keys ...
+    aggregates: tuple[AggSpec, ...] = ()  # ... and partial aggregates
+    partition_keys: tuple[str, ...] = ()  # output columns to hash-partition by
+    partition_buckets: int = 0
+
+    @property
+    def aggregating(self) -> bool:
+        return bool(self.keys or self.aggregates)
+
+    def schema(self) -> pa.Schema:
+        if self.aggregating:
+            fields = [pa.field(k.name, k.arrow_type) for k in self.keys]
+            return pa.schema(fields + [f for a in self.aggregates for f in a.fields()])
+        return pa.schema([pa.field(o.name, o.arrow_type) for o in self.outputs])
+
+
+def run_block(
+    task: BlockTask,
+    block: EncodedBlock,
+    backend: NumpyBackend,
+    stats: ScanStats,
+    predicate: Expr | None = None,
+    device_parts: dict[int, tuple[object, Array]] | None = None,
+) -> list[tuple[pa.RecordBatch, int | None]]:
+    """The block's result as (batch, hash bucket or None) pieces; `predicate` overrides the task's
+    (the scan passes the conjuncts its block statistics could not decide)."""
+    ev = BlockEvaluator(block, backend, stats)
+    if device_parts:
+        ev._device.update(device_parts)
+    stats.blocks += 1
+    stats.rows_scanned += block.rows
+    sel = ev.filter(predicate)
+    stats.rows_selected += sel.count()
+    if task.aggregating:
+        batch = partial_aggregate(ev, sel, list(task.keys), list(task.aggregates))
+        return _partitioned(task, backend, batch) if task.partition_buckets else [(batch, None)]
+    rows = sel.count()
+    vecs = {o.name: ev.vec(o.expr, sel) for o in task.outputs}
+    arrays = [to_arrow(backend, vecs[o.name], rows, o.arrow_type) for o in task.outputs]
+    batch = pa.RecordBatch.from_arrays(arrays, schema=task.schema())
+    if not task.partition_buckets:
+        return [(batch, None)]
+    key_vecs = [ev._materialize(vecs[name], rows) for name in task.partition_keys]
+    return _split(batch, *partition(backend, key_vecs, task.partition_buckets))
+
+
+def _partitioned(task: BlockTask, backend: NumpyBackend, batch: pa.RecordBatch) -> list[tuple[pa.RecordBatch, int]]:
+    """Partition an (already small) aggregate result by its key columns."""
+    key_vecs = [from_arrow(backend, batch.column(name)) for name in task.partition_keys]
+    return _split(batch, *partition(backend, key_vecs, task.partition_buckets))
+
+
+def _split(batch, order, counts, offsets) -> list[tuple[pa.RecordBatch, int]]:
+    ordered = batch.take(pa.array(order))
+    return [(ordered.slice(int(offsets[b]), int(counts[b])), b) for b in range(len(counts)) if counts[b]]

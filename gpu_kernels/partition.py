@@ -1,0 +1,44 @@
+"""Hash partitioning of a result for the join level (seed 004 §3.2): H = hash(keys) mod P.
+
+The bucket of every row is computed on the device with the placement hash of
+`storage.partitioning`, then a histogram (rows per bucket), an exclusive scan (where each bucket
+starts) and a scatter (rows reordered bucket by bucket) give the partitioned result.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpu_kernels.backend import Array, NumpyBackend
+from gpu_kernels.expr import Kind
+from gpu_kernels.vectors import Vec, compact_strings
+from storage.partitioning import SEED, mix, string_hashes
+
+
+def key_hash(backend: NumpyBackend, vec: Vec) -> Array:
+    """uint64 hash input of one key vector, identical to the placement hash of its column."""
+    xp = backend.xp
+    if vec.type.kind is Kind.STR:
+        vec = compact_strings(backend, vec)
+        h = backend.asarray(string_hashes(vec.dictionary))[vec.data]
+    elif vec.type.kind is Kind.FLOAT:
+        h = vec.data.astype(xp.float64).view(xp.uint64)
+    else:
+        h = vec.data.astype(xp.int64).view(xp.uint64)
+    if vec.valid is not None:
+        h = xp.where(vec.valid, h, np.uint64(0))
+    return h
+
+
+def bucket_ids(backend: NumpyBackend, keys: list[Vec], buckets: int) -> Array:
+    xp = backend.xp
+    h = xp.full(len(keys[0].data), SEED, dtype=xp.uint64)
+    for vec in keys:
+        h = mix(h, key_hash(backend, vec))
+    return (h % np.uint64(buckets)).astype(xp.int64)
+
+
+def partition(backend: NumpyBackend, keys: list[Vec], buckets: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row order grouped by bucket, rows per bucket, start of each bucket), on the host."""
+    order, counts, offsets = backend.partition(bucket_ids(backend, keys, buckets), buckets)
+    return backend.to_host(order), backend.to_host(counts), backend.to_host(offsets)

@@ -1,0 +1,377 @@
+"""Kernels on encoded blocks against pyarrow on the decoded table, on every backend."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpu_kernels.aggregate import AggSpec, final_aggregate
+from gpu_kernels.backend import BackendUnavailable, cuda_available, get_backend
+from gpu_kernels.selection import Selection
+from storage.partitioning import buckets_of
+from storage.scan import ScanRequestError, scan_table
+from storage.types import to_domain
+from tests.kernel_cases import call, col, expected_rows, lit, load, make_table, plain_strings, predicates, run_scan
+
+BACKENDS = [pytest.param("numpy"), pytest.param("cupy", marks=pytest.mark.gpu)]
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(scope="module")
+def table() -> pa.Table:
+    return make_table()
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory, table: pa.Table):
+    return load(tmp_path_factory.mktemp("kernels"), table)
+
+
+def test_the_test_table_uses_every_encoding(cache) -> None:
+    chains = {b.columns[c].chain.split("(")[0].split("[")[0] for b in cache.get("t").table.blocks for c in b.columns}
+    assert {"rle", "for+bitpack", "dict", "zstd"} <= chains | {c.split("+")[0] for c in chains}
+    assert len(cache.get("t").blocks) >= 6
+
+
+# ---- selections --------------------------------------------------------------------------------
+
+
+@st.composite
+def selections(draw: st.DrawFn, n: int = 200) -> tuple[Selection, np.ndarray]:
+    backend = get_backend("numpy")
+    form = draw(st.sampled_from(["mask", "runs", "window"]))
+    if form == "runs":
+        cuts = sorted(set([*draw(st.lists(st.integers(0, n), max_size=12)), 0, n]))
+        flags = np.array(draw(st.lists(st.booleans(), min_size=len(cuts) - 1, max_size=len(cuts) - 1)), bool)
+        selection = Selection.from_runs(backend, n, np.array(cuts[1:]), flags)
+    else:
+        bits = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+        mask = np.array(bits, bool)
+        if form == "window":
+            lo = draw(st.integers(0, n))
+            mask[:lo] = False
+            selection = Selection.from_mask(backend, mask[lo:], lo, n)
+        else:
+            selection = Selection.from_mask(backend, mask)
+    return selection, selection.as_mask()
+
+
+@settings(max_examples=300, deadline=None)
+@given(a=selections(), b=selections(), flags=st.data())
+def test_selection_algebra_matches_bitmaps(a, b, flags) -> None:
+    (sa, ma), (sb, mb) = a, b
+    assert np.array_equal((sa & sb).as_mask(), ma & mb)
+    assert np.array_equal((sa | sb).as_mask(), ma | mb)
+    assert np.array_equal((sa - sb).as_mask(), ma & ~mb)
+    assert np.array_equal((~sa).as_mask(), ~ma)
+    assert sa.count() == int(ma.sum())
+    assert np.array_equal(sa.indices(), np.flatnonzero(ma))
+    values = np.arange(200) * 3
+    assert np.array_equal(sa.take(values), values[ma])
+    positions = np.arange(201)
+    assert np.array_equal(sa.prefix_counts(positions), np.concatenate(([0], np.cumsum(ma)))[positions])
+    chosen = np.array(flags.draw(st.lists(st.booleans(), min_size=sa.count(), max_size=sa.count())), bool)
+    expected = np.zeros(200, bool)
+    expected[np.flatnonzero(ma)[chosen]] = True
+    assert np.array_equal(sa.subset(chosen).as_mask(), expected)
+
+
+def test_selection_keeps_the_smaller_form() -> None:
+    backend = get_backend("numpy")
+    few_runs = Selection.from_runs(
+        backend, 100_000, np.array([10_000, 20_000, 100_000]), np.array([False, True, False])
+    )
+    assert few_runs.is_ranges and few_runs.nbytes == 8
+    noisy = np.random.default_rng(1).random(100_000) < 0.5
+    assert not Selection.from_mask(backend, noisy).is_ranges
+
+
+# ---- predicates --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend_name", BACKENDS)
+@SETTINGS
+@given(predicate=predicates())
+def test_random_predicates_select_the_same_rows_as_pyarrow(cache, table, backend_name, predicate) -> None:
+    backend = get_backend(backend_name)
+    result = run_scan(cache, {"columns": ["rid"], "filter": predicate}, backend)
+    assert sorted(result.column("rid").to_pylist()) == expected_rows(table, predicate)
+
+
+@pytest.mark.parametrize("backend_name", BACKENDS)
+@SETTINGS
+@given(predicate=predicates())
+def test_projection_decodes_exactly_the_selected_rows(cache, table, backend_name, predicate) -> None:
+    backend = get_backend(backend_name)
+    columns = ["rid", "k", "d", "n", "amt", "grp", "txt", "flag", "f", "code"]
+    result = run_scan(cache, {"columns": columns, "filter": predicate}, backend)
+    assert result.schema == plain_strings(table).schema, "string_view is sent as string"
+    result = result.sort_by("rid")
+    expected = plain_strings(table).take(pa.array(expected_rows(table, predicate), pa.int64()))
+    for name in columns:
+        assert result.column(name).to_pylist() == expected.column(name).to_pylist(), name
+
+
+def test_run_and_dictionary_predicates_skip_row_work(cache) -> None:
+    backend = get_backend("numpy")
+    scan = scan_table(
+        cache,
+        {"table": "t", "columns": ["rid"], "filter": call("=", col("grp"), lit("Lima"))},
+        backend,
+    )
+    list(scan.pieces())
+    assert scan.stats.dictionary_evaluated > 0
+    scan = scan_table(
+        cache, {"table": "t", "columns": ["rid"], "filter": call("<", col("d"), lit("1991-12-10", "date"))}, backend
+    )
+    list(scan.pieces())
+    assert scan.stats.blocks_skipped > 0, "blocks beyond the date are pruned by their min/max"
+
+
+# ---- aggregates --------------------------------------------------------------------------------
+
+AGGREGATES = [
+    {"name": "rows", "func": "count"},
+    {"name": "n_count", "func": "count", "arg": col("n")},
+    {"name": "amt_sum", "func": "sum", "arg": col("amt")},
+    {"name": "n_sum", "func": "sum", "arg": col("n")},
+    {"name": "amt_min", "func": "min", "arg": col("amt")},
+    {"name": "grp_max", "func": "max", "arg": col("grp")},
+    {"name": "d_min", "func": "min", "arg": col("d")},
+    {"name": "f_avg", "func": "avg", "arg": col("f")},
+    {"name": "amt_avg", "func": "avg", "arg": col("amt")},
+    {"name": "grp_distinct", "func": "count_distinct", "arg": col("grp")},
+    {"name": "weighted", "func": "sum", "arg": call("*", col("amt"), col("k"))},
+]
+KEYS = [[], ["code"], ["grp"], ["k", "code"], ["flag", "grp"]]
+
+
+def _reference(table: pa.Table, keys: list[str], rows: list[int]) -> dict:
+    chosen = plain_strings(table).take(pa.array(rows, pa.int64()))
+    chosen = chosen.append_column("weighted", pc.multiply(chosen.column("amt"), chosen.column("k")))
+    chosen = chosen.append_column("amt_float", chosen.column("amt").cast(pa.float64()))  # AVG is a double
+    spec = [
+        ([], "count_all"),
+        ("n", "count"),
+        ("amt", "sum"),
+        ("n", "sum"),
+        ("amt", "min"),
+        ("grp", "max"),
+        ("d", "min"),
+        ("f", "mean"),
+        ("amt_float", "mean"),
+        ("grp", "count_distinct", pc.CountOptions(mode="only_valid")),
+        ("weighted", "sum"),
+    ]
+    grouped = chosen.group_by(keys, use_threads=False).aggregate(spec) if keys else None
+    if grouped is None:
+        grouped = pa.table({f"{c}_{f}" if c else f: [_global(chosen, c, f)] for c, f, *_ in spec})
+    return {tuple(r[k] for k in keys): r for r in grouped.to_pylist()}
+
+
+def _global(table: pa.Table, column, func: str):
+    if func == "count_all":
+        return table.num_rows
+    data = table.column(column)
+    if func == "count_distinct":
+        return len(pc.unique(data.drop_null()))
+    return getattr(pc, func)(data).as_py()
+
+
+def _close(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, float) or isinstance(b, float):
+        return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(b)))
+    return a == b
+
+
+@pytest.mark.parametrize("backend_name", BACKENDS)
+@pytest.mark.parametrize("keys", KEYS, ids=lambda k: "+".join(k) or "global")
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(predicate=st.one_of(st.none(), predicates()))
+def test_partial_aggregates_merge_to_pyarrow_group_by(cache, table, backend_name, keys, predicate) -> None:
+    backend = get_backend(backend_name)
+    request = {"group_by": keys, "aggregates": AGGREGATES, "filter": predicate}
+    partials = run_scan(cache, request, backend)
+    plan = scan_table(cache, {"table": "t", **request}, backend).plan
+    final = final_aggregate(partials, keys, list(plan.task.aggregates))
+    rows = expected_rows(table, predicate) if predicate else list(range(table.num_rows))
+    expected = _reference(table, keys, rows)
+    got = {tuple(r[k] for k in keys): r for r in final.to_pylist()}
+    if keys:
+        assert set(got) == set(expected)
+    names = {"rows": "count_all", "n_count": "n_count", "amt_sum": "amt_sum", "n_sum": "n_sum", "amt_min": "amt_min"}
+    names |= {"grp_max": "grp_max", "d_min": "d_min", "f_avg": "f_mean", "amt_avg": "amt_float_mean"}
+    names |= {"grp_distinct": "grp_count_distinct", "weighted": "weighted_sum"}
+    for key, row in got.items():
+        for ours, theirs in names.items():
+            assert _close(row[ours], expected[key][theirs]), (key, ours, row[ours], expected[key][theirs])
+
+
+def test_group_keys_stored_as_runs_are_aggregated_per_run(tmp_path: Path) -> None:
+    source = pa.table({"key": np.repeat(np.arange(5), 2000), "value": np.arange(10_000) % 7})
+    cache = load_simple(tmp_path, source)
+    assert {b.columns["key"].chain for b in cache.get("t").table.blocks} == {"rle"}
+    request = {"table": "t", "group_by": ["key"], "aggregates": [{"name": "s", "func": "sum", "arg": col("value")}]}
+    scan = scan_table(cache, request, get_backend("numpy"))
+    partials = pa.Table.from_batches([p.batch for p in scan.pieces()])
+    assert scan.stats.runs_evaluated > 0
+    assert scan.stats.values_decoded == 10_000, "only the summed column is decoded, never the key"
+    assert sorted(final_aggregate(partials, ["key"], list(scan.plan.task.aggregates)).to_pylist(), key=str) == [
+        {"key": k, "s": int((np.arange(10_000) % 7)[k * 2000 : (k + 1) * 2000].sum())} for k in range(5)
+    ]
+
+
+def test_global_aggregate_of_nothing_is_one_row(cache) -> None:
+    backend = get_backend("numpy")
+    request = {"filter": call("<", col("k"), lit(-5)), "aggregates": AGGREGATES}
+    partials = run_scan(cache, request, backend)
+    assert partials.num_rows == 0
+    plan = scan_table(cache, {"table": "t", **request}, backend).plan
+    final = final_aggregate(partials, [], list(plan.task.aggregates)).to_pylist()
+    assert final == [dict.fromkeys([a["name"] for a in AGGREGATES]) | {"rows": 0, "n_count": 0, "grp_distinct": 0}]
+
+
+# ---- expressions -------------------------------------------------------------------------------
+
+
+def test_scalar_expressions(tmp_path: Path) -> None:
+    source = pa.table(
+        {
+            "rid": pa.array([0, 1, 2, 3], pa.int64()),
+            "d": pa.array([dt.date(2024, 1, 31), dt.date(2023, 12, 31), dt.date(1969, 12, 31), None]),
+            "price": pa.array(
+                [decimal.Decimal("10.50"), decimal.Decimal("3.00"), None, decimal.Decimal("0.01")], pa.decimal128(15, 2)
+            ),
+            "disc": pa.array(
+                [decimal.Decimal("0.10"), decimal.Decimal("0.00"), decimal.Decimal("0.05"), decimal.Decimal("1.00")],
+                pa.decimal128(15, 2),
+            ),
+            "q": pa.array([3, 0, -4, 7], pa.int64()),
+            "s": pa.array(["Zürich", "東京都", None, "ab"], pa.string()),
+        }
+    )
+    cache = load_simple(tmp_path, source)
+    request = {
+        "columns": ["rid"],
+        "select": [
+            {"name": "net", "expr": call("*", col("price"), call("-", lit(1), col("disc")))},
+            {"name": "ratio", "expr": call("/", col("price"), col("q"))},
+            {"name": "sum", "expr": call("+", col("price"), lit("0.005", "decimal(4,3)"))},
+            {"name": "neg", "expr": call("neg", col("q"))},
+            {"name": "year", "expr": call("extract_year", col("d"))},
+            {"name": "month", "expr": call("extract_month", col("d"))},
+            {"name": "day", "expr": call("extract_day", col("d"))},
+            {"name": "next_month", "expr": call("+", col("d"), lit(1, "interval_month"))},
+            {"name": "week_before", "expr": call("-", col("d"), lit(7, "interval_day"))},
+            {"name": "next_year", "expr": call("+", col("d"), lit(1, "interval_year"))},
+            {
+                "name": "size",
+                "expr": call(
+                    "case",
+                    call(">", col("q"), lit(2)),
+                    lit("big"),
+                    call("=", col("q"), lit(0)),
+                    lit("zero"),
+                    lit("small"),
+                ),
+            },
+            {"name": "maybe", "expr": call("case", call(">", col("q"), lit(2)), col("price"))},
+            {"name": "head", "expr": call("substring", col("s"), lit(2), lit(2))},
+            {"name": "tail", "expr": call("substring", col("s"), lit(3))},
+            {"name": "is_big", "expr": call(">", col("q"), lit(2))},
+            {"name": "folded", "expr": call("-", lit("1998-12-01", "date"), lit(90, "interval_day"))},
+        ],
+    }
+    result = run_scan(cache, request, get_backend("numpy")).sort_by("rid").to_pydict()
+    D = decimal.Decimal
+    assert result["net"] == [D("9.4500"), D("3.0000"), None, D("0.0000")]
+    assert result["ratio"][:2] == [3.5, None] and result["ratio"][2] is None
+    assert result["sum"] == [D("10.505"), D("3.005"), None, D("0.015")]
+    assert result["neg"] == [-3, 0, 4, -7]
+    assert result["year"] == [2024, 2023, 1969, None]
+    assert result["month"] == [1, 12, 12, None]
+    assert result["day"] == [31, 31, 31, None]
+    assert result["next_month"] == [dt.date(2024, 2, 29), dt.date(2024, 1, 31), dt.date(1970, 1, 31), None]
+    assert result["week_before"] == [dt.date(2024, 1, 24), dt.date(2023, 12, 24), dt.date(1969, 12, 24), None]
+    assert result["next_year"] == [dt.date(2025, 1, 31), dt.date(2024, 12, 31), dt.date(1970, 12, 31), None]
+    assert result["size"] == ["big", "zero", "small", "big"]
+    assert result["maybe"] == [D("10.50"), None, None, D("0.01")]
+    assert result["head"] == ["ür", "京都", None, "b"]
+    assert result["tail"] == ["rich", "都", None, ""]
+    assert result["is_big"] == [True, False, False, True]
+    assert result["folded"] == [dt.date(1998, 9, 2)] * 4
+
+
+def load_simple(root: Path, source: pa.Table):
+    from storage import Store, TableSchema
+    from storage.loader import load_table
+    from storage.scan import TableCache
+
+    store = Store(root)
+    load_table([store], TableSchema.from_arrow("t", source.schema), source)
+    return TableCache(store)
+
+
+# ---- partitioning for the join level -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend_name", BACKENDS)
+def test_hash_partitioned_output_matches_the_placement_hash(cache, table, backend_name) -> None:
+    backend = get_backend(backend_name)
+    request = {"table": "t", "columns": ["rid", "grp", "d"], "partition": {"keys": ["grp", "d"], "buckets": 5}}
+    scan = scan_table(cache, request, backend)
+    seen = 0
+    for piece in scan.pieces():
+        keys = [to_domain(piece.batch.column("grp")), to_domain(piece.batch.column("d"))]
+        assert set(buckets_of(keys, 5).tolist()) == {piece.partition}
+        seen += piece.batch.num_rows
+    assert seen == table.num_rows
+
+
+# ---- requests that must be refused -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("request_", "message"),
+    [
+        ({"columns": ["nope"]}, "unknown column 'nope'"),
+        ({"columns": ["k"], "filter": call("like", col("k"), lit("1%"))}, "like needs a string"),
+        ({"columns": ["k"], "filter": call("+", col("k"), lit(1))}, "filter must be a boolean"),
+        ({"columns": ["k"], "filter": {"op": "regexp", "args": []}}, "unsupported operation 'regexp'"),
+        ({"columns": ["k"], "group_by": ["k"]}, "either projects"),
+        ({"aggregates": [{"name": "x", "func": "median", "arg": col("k")}]}, "unsupported aggregate function"),
+        ({"aggregates": [{"name": "x", "func": "sum", "arg": col("grp")}]}, "sum needs a numeric"),
+        ({"columns": ["k", "k"]}, "used twice"),
+        ({"columns": ["k"], "partition": {"keys": ["d"], "buckets": 4}}, "not output columns"),
+        ({"columns": ["k"], "limit": -1}, "limit"),
+        ({"columns": ["k"], "colums": ["k"]}, "unknown field"),
+        ({}, "needs columns"),
+        ({"columns": ["k"], "filter": call("=", col("k"), lit("x", "date"))}, "not a valid date"),
+    ],
+)
+def test_bad_requests_are_refused_with_the_reason(cache, request_, message) -> None:
+    with pytest.raises(ScanRequestError, match=message):
+        scan_table(cache, {"table": "t", **request_}, get_backend("numpy"))
+
+
+def test_asking_for_cupy_without_a_device_fails_loudly() -> None:
+    if cuda_available():
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(BackendUnavailable, match="no CUDA device"):
+        get_backend("cupy")
+    assert get_backend("auto").name == "numpy"
+
+
+def test_aggregate_spec_fields() -> None:
+    spec = AggSpec("a", "avg", col, pa.decimal128(38, 2))
+    assert [f.name for f in spec.fields()] == ["a$sum", "a$count"]
