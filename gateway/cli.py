@@ -8,6 +8,7 @@ from pathlib import Path
 
 from gateway import demo
 from gateway.config import ConfigError, load_config
+from gpu_kernels.backend import BackendUnavailable
 from storage import cli as storage_cli
 from storage.errors import StorageError
 
@@ -26,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config)
         return args.func(args, config)
-    except (StorageError, ConfigError) as e:
+    except (StorageError, ConfigError, BackendUnavailable) as e:
         print(f"cxg: error [{e.code}]: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

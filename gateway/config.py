@@ -36,6 +36,7 @@ class StorageConfig:
     compression: str = "zstd"  # block files on disk: zstd or none
     buckets: int = 16  # hash buckets of hash-placed tables
     zstd_strings: bool = True  # keep free-text strings zstd-compressed in memory
+    backend: str = "auto"  # scan kernels: auto (CuPy when a CUDA device is present), numpy or cupy
 
 
 @dataclass

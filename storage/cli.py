@@ -276,6 +276,22 @@ def cmd_drop(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def cmd_node(args: argparse.Namespace, config: Config) -> int:
+    from aiohttp import web
+
+    from gpu_kernels.backend import get_backend
+    from storage.node import Node
+
+    store = Store(args.data or config.storage.data[0], node=args.name)
+    node = Node(store, get_backend(args.backend or config.storage.backend), args.slots, args.threads)
+    console.print(
+        f"node [bold]{store.node}[/] serving {store.root} on http://{args.host}:{args.port} "
+        f"({node.slots} slots, {node.backend.name} backend, tables: {', '.join(store.tables()) or 'none'})"
+    )
+    web.run_app(node.app(), host=args.host, port=args.port, print=None)
+    return 0
+
+
 def _add_data(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", action="append", metavar="DIR", help="node data directory, repeat for several nodes")
 
@@ -317,6 +333,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--schema", metavar="JSON", help="column names and types instead of inference")
     _add_load_options(p)
     p.set_defaults(func=cmd_load_csv)
+
+    p = sub.add_parser("node", help="run a storage node: scans over HTTP on one data directory")
+    p.add_argument("--data", metavar="DIR", help="the node's data directory (default: the first storage.data)")
+    p.add_argument("--name", default="node-0", help="node name (default node-0)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8101)
+    p.add_argument("--slots", type=int, help="concurrent scans (default: the number of cores)")
+    p.add_argument("--threads", type=int, default=1, help="worker threads per scan (default 1)")
+    p.add_argument("--backend", choices=("auto", "numpy", "cupy"), help="kernel backend (default storage.backend)")
+    p.set_defaults(func=cmd_node)
 
     storage = sub.add_parser("storage", help="inspect stored tables").add_subparsers(dest="action", required=True)
     p = storage.add_parser("tables", help="list tables per node")

@@ -1,0 +1,269 @@
+"""A storage node: an aiohttp service answering scans on its store's compressed tables.
+
+    POST /v1/scan            a scan request (storage.scan) -> Arrow IPC stream, one batch per
+                             block (or per hash partition of a block) as blocks finish, then an
+                             empty trailer batch whose metadata holds the scan's statistics
+    GET  /v1/tables          tables with rows, blocks and sizes
+    GET  /v1/tables/{name}   one table: columns, sort key, placement, per-column storage stats
+    GET  /v1/node            node name, cores, slots and free slots, backend, scan counters
+    GET  /healthz            liveness
+
+Each scan holds one of the node's K slots (K = cores unless configured) while it runs; its
+blocks are processed on a worker thread and written as they finish. A client that goes away
+mid-stream cancels its scan: the worker stops at the next block and the slot is freed.
+Errors are JSON ``{"error": {"code": ..., "message": ...}}`` (400 malformed or unsupported
+request, 404 unknown table); an error after the stream started ends it with a trailer batch
+carrying ``cxg.error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import pyarrow as pa
+from aiohttp import web
+
+from gpu_kernels.backend import NumpyBackend
+from storage.errors import StorageError, TableNotFoundError
+from storage.scan import Scan, ScanRequestError, TableCache, scan_table
+from storage.stats import summarize
+from storage.store import Store
+
+log = logging.getLogger("cxg.node")
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+IN_FLIGHT = 4  # batches produced ahead of the network
+METADATA_STATS = b"cxg.stats"
+METADATA_ERROR = b"cxg.error"
+
+
+def error_response(status: int, code: str, message: str) -> web.Response:
+    return web.json_response({"error": {"code": code, "message": message}}, status=status)
+
+
+class _Chunks:
+    """A write-only file for the IPC writer: collects bytes until taken."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> int:
+        self.parts.append(bytes(data))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def take(self) -> bytes:
+        data, self.parts = b"".join(self.parts), []
+        return data
+
+
+class ArrowStreamEncoder:
+    """Turns batches (with metadata) into successive chunks of one Arrow IPC stream."""
+
+    def __init__(self, schema: pa.Schema):
+        self.schema = schema
+        self.sink = _Chunks()
+        self.writer = pa.ipc.new_stream(pa.PythonFile(self.sink, mode="w"), schema)
+
+    def batch(self, batch: pa.RecordBatch, metadata: dict[str, str] | None = None) -> bytes:
+        self.writer.write_batch(batch, custom_metadata=metadata)
+        return self.sink.take()
+
+    def trailer(self, metadata: dict[bytes, bytes]) -> bytes:
+        self.writer.write_batch(pa.RecordBatch.from_pylist([], schema=self.schema), metadata)
+        self.writer.close()
+        return self.sink.take()
+
+
+class Node:
+    def __init__(self, store: Store, backend: NumpyBackend, slots: int | None = None, threads: int = 1):
+        self.store = store
+        self.cache = TableCache(store)
+        self.backend = backend
+        self.cores = os.cpu_count() or 1
+        self.slots = slots or self.cores
+        self.threads = threads
+        self.running = 0
+        self.counters: Counter = Counter()
+        self._slots = asyncio.Semaphore(self.slots)
+        self._executor = ThreadPoolExecutor(self.slots, thread_name_prefix=f"{store.node}-scan")
+
+    # ---- HTTP handlers --------------------------------------------------------------------------
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "node": self.store.node})
+
+    async def info(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "node": self.store.node,
+                "cores": self.cores,
+                "slots": self.slots,
+                "free_slots": self.slots - self.running,
+                "running": self.running,
+                "backend": self.backend.name,
+                "tables": self.cache.names(),
+                "scans": dict(self.counters),
+            }
+        )
+
+    async def tables(self, request: web.Request) -> web.Response:
+        rows = []
+        for name in self.cache.names():
+            s = summarize(self.store.table(name))
+            rows.append(
+                {
+                    "name": name,
+                    "rows": s.rows,
+                    "blocks": s.blocks,
+                    "placement": s.placement,
+                    "encoded_bytes": s.encoded_bytes,
+                    "disk_bytes": s.disk_bytes,
+                    "version": s.version,
+                }
+            )
+        return web.json_response({"tables": rows})
+
+    async def table(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        try:
+            table = self.store.table(name)
+        except TableNotFoundError as e:
+            return error_response(404, e.code, str(e))
+        s = summarize(table)
+        return web.json_response(
+            {
+                **table.schema.to_json(),
+                "rows": s.rows,
+                "blocks": s.blocks,
+                "version": s.version,
+                "block_rows": s.block_rows,
+                "stats": [
+                    {
+                        "column": c.name,
+                        "chain": c.chain,
+                        "runs": c.runs,
+                        "max_distinct": c.max_distinct,
+                        "nulls": c.null_count,
+                        "encoded_bytes": c.encoded_bytes,
+                        "plain_bytes": c.plain_bytes,
+                    }
+                    for c in s.columns
+                ],
+            }
+        )
+
+    async def scan(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return error_response(400, "invalid_json", f"the scan request is not valid JSON: {e}")
+        loop = asyncio.get_running_loop()
+        try:
+            scan = await loop.run_in_executor(None, scan_table, self.cache, body, self.backend, self.threads)
+        except TableNotFoundError as e:
+            return error_response(404, e.code, str(e))
+        except ScanRequestError as e:
+            return error_response(400, e.code, str(e))
+        except StorageError as e:
+            return error_response(500, e.code, str(e))
+        async with self._slots:
+            self.running += 1
+            self.counters["started"] += 1
+            try:
+                return await self._stream(request, scan)
+            finally:
+                self.running -= 1
+
+    async def _stream(self, request: web.Request, scan: Scan) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": ARROW_STREAM, "X-Cxg-Backend": self.backend.name, "X-Cxg-Node": self.store.node}
+        )
+        await response.prepare(request)
+        loop = asyncio.get_running_loop()
+        chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
+        credits = threading.Semaphore(IN_FLIGHT)
+        done = loop.run_in_executor(self._executor, self._produce, scan, chunks, credits, loop)
+        outcome = "failed"
+        try:
+            while (chunk := await chunks.get()) is not None:
+                await response.write(chunk)
+                credits.release()
+            outcome = await done
+            await response.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError) as e:
+            outcome = "cancelled"
+            scan.cancel.set()
+            credits.release()
+            if isinstance(e, asyncio.CancelledError):
+                raise
+        finally:
+            self.counters[outcome] += 1
+            if outcome == "cancelled":
+                log.info("scan of %s cancelled: the client went away", scan.plan.table)
+        return response
+
+    def _produce(self, scan: Scan, chunks: asyncio.Queue, credits: threading.Semaphore, loop) -> str:
+        """Worker thread: run the scan, hand over one encoded chunk per piece, then the trailer."""
+        encoder = ArrowStreamEncoder(scan.plan.schema)
+
+        def hand_over(data: bytes) -> bool:
+            while not credits.acquire(timeout=0.2):
+                if scan.cancel.is_set():
+                    return False
+            if scan.cancel.is_set():
+                return False
+            loop.call_soon_threadsafe(chunks.put_nowait, data)
+            return True
+
+        outcome = "completed"
+        try:
+            for piece in scan.pieces():
+                metadata = {"block": piece.block}
+                if piece.partition is not None:
+                    metadata["partition"] = str(piece.partition)
+                if not hand_over(encoder.batch(piece.batch, metadata)):
+                    return "cancelled"
+            trailer = {METADATA_STATS: json.dumps({**scan.stats.to_json(), "backend": self.backend.name}).encode()}
+        except Exception as e:  # the stream has started: report in the trailer
+            log.exception("scan of %s failed", scan.plan.table)
+            code = getattr(e, "code", "internal_error")
+            trailer = {METADATA_ERROR: json.dumps({"code": code, "message": str(e)}).encode()}
+            outcome = "failed"
+        finally:
+            if scan.cancel.is_set():
+                loop.call_soon_threadsafe(chunks.put_nowait, None)
+        hand_over(encoder.trailer(trailer))
+        loop.call_soon_threadsafe(chunks.put_nowait, None)
+        return outcome
+
+    # ---- application ----------------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=16 * 1024 * 1024)
+        app.add_routes(
+            [
+                web.get("/healthz", self.healthz),
+                web.get("/v1/node", self.info),
+                web.get("/v1/tables", self.tables),
+                web.get("/v1/tables/{name}", self.table),
+                web.post("/v1/scan", self.scan),
+            ]
+        )
+        app.on_cleanup.append(self._shutdown)
+        return app
+
+    async def _shutdown(self, app: web.Application) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+

@@ -1,0 +1,101 @@
+"""A small synchronous client of the storage node's HTTP API (used by tests, Spark tasks and
+the coordinator's worker threads): JSON endpoints and streamed scans."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from storage.errors import StorageError
+from storage.node import METADATA_ERROR, METADATA_STATS
+
+
+class NodeError(StorageError):
+    """An error answered by a node (or the node could not be reached)."""
+
+    def __init__(self, code: str, message: str, status: int | None = None):
+        super().__init__(message)
+        self.code = code
+        self.status = status
+
+
+@dataclass
+class ScanStream:
+    """The batches of one scan as they arrive; `stats` is filled by the trailer."""
+
+    response: Any
+    backend: str
+    node: str
+    reader: pa.ipc.RecordBatchStreamReader
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.reader.schema
+
+    def __iter__(self) -> Iterator[tuple[pa.RecordBatch, dict[str, str]]]:
+        while True:
+            try:
+                batch, metadata = self.reader.read_next_batch_with_custom_metadata()
+            except StopIteration:
+                return
+            meta = dict(metadata) if metadata is not None else {}
+            if METADATA_ERROR in meta:
+                error = json.loads(meta[METADATA_ERROR])
+                raise NodeError(error["code"], f"node {self.node}: {error['message']}")
+            if METADATA_STATS in meta:
+                self.stats = json.loads(meta[METADATA_STATS])
+                continue
+            yield batch, {k.decode(): v.decode() for k, v in meta.items()}
+
+    def close(self) -> None:
+        self.response.close()
+
+    def __enter__(self) -> ScanStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class NodeClient:
+    def __init__(self, base_url: str, timeout: float = 300.0):
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+
+    def _open(self, path: str, body: dict | None = None):
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            self.base_url + path, data=data, headers={"Content-Type": "application/json"} if data else {}
+        )
+        try:
+            return urllib.request.urlopen(request, timeout=self.timeout)
+        except urllib.error.HTTPError as e:
+            try:
+                error = json.loads(e.read())["error"]
+            except (ValueError, KeyError, TypeError):
+                error = {"code": "http_error", "message": f"HTTP {e.code} from {self.base_url}{path}"}
+            raise NodeError(error["code"], error["message"], e.code) from None
+        except (urllib.error.URLError, OSError) as e:
+            raise NodeError("node_unreachable", f"cannot reach node {self.base_url}: {e}") from None
+
+    def get(self, path: str) -> dict[str, Any]:
+        with self._open(path) as response:
+            return json.loads(response.read())
+
+    def scan(self, request: dict[str, Any]) -> ScanStream:
+        response = self._open("/v1/scan", request)
+        node = response.headers.get("X-Cxg-Node", self.base_url)
+        return ScanStream(response, response.headers.get("X-Cxg-Backend", ""), node, pa.ipc.open_stream(response))
+
+    def scan_table(self, request: dict[str, Any]) -> tuple[pa.Table, dict[str, Any]]:
+        """The whole result of a scan, and its statistics."""
+        with self.scan(request) as stream:
+            batches = [batch for batch, _ in stream]
+            return pa.Table.from_batches(batches, schema=stream.schema), stream.stats

@@ -1,0 +1,181 @@
+"""The storage node through real HTTP on loopback."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from gpu_kernels.aggregate import final_aggregate
+from gpu_kernels.backend import get_backend
+from storage import Store, TableSchema
+from storage.loader import LoadOptions, load_table
+from storage.node import Node
+from storage.node_client import NodeClient, NodeError
+from storage.scan import TableCache, scan_table
+from tests.kernel_cases import call, col, lit, make_table, plain_strings
+from tests.servers import free_port, serve
+
+ROOT = Path(__file__).resolve().parents[1]
+BIG_ROWS = 1_000_000
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    store = Store(tmp_path_factory.mktemp("node"), node="node-7")
+    table = make_table()
+    load_table([store], TableSchema.from_arrow("t", table.schema, ("d", "k")), table, LoadOptions(block_budget=20_000))
+    rng = np.random.default_rng(3)
+    big = pa.table({f"c{i}": rng.integers(0, 1 << 60, BIG_ROWS) for i in range(4)})
+    load_table([store], TableSchema.from_arrow("big", big.schema), big, LoadOptions(block_budget=320_000))
+    return store
+
+
+@pytest.fixture(scope="module")
+def node_url(store: Store):
+    node = Node(store, get_backend("numpy"), slots=2)
+    with serve(node.app()) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def client(node_url: str) -> NodeClient:
+    return NodeClient(node_url)
+
+
+def test_health_node_and_tables(client: NodeClient) -> None:
+    assert client.get("/healthz") == {"status": "ok", "node": "node-7"}
+    info = client.get("/v1/node")
+    assert info["cores"] == os.cpu_count() and info["slots"] == 2 and info["free_slots"] == 2
+    assert info["backend"] == "numpy" and info["tables"] == ["big", "t"]
+    tables = {t["name"]: t for t in client.get("/v1/tables")["tables"]}
+    assert tables["t"]["rows"] == 3000 and tables["big"]["rows"] == BIG_ROWS
+    detail = client.get("/v1/tables/t")
+    assert [c["name"] for c in detail["columns"]][:3] == ["rid", "k", "d"]
+    assert {s["column"] for s in detail["stats"]} >= {"rid", "grp"} and detail["sort_key"] == ["d", "k"]
+
+
+def test_scan_streams_one_batch_per_block_then_statistics(client: NodeClient, store: Store) -> None:
+    request = {"table": "t", "columns": ["rid", "grp", "amt"], "filter": call(">", col("k"), lit(10))}
+    with client.scan(request) as stream:
+        pieces = list(stream)
+        assert stream.backend == "numpy" and stream.node == "node-7"
+        assert stream.stats["rows_selected"] == sum(b.num_rows for b, _ in pieces)
+        assert stream.stats["backend"] == "numpy"
+    blocks = {entry.file for entry in store.table("t").blocks}
+    assert {meta["block"] for _, meta in pieces} <= blocks and len(pieces) > 1
+    local = scan_table(TableCache(store), request, get_backend("numpy"))
+    expected = pa.Table.from_batches([p.batch for p in local.pieces()], schema=local.plan.schema)
+    got = pa.Table.from_batches([b for b, _ in pieces], schema=expected.schema)
+    assert got.sort_by("rid").equals(expected.sort_by("rid"))
+
+
+def test_partial_aggregates_over_http_merge_correctly(client: NodeClient, store: Store) -> None:
+    aggregates = [{"name": "n", "func": "count"}, {"name": "s", "func": "sum", "arg": col("amt")}]
+    request = {"table": "t", "group_by": ["grp"], "aggregates": aggregates}
+    partials, _ = client.scan_table(request)
+    plan = scan_table(TableCache(store), request, get_backend("numpy")).plan
+    final = {r["grp"]: r for r in final_aggregate(partials, ["grp"], list(plan.task.aggregates)).to_pylist()}
+    assert sum(r["n"] for r in final.values()) == 3000
+    table = plain_strings(make_table())
+    for city, row in final.items():
+        mask = pa.compute.is_null(table["grp"]) if city is None else pa.compute.equal(table["grp"], city)
+        assert row["n"] == table.filter(mask).num_rows
+        assert row["s"] == pa.compute.sum(table.filter(mask)["amt"]).as_py()
+
+
+def test_partitioned_scan_labels_each_batch(client: NodeClient) -> None:
+    request = {"table": "t", "columns": ["rid", "k"], "partition": {"keys": ["k"], "buckets": 4}}
+    with client.scan(request) as stream:
+        pieces = list(stream)
+    assert {meta["partition"] for _, meta in pieces} <= {"0", "1", "2", "3"}
+    assert sum(b.num_rows for b, _ in pieces) == 3000
+    for batch, meta in pieces:  # every key lives in one partition
+        for k in set(batch.column("k").to_pylist()):
+            holders = {m["partition"] for b, m in pieces if k in b.column("k").to_pylist()}
+            assert holders == {meta["partition"]}
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code", "fragment"),
+    [
+        (b"{not json", 400, "invalid_json", "not valid JSON"),
+        (json.dumps({"table": "t", "columns": ["nope"]}).encode(), 400, "invalid_scan", "unknown column 'nope'"),
+        (json.dumps({"table": "t"}).encode(), 400, "invalid_scan", "needs columns"),
+        (json.dumps({"columns": ["k"]}).encode(), 400, "invalid_scan", "names its table"),
+        (json.dumps({"table": "missing", "columns": ["k"]}).encode(), 404, "table_not_found", "missing"),
+    ],
+)
+def test_bad_scans_get_a_json_error(node_url: str, body: bytes, status: int, code: str, fragment: str) -> None:
+    connection = http.client.HTTPConnection(node_url.removeprefix("http://"))
+    connection.request("POST", "/v1/scan", body, {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    error = json.loads(response.read())["error"]
+    assert response.status == status and error["code"] == code and fragment in error["message"]
+
+
+def test_unknown_table_detail_is_404(client: NodeClient) -> None:
+    with pytest.raises(NodeError) as info:
+        client.get("/v1/tables/none")
+    assert info.value.status == 404 and info.value.code == "table_not_found"
+
+
+def _wait_for(condition, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def test_a_client_that_disconnects_mid_stream_frees_its_slot(client: NodeClient, node_url: str) -> None:
+    before = client.get("/v1/node")["scans"].get("cancelled", 0)
+    connection = http.client.HTTPConnection(node_url.removeprefix("http://"))
+    body = json.dumps({"table": "big", "columns": ["c0", "c1", "c2", "c3"]})
+    connection.request("POST", "/v1/scan", body, {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    assert response.status == 200
+    assert len(response.read(100_000)) == 100_000  # the first blocks arrived
+    _wait_for(lambda: client.get("/v1/node")["running"] == 1)
+    connection.sock.close()
+    connection.close()
+    _wait_for(lambda: client.get("/v1/node")["scans"].get("cancelled", 0) == before + 1)
+    info = client.get("/v1/node")
+    assert info["running"] == 0 and info["free_slots"] == 2
+    table, _ = client.scan_table({"table": "big", "columns": ["c0"], "limit": 5})
+    assert table.num_rows == 5 and client.get("/healthz")["status"] == "ok"
+
+
+def test_cxg_node_command_serves_a_data_directory(store: Store) -> None:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "node", "--data", str(store.root), "--port", str(port), "--name", "n9"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        client = NodeClient(f"http://127.0.0.1:{port}")
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                assert client.get("/healthz")["node"] == "n9"
+                break
+            except NodeError:
+                assert process.poll() is None, process.stdout.read().decode()
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        table, _ = client.scan_table({"table": "t", "aggregates": [{"name": "n", "func": "count"}]})
+        assert sum(table.column("n").to_pylist()) == 3000
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=20) == 0
