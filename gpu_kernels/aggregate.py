@@ -202,18 +202,23 @@ def _aggregate(
     rows = sel.count()
     if spec.func in ("count", "sum", "avg"):
         if ("count", spec.arg) not in done:
-            valid = None if spec.arg is None else ev._materialize(ev.vec(spec.arg, sel), rows).valid
-            done[("count", spec.arg)] = [pa.array(backend.to_host(_count(ev, groups, valid, rows)))]
+            done[("count", spec.arg)] = [pa.array(backend.to_host(_count(ev, groups, _valid(ev, spec.arg, sel), rows)))]
         counts = done[("count", spec.arg)]
         if spec.func == "count":
             return counts
         if ("sum", spec.arg) not in done:
-            vec = ev._materialize(ev.vec(spec.arg, sel), rows)
-            data = vec.data if vec.data.dtype.kind == "f" else vec.data.astype(xp.int64, copy=False)
-            if vec.valid is not None:
-                data = xp.where(vec.valid, data, 0)
             has_value = backend.asarray(counts[0].to_numpy(zero_copy_only=False) > 0)
-            result = Vec(vec.type, _sum(ev, groups, data), has_value)
+            on_encoding = None
+            if isinstance(spec.arg, Col) and groups.count == 1 and groups.segment_starts is None:
+                on_encoding = ev.column_sum(spec.arg.name, sel)
+            if on_encoding is not None:
+                result = Vec(ev.types[spec.arg.name], xp.asarray([on_encoding], dtype=xp.int64), has_value)
+            else:
+                vec = ev._materialize(ev.vec(spec.arg, sel), rows)
+                data = vec.data if vec.data.dtype.kind == "f" else vec.data.astype(xp.int64, copy=False)
+                if vec.valid is not None:
+                    data = xp.where(vec.valid, data, 0)
+                result = Vec(vec.type, _sum(ev, groups, data), has_value)
             done[("sum", spec.arg)] = [to_arrow(backend, result, groups.count, spec.arrow_type)]
         sums = done[("sum", spec.arg)]
         return sums + counts if spec.func == "avg" else sums
@@ -235,6 +240,16 @@ def _aggregate(
         extreme = xp.where(has_value, extreme, 0)
         return [to_arrow(backend, Vec(vec.type, extreme, has_value, dictionary=ranked), groups.count, spec.arrow_type)]
     return [to_arrow(backend, Vec(vec.type, extreme, has_value), groups.count, spec.arrow_type)]
+
+
+def _valid(ev: BlockEvaluator, arg: Expr | None, sel: Selection) -> Array | None:
+    """Which selected rows have a non-NULL argument (a column's validity needs no decoding)."""
+    if arg is None:
+        return None
+    if isinstance(arg, Col):
+        valid = ev.valid_mask(arg.name)
+        return None if valid is None else sel.take(valid)
+    return ev._materialize(ev.vec(arg, sel), sel.count()).valid
 
 
 def _count(ev: BlockEvaluator, groups: Groups, valid: Array | None, rows: int) -> Array:

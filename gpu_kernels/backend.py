@@ -43,6 +43,18 @@ class NumpyBackend:
         rows = stop - group * 8
         return bitpack.unpack(packed[offset:], rows, width)[start - group * 8 :]
 
+    def packed_sum(self, packed: Array, width: int, start: int, stop: int) -> int:
+        """Sum of the bit-packed offsets of rows [start, stop), without materializing them."""
+        first, last = -(-start // 8), stop // 8  # whole groups inside the range
+        if stop - start < 4096:
+            return int(self.unpack(packed, width, start, stop).sum(dtype=np.uint64))
+        edges = self.unpack(packed, width, start, first * 8).sum(dtype=np.uint64)
+        edges += self.unpack(packed, width, last * 8, stop).sum(dtype=np.uint64)
+        return int(edges) + bitpack.packed_sum(packed, width, first, last - first)
+
+    def masked_sum(self, values: Array, mask: Array) -> int:
+        return int(np.sum(values, where=mask, dtype=np.int64))
+
     def unpack_at(self, packed: Array, width: int, rows: Array) -> Array:
         """Bit-packed offsets of the given rows (random access)."""
         if width == 0:

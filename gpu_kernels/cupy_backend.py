@@ -62,6 +62,12 @@ class CupyBackend(NumpyBackend):
         rows = cupy.arange(start, stop, dtype=cupy.int64)
         return self.unpack_at(packed, width, rows)
 
+    def masked_sum(self, values: Array, mask: Array) -> int:
+        return int(cupy.where(mask, values, 0).sum(dtype=cupy.int64))
+
+    def packed_sum(self, packed: Array, width: int, start: int, stop: int) -> int:
+        return int(self.unpack(packed, width, start, stop).sum())
+
     def unpack_at(self, packed: Array, width: int, rows: Array) -> Array:
         if width == 0:
             return cupy.zeros(len(rows), dtype=cupy.int64)

@@ -152,6 +152,33 @@ class BlockEvaluator:
             return self.dev(encoding.dictionary).astype(xp.int64)[self.decode_rows(encoding.codes, sel)]
         raise TypeError(f"{encoding.kind} does not hold integers")
 
+    def column_sum(self, name: str, sel: Selection) -> int | None:
+        """SUM of an integer or decimal column without NULLs over the selection, computed on the
+        encoding itself (packed lanes, or value x rows per run); None when it has to be decoded."""
+        column = self.block.columns[name]
+        if column.validity is not None or self.types[name].kind not in (Kind.INT, Kind.DEC):
+            return None
+        encoding = column.encoding
+        xp = self.xp
+        if isinstance(encoding, BitPacked):
+            packed, width = self.dev(encoding.packed), encoding.width
+            if sel.is_ranges and len(sel.starts) <= 64:
+                ranges = zip(sel.starts.tolist(), sel.stops.tolist(), strict=True)
+                offsets = sum(self.backend.packed_sum(packed, width, a, b) for a, b in ranges)
+            else:
+                lo, hi = sel.span()
+                if 4 * sel.count() < hi - lo:  # sparse: gathering the rows is cheaper
+                    return None
+                offsets = self.backend.masked_sum(self.backend.unpack(packed, width, lo, hi), sel.window(lo, hi))
+            return offsets + encoding.reference * sel.count()
+        if isinstance(encoding, RunLength) and isinstance(encoding.values, np.ndarray):
+            self.stats.runs_evaluated += len(encoding.run_ends)
+            ends = self.dev(encoding.run_ends).astype(xp.int64)
+            begins = xp.concatenate((xp.zeros(1, dtype=xp.int64), ends[:-1]))
+            rows = sel.prefix_counts(ends) - sel.prefix_counts(begins)
+            return int(xp.sum(self.dev(encoding.values).astype(xp.int64) * rows))
+        return None
+
     def bound(self, encoding: Encoding) -> int:
         """An upper bound on |value| of an integer column, from the encoding alone."""
         if isinstance(encoding, BitPacked):

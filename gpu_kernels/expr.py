@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import functools
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -70,6 +71,7 @@ OPS = (*PREDICATES, *ARITHMETIC, *FUNCTIONS)
 INTERVALS = {"interval_day": 0, "interval_month": 1, "interval_year": 12}
 
 
+@functools.cache
 def arrow_kind(t: pa.DataType) -> Type:
     """The expression type of a column of Arrow type `t`."""
     if pa.types.is_boolean(t):

@@ -71,6 +71,27 @@ def unpack(packed: np.ndarray, length: int, width: int) -> np.ndarray:
     return out[:length]
 
 
+def packed_sum(packed: np.ndarray, width: int, first_group: int, groups: int) -> int:
+    """Sum of the values in groups [first_group, first_group + groups) (8 values each), computed
+    lane by lane without materializing the values."""
+    if width == 0 or groups <= 0:
+        return 0
+    buf = np.ascontiguousarray(packed, dtype=np.uint8)
+    mask = np.uint64((1 << width) - 1)
+    chunk = min(groups, _CHUNK_GROUPS * 4)
+    lane = np.empty(chunk, dtype=np.uint64)
+    total = 0
+    for start in range(first_group, first_group + groups, chunk):
+        count = min(chunk, first_group + groups - start)
+        for r in range(8):
+            offset = start * width + ((r * width) >> 3)
+            view = np.ndarray((count,), dtype="<u8", buffer=buf, offset=offset, strides=(width,))
+            np.right_shift(view, np.uint64((r * width) & 7), out=lane[:count])
+            np.bitwise_and(lane[:count], mask, out=lane[:count])
+            total += int(lane[:count].sum())
+    return total
+
+
 def unsigned_dtype(width: int) -> np.dtype:
     for dtype in (np.uint8, np.uint16, np.uint32):
         if width <= np.iinfo(dtype).bits:

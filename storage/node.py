@@ -266,4 +266,3 @@ class Node:
 
     async def _shutdown(self, app: web.Application) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
-
