@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from gateway.background import free_port, serve
 from gpu_kernels.aggregate import final_aggregate
 from gpu_kernels.backend import get_backend
 from storage import Store, TableSchema
@@ -23,7 +24,6 @@ from storage.node import Node
 from storage.node_client import NodeClient, NodeError
 from storage.scan import TableCache, scan_table
 from tests.kernel_cases import call, col, lit, make_table, plain_strings
-from tests.servers import free_port, serve
 
 ROOT = Path(__file__).resolve().parents[1]
 BIG_ROWS = 1_000_000

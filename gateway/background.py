@@ -1,4 +1,4 @@
-"""Running real aiohttp applications on loopback for tests, each on its own event loop thread."""
+"""Running an aiohttp application on loopback in a background thread (the demo, tests)."""
 
 from __future__ import annotations
 
