@@ -37,11 +37,33 @@ class StorageConfig:
     buckets: int = 16  # hash buckets of hash-placed tables
     zstd_strings: bool = True  # keep free-text strings zstd-compressed in memory
     backend: str = "auto"  # scan kernels: auto (CuPy when a CUDA device is present), numpy or cupy
+    ingest: str = "spark"  # cxg load: spark (the ingest pipeline) or local (in this process)
+
+
+@dataclass
+class SparkConfig:
+    master: str = "local[*]"  # or spark://host:7077, yarn, ...
+    driver_memory: str = "4g"
+    shuffle_partitions: int | None = None  # default: the cores of a local master
+    broadcast_threshold: str = "64MB"
+    conf: dict[str, str] = field(default_factory=dict)  # any other spark.* option
+
+    def settings(self):
+        from regions.spark_session import SparkSettings
+
+        return SparkSettings(
+            master=self.master,
+            driver_memory=self.driver_memory,
+            shuffle_partitions=self.shuffle_partitions,
+            broadcast_threshold=self.broadcast_threshold,
+            conf=dict(self.conf),
+        )
 
 
 @dataclass
 class Config:
     storage: StorageConfig = field(default_factory=StorageConfig)
+    spark: SparkConfig = field(default_factory=SparkConfig)
 
 
 def _section(cls: type, values: dict[str, Any], where: str):
@@ -66,7 +88,10 @@ def load_config(path: Path | None) -> Config:
         raise ConfigError(f"configuration file {path} not found") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"configuration file {path}: {e}") from e
-    unknown = sorted(set(data) - {"storage"})
+    unknown = sorted(set(data) - {"storage", "spark"})
     if unknown:
         raise ConfigError(f"unknown section(s) in {path}: {', '.join(unknown)}")
-    return Config(storage=_section(StorageConfig, data.get("storage", {}), "storage"))
+    return Config(
+        storage=_section(StorageConfig, data.get("storage", {}), "storage"),
+        spark=_section(SparkConfig, data.get("spark", {}), "spark"),
+    )

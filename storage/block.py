@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from storage import encodings
 from storage.catalog import TableSchema
-from storage.encodings import Encoding, plain_nbytes
+from storage.encodings import Encoding, Plain, plain_nbytes
 from storage.errors import SchemaError
 from storage.planner import ColumnStats, PlannerOptions, plan_column
 from storage.types import Domain, decoded_width, domain_of, from_domain, parse_type, to_domain, type_name, working_type
@@ -183,3 +183,27 @@ def record_size(table: pa.Table, schema: TableSchema) -> int:
 def block_rows(budget_bytes: int, record_bytes: int) -> int:
     """RC = floor(BS / RS), at least one row."""
     return max(1, budget_bytes // record_bytes)
+
+
+def plain_block(table: pa.Table) -> EncodedBlock:
+    """A (small) table as a block of plain columns, so the scan kernels can evaluate expressions
+    on it (the coordinator's HAVING, select list and ORDER BY over merged results). Wide decimals
+    become 64-bit scaled integers when they fit, doubles otherwise."""
+    columns = {}
+    for field, column in zip(table.schema, table.columns, strict=True):
+        array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        if pa.types.is_decimal(array.type) and array.type.precision > 18:
+            try:
+                array = array.cast(pa.decimal128(18, array.type.scale))
+            except pa.ArrowInvalid:
+                array = array.cast(pa.float64())
+        elif pa.types.is_null(array.type):
+            array = array.cast(pa.int64())
+        array = array.cast(working_type(array.type))
+        domain_values = to_domain(array)
+        valid = domain_values.valid
+        validity = np.packbits(valid, bitorder="little") if valid is not None else None
+        columns[field.name] = EncodedColumn(
+            field.name, array.type, Plain(domain_values.values), validity, array.null_count
+        )
+    return EncodedBlock(table.num_rows, columns)

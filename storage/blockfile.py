@@ -82,14 +82,26 @@ def fsync_dir(directory: Path) -> None:
 
 def write_block(directory: Path, name: str, block: EncodedBlock, bucket: int, compression: str) -> BlockEntry:
     """Write `block` as `directory/name` (via a temp file and rename) and describe it."""
+    payload, entry = serialize_block(block, name, bucket, compression)
+    write_file(directory, name, payload)
+    return entry
+
+
+def write_file(directory: Path, name: str, payload: bytes | pa.Buffer) -> None:
+    """Write a block file atomically: a temp file, fsynced, renamed into place."""
+    tmp = directory / f"{name}.tmp"
+    _fsync_write(tmp, payload)
+    os.replace(tmp, directory / name)
+
+
+def serialize_block(block: EncodedBlock, name: str, bucket: int, compression: str) -> tuple[bytes, BlockEntry]:
+    """The file bytes of `block` and the manifest entry describing them."""
     if compression not in COMPRESSIONS:
         raise ValueError(f"compression must be one of {COMPRESSIONS}, not {compression!r}")
     payload = block.to_ipc()
     if compression == "zstd":
         payload = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(payload)
-    tmp = directory / f"{name}.tmp"
-    _fsync_write(tmp, payload)
-    os.replace(tmp, directory / name)
+    payload = bytes(payload)
     columns = {}
     for column in block.columns.values():
         s = column.stats
@@ -105,7 +117,17 @@ def write_block(directory: Path, name: str, block: EncodedBlock, bucket: int, co
             maximum=_stat_value(s.maximum) if s else None,
             candidates=dict(s.candidates) if s else {},
         )
-    return BlockEntry(name, bucket, block.rows, len(payload), zlib.crc32(payload), compression, columns)
+    return payload, BlockEntry(name, bucket, block.rows, len(payload), zlib.crc32(payload), compression, columns)
+
+
+def check_file(path: Path, entry: BlockEntry) -> None:
+    """Raise CorruptBlockError unless `path` has the entry's size and checksum."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CorruptBlockError(f"block file {path} is missing") from None
+    if len(data) != entry.bytes or zlib.crc32(data) != entry.crc32:
+        raise CorruptBlockError(f"block file {path} does not match its entry (size or checksum)")
 
 
 def read_block(path: Path, entry: BlockEntry) -> EncodedBlock:

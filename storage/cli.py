@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,18 +18,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table as RichTable
 
 from gateway.config import Config, parse_size
-from storage import sources, tpch
+from storage import tpch
 from storage.catalog import Column, Placement, TableSchema
-from storage.errors import SchemaError, StorageError
+from storage.errors import SchemaError
 from storage.loader import LoadOptions, load_table
 from storage.planner import CHAIN_PREFERENCE, PlannerOptions
+from storage.sources import Source
 from storage.stats import TableSummary, summarize
 from storage.store import Store
 
 console = Console()
 if not console.is_terminal:
     console = Console(width=160)
-Job = tuple[TableSchema, Callable[[], pa.Table]]
+Job = tuple[TableSchema, Source]
 
 
 def stores_of(args: argparse.Namespace, config: Config) -> list[Store]:
@@ -46,39 +49,92 @@ def load_options(args: argparse.Namespace, config: Config) -> LoadOptions:
     )
 
 
-def load_jobs(stores: list[Store], jobs: list[Job], options: LoadOptions) -> list[tuple[str, int, float]]:
-    """Read and load each job with a progress bar; returns (table, rows, seconds) per job."""
+@contextmanager
+def _spark_tasks(spark, progress: Progress, task) -> Iterator[None]:
+    """Show the Spark job's finished/total tasks on the progress bar while it runs."""
+    tracker = spark.sparkContext.statusTracker()
+    done = threading.Event()
+    seen: dict[int, tuple[int, int]] = {}
+
+    def poll() -> None:
+        while not done.wait(0.25):
+            for stage in tracker.getActiveStageIds():
+                info = tracker.getStageInfo(stage)
+                if info is not None:
+                    seen[stage] = (info.numCompletedTasks, info.numTasks)
+            total = sum(t for _, t in seen.values())
+            progress.update(task, total=total or None, completed=sum(c for c, _ in seen.values()))
+
+    watcher = threading.Thread(target=poll, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+
+
+def load_jobs(
+    stores: list[Store], jobs: list[Job], options: LoadOptions, engine: str = "local", config: Config | None = None
+) -> list[tuple[str, int, float]]:
+    """Load each job with a progress bar, locally or as a Spark job; (table, rows, seconds) per job."""
     done = []
+    unit = "rows" if engine == "local" else "Spark tasks"
     columns = (
         TextColumn("[bold]{task.description:<10}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("rows"),
+        TextColumn(unit),
         TimeElapsedColumn(),
     )
+    spark = None
+    if engine == "spark":
+        from regions.spark_session import spark_session
+
+        with console.status("starting Spark"):
+            spark = spark_session((config or Config()).spark.settings())
     with Progress(*columns, console=console) as progress:
-        for schema, read in jobs:
+        for schema, source in jobs:
             task = progress.add_task(schema.name, total=None)
             started = time.perf_counter()
-            source = read()
-            progress.update(task, total=source.num_rows)
-            load_table(stores, schema, source, options, lambda rows, t=task: progress.advance(t, rows))
-            done.append((schema.name, source.num_rows, time.perf_counter() - started))
+            if spark is not None:
+                from storage.spark_ingest import spark_load
+
+                with _spark_tasks(spark, progress, task):
+                    spark_load(spark, source.spark(spark), schema, [str(s.root) for s in stores], options)
+                rows = _rows_loaded(stores, schema)
+            else:
+                table = source.read()
+                progress.update(task, total=table.num_rows)
+                load_table(stores, schema, table, options, lambda n, t=task: progress.advance(t, n))
+                rows = table.num_rows
+            done.append((schema.name, rows, time.perf_counter() - started))
     return done
 
 
+def _rows_loaded(stores: list[Store], schema: TableSchema) -> int:
+    counts = [s.table(schema.name).rows for s in stores]
+    return counts[0] if schema.placement.kind == "replicated" else sum(counts)
+
+
 def load_tpch(
-    stores: list[Store], scale_factor: float, options: LoadOptions, buckets: int, tables: list[str] | None = None
+    stores: list[Store],
+    scale_factor: float,
+    options: LoadOptions,
+    buckets: int,
+    tables: list[str] | None = None,
+    engine: str = "local",
+    config: Config | None = None,
 ) -> list[tuple[str, int, float]]:
     """Generate TPC-H at `scale_factor` and load all (or some) of its tables."""
     with tempfile.TemporaryDirectory(prefix="cxg-tpch-") as tmp:
         with console.status(f"generating TPC-H SF {scale_factor:g} with tpchgen-cli"):
             files = tpch.generate(scale_factor, Path(tmp), tables)
         jobs: list[Job] = [
-            (tpch.schema_for(name, pq.read_schema(path), buckets), lambda p=path: sources.read_parquet([p]))
+            (tpch.schema_for(name, pq.read_schema(path), buckets), Source("parquet", (str(path),)))
             for name, path in files.items()
         ]
-        return load_jobs(stores, jobs, options)
+        return load_jobs(stores, jobs, options, engine, config)
 
 
 def _schema_from_args(name: str, arrow_schema: pa.Schema, args: argparse.Namespace, config: Config) -> TableSchema:
@@ -100,42 +156,30 @@ def _schema_file(path: str, name: str, args: argparse.Namespace, config: Config)
     return TableSchema(name, columns, tuple(sort_key), placement)
 
 
+def _engine(args: argparse.Namespace, config: Config) -> str:
+    return args.engine or config.storage.ingest
+
+
 def cmd_load_tpch(args: argparse.Namespace, config: Config) -> int:
     tables = args.tables.split(",") if args.tables else None
     stores = stores_of(args, config)
-    done = load_tpch(stores, args.sf, load_options(args, config), args.buckets or config.storage.buckets, tables)
+    buckets = args.buckets or config.storage.buckets
+    done = load_tpch(stores, args.sf, load_options(args, config), buckets, tables, _engine(args, config), config)
     _print_loaded(stores, done)
     return 0
 
 
-def cmd_load_parquet(args: argparse.Namespace, config: Config) -> int:
+def cmd_load_files(args: argparse.Namespace, config: Config) -> int:
     stores = stores_of(args, config)
-    schema = _schema_from_args(args.table, pq.read_schema(_first(args.files)), args, config)
-    done = load_jobs(stores, [(schema, lambda: sources.read_parquet(args.files))], load_options(args, config))
+    if args.source == "parquet":
+        source = Source("parquet", tuple(args.files))
+    else:
+        given = _schema_file(args.schema, args.table, args, config) if args.schema else None
+        source = Source("csv", tuple(args.files), args.delimiter, not args.no_header, given)
+    schema = source.schema or _schema_from_args(args.table, source.arrow_schema(), args, config)
+    done = load_jobs(stores, [(schema, source)], load_options(args, config), _engine(args, config), config)
     _print_loaded(stores, done)
     return 0
-
-
-def cmd_load_csv(args: argparse.Namespace, config: Config) -> int:
-    stores = stores_of(args, config)
-    given = _schema_file(args.schema, args.table, args, config) if args.schema else None
-    source = sources.read_csv(args.files, args.delimiter, not args.no_header, given)
-    schema = given or _schema_from_args(args.table, source.schema, args, config)
-    done = load_jobs(stores, [(schema, lambda: source)], load_options(args, config))
-    _print_loaded(stores, done)
-    return 0
-
-
-def _first(files: list[str]) -> Path:
-    path = Path(files[0])
-    if path.is_dir():
-        found = sorted(path.rglob("*.parquet"))
-        if not found:
-            raise StorageError(f"no Parquet files under {path}")
-        return found[0]
-    if not path.exists():
-        raise StorageError(f"source file not found: {path}")
-    return path
 
 
 def _print_loaded(stores: list[Store], done: list[tuple[str, int, float]]) -> None:
@@ -302,6 +346,11 @@ def _add_load_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--block-budget", metavar="SIZE", help="BS, memory for one decoded block (e.g. 64MiB)")
     parser.add_argument("--compression", choices=("zstd", "none"), help="block files on disk")
     parser.add_argument("--buckets", type=int, help="hash buckets of a hash-placed table")
+    parser.add_argument(
+        "--engine",
+        choices=("spark", "local"),
+        help="spark: the ingest pipeline (default storage.ingest); local: in process",
+    )
 
 
 def _add_table_layout(parser: argparse.ArgumentParser) -> None:
@@ -324,7 +373,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = load.add_parser("parquet", help="load Parquet files (or directories) as one table")
     _add_table_layout(p)
     _add_load_options(p)
-    p.set_defaults(func=cmd_load_parquet)
+    p.set_defaults(func=cmd_load_files)
 
     p = load.add_parser("csv", help="load CSV files as one table")
     _add_table_layout(p)
@@ -332,7 +381,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-header", action="store_true", help="the files have no header row")
     p.add_argument("--schema", metavar="JSON", help="column names and types instead of inference")
     _add_load_options(p)
-    p.set_defaults(func=cmd_load_csv)
+    p.set_defaults(func=cmd_load_files)
 
     p = sub.add_parser("node", help="run a storage node: scans over HTTP on one data directory")
     p.add_argument("--data", metavar="DIR", help="the node's data directory (default: the first storage.data)")

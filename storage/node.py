@@ -7,6 +7,9 @@
     GET  /v1/tables/{name}   one table: columns, sort key, placement, per-column storage stats
     GET  /v1/node            node name, cores, slots and free slots, backend, scan counters
     GET  /healthz            liveness
+    PUT  /v1/tables/{name}/loads/{load}/blocks/{file}   upload one encoded block file
+    POST /v1/tables/{name}/loads/{load}/commit         make a load's blocks the table's new version
+    DELETE /v1/tables/{name}/loads/{load}              drop a failed load's uploads
 
 Each scan holds one of the node's K slots (K = cores unless configured) while it runs; its
 blocks are processed on a worker thread and written as they finish. A client that goes away
@@ -19,6 +22,7 @@ carrying ``cxg.error``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -30,7 +34,11 @@ import pyarrow as pa
 from aiohttp import web
 
 from gpu_kernels.backend import NumpyBackend
+from storage.blockfile import BlockEntry
+from storage.catalog import TableSchema
 from storage.errors import StorageError, TableNotFoundError
+from storage.ingest import DirectoryTarget
+from storage.manifest import Sizing
 from storage.scan import Scan, ScanRequestError, TableCache, scan_table
 from storage.stats import summarize
 from storage.store import Store
@@ -98,6 +106,7 @@ class Node:
         self.counters: Counter = Counter()
         self._slots = asyncio.Semaphore(self.slots)
         self._executor = ThreadPoolExecutor(self.slots, thread_name_prefix=f"{store.node}-scan")
+        self._target = DirectoryTarget(store)
 
     # ---- HTTP handlers --------------------------------------------------------------------------
 
@@ -248,10 +257,50 @@ class Node:
         loop.call_soon_threadsafe(chunks.put_nowait, None)
         return outcome
 
+    # ---- ingest: block uploads and atomic commits --------------------------------------------------
+
+    async def put_block(self, request: web.Request) -> web.Response:
+        info = request.match_info
+        payload = await request.read()
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                None, self._target.put, info["name"], info["load"], info["file"], payload
+            )
+        except StorageError as e:
+            return error_response(400, e.code, str(e))
+        return web.json_response({"stored": info["file"], "bytes": len(payload)}, status=201)
+
+    async def commit_load(self, request: web.Request) -> web.Response:
+        info = request.match_info
+        try:
+            body = await request.json()
+            schema = TableSchema.from_json(body["definition"])
+            if schema.name != info["name"]:
+                raise StorageError(f"the definition is of table {schema.name}, not {info['name']}")
+            sizing = Sizing(**body["sizing"])
+            entries = [BlockEntry.from_json(e) for e in body["entries"]]
+            commit = functools.partial(
+                self._target.commit, schema, sizing, body["compression"], body["mode"], info["load"], entries
+            )
+            version = await asyncio.get_running_loop().run_in_executor(None, commit)
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            return error_response(400, "invalid_commit", f"malformed commit request: {e}")
+        except StorageError as e:
+            return error_response(400, e.code, str(e))
+        return web.json_response({"table": schema.name, "version": version, "blocks": len(entries)})
+
+    async def abort_load(self, request: web.Request) -> web.Response:
+        info = request.match_info
+        try:
+            self._target.abort(info["name"], info["load"])
+        except StorageError as e:
+            return error_response(400, e.code, str(e))
+        return web.json_response({"aborted": info["load"]})
+
     # ---- application ----------------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=16 * 1024 * 1024)
+        app = web.Application(client_max_size=1024 * 1024 * 1024)  # block uploads
         app.add_routes(
             [
                 web.get("/healthz", self.healthz),
@@ -259,6 +308,9 @@ class Node:
                 web.get("/v1/tables", self.tables),
                 web.get("/v1/tables/{name}", self.table),
                 web.post("/v1/scan", self.scan),
+                web.put("/v1/tables/{name}/loads/{load}/blocks/{file}", self.put_block),
+                web.post("/v1/tables/{name}/loads/{load}/commit", self.commit_load),
+                web.delete("/v1/tables/{name}/loads/{load}", self.abort_load),
             ]
         )
         app.on_cleanup.append(self._shutdown)

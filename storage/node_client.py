@@ -69,10 +69,11 @@ class NodeClient:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
 
-    def _open(self, path: str, body: dict | None = None):
-        data = None if body is None else json.dumps(body).encode()
+    def _open(self, path: str, body: dict | None = None, method: str | None = None, raw: bytes | None = None):
+        data = raw if raw is not None else None if body is None else json.dumps(body).encode()
+        content_type = "application/octet-stream" if raw is not None else "application/json"
         request = urllib.request.Request(
-            self.base_url + path, data=data, headers={"Content-Type": "application/json"} if data else {}
+            self.base_url + path, data=data, method=method, headers={"Content-Type": content_type} if data else {}
         )
         try:
             return urllib.request.urlopen(request, timeout=self.timeout)
@@ -88,6 +89,18 @@ class NodeClient:
     def get(self, path: str) -> dict[str, Any]:
         with self._open(path) as response:
             return json.loads(response.read())
+
+    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        with self._open(path, body, "POST") as response:
+            return json.loads(response.read())
+
+    def put_bytes(self, path: str, payload: bytes) -> None:
+        with self._open(path, method="PUT", raw=payload) as response:
+            response.read()
+
+    def delete(self, path: str) -> None:
+        with self._open(path, method="DELETE") as response:
+            response.read()
 
     def scan(self, request: dict[str, Any]) -> ScanStream:
         response = self._open("/v1/scan", request)

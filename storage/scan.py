@@ -40,7 +40,18 @@ from storage.manifest import MANIFEST
 from storage.store import Store, Table
 from storage.types import working_type
 
-REQUEST_KEYS = {"table", "columns", "select", "filter", "group_by", "aggregates", "partition", "buckets", "limit"}
+REQUEST_KEYS = {
+    "table",
+    "columns",
+    "select",
+    "filter",
+    "group_by",
+    "aggregates",
+    "partition",
+    "buckets",
+    "block_range",
+    "limit",
+}
 
 
 class ScanRequestError(StorageError):
@@ -55,6 +66,7 @@ class ScanPlan:
     task: BlockTask
     buckets: frozenset[int] | None = None
     limit: int | None = None
+    block_range: tuple[int, int] | None = None  # [start, stop) among the blocks kept by `buckets`
 
     @property
     def schema(self) -> pa.Schema:
@@ -157,7 +169,14 @@ def _plan(request: dict, schema: TableSchema, columns: dict, arrow_types: dict) 
     limit = request.get("limit")
     if limit is not None and (not isinstance(limit, int) or limit < 0 or aggregating):
         raise ScanRequestError("limit is a non-negative integer, for projections only")
-    return ScanPlan(schema.name, task, storage_buckets, limit)
+    block_range = request.get("block_range")
+    if block_range is not None:
+        if not (
+            isinstance(block_range, list) and len(block_range) == 2 and all(isinstance(b, int) for b in block_range)
+        ):
+            raise ScanRequestError("block_range is [start, stop], two block numbers")
+        block_range = (block_range[0], block_range[1])
+    return ScanPlan(schema.name, task, storage_buckets, limit, block_range)
 
 
 def _aggregate(item: Any, columns: dict, arrow_types: dict) -> AggSpec:
@@ -324,9 +343,10 @@ class Scan:
         types = {c.name: E.arrow_kind(c.arrow_type) for c in self.loaded.table.schema.columns}
         conjuncts = E.conjuncts(task.predicate)
         jobs = []
-        for entry, block in self.loaded.blocks:
-            if self.plan.buckets is not None and entry.bucket not in self.plan.buckets:
-                continue
+        blocks = [(e, b) for e, b in self.loaded.blocks if self.plan.buckets is None or e.bucket in self.plan.buckets]
+        if self.plan.block_range is not None:
+            blocks = blocks[slice(*self.plan.block_range)]
+        for entry, block in blocks:
             remaining = prune(conjuncts, entry, types)
             if remaining is None:
                 self.stats.blocks_skipped += 1

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -68,3 +70,48 @@ def read_csv(
         return pa.concat_tables(tables)
     except pa.ArrowInvalid as e:
         raise StorageError(f"CSV files have different columns: {e}") from e
+
+
+@dataclass(frozen=True)
+class Source:
+    """A load source: Parquet or CSV files, read with pyarrow or as a Spark DataFrame."""
+
+    kind: str  # "parquet" or "csv"
+    paths: tuple[str, ...]
+    delimiter: str = ","
+    header: bool = True
+    schema: TableSchema | None = None  # CSV: the columns' names and types instead of inference
+
+    def arrow_schema(self) -> pa.Schema:
+        files = _existing(self.paths)
+        if self.kind == "parquet":
+            first = files[0] if not files[0].is_dir() else next(iter(sorted(files[0].rglob("*.parquet"))), None)
+            if first is None:
+                raise StorageError(f"no Parquet files under {files[0]}")
+            return pq.read_schema(first)
+        if self.schema is not None:
+            return self.schema.arrow_schema()
+        options = pacsv.ReadOptions(autogenerate_column_names=not self.header)
+        try:
+            with pacsv.open_csv(files[0], options, pacsv.ParseOptions(delimiter=self.delimiter)) as reader:
+                return reader.schema
+        except (pa.ArrowException, OSError) as e:
+            raise StorageError(f"cannot read CSV file {files[0]}: {e}") from e
+
+    def read(self) -> pa.Table:
+        if self.kind == "parquet":
+            return read_parquet(self.paths)
+        return read_csv(self.paths, self.delimiter, self.header, self.schema)
+
+    def spark(self, spark: Any) -> Any:
+        """The source as a DataFrame of `spark` (CSV parsed with the pyarrow-inferred types)."""
+        from storage.spark_source import spark_schema
+
+        paths = [str(p) for p in _existing(self.paths)]
+        if self.kind == "parquet":
+            return spark.read.parquet(*paths)
+        arrow = self.arrow_schema()
+        arrow = pa.schema([f.with_type(working_type(f.type)) for f in arrow])
+        return spark.read.csv(
+            paths, schema=spark_schema(arrow), header=self.header, sep=self.delimiter, nullValue="", mode="FAILFAST"
+        )

@@ -9,6 +9,7 @@ only orphan files, which a later commit removes.
 from __future__ import annotations
 
 import fcntl
+import re
 import shutil
 import threading
 import time
@@ -25,6 +26,7 @@ from storage.catalog import TABLE_NAME_PATTERN, TableSchema
 from storage.errors import CorruptBlockError, SchemaError, StorageError, TableNotFoundError
 from storage.manifest import MANIFEST, Manifest, Sizing, read_manifest, write_manifest
 
+LOAD_ID = re.compile(r"[0-9a-f]{8,32}")
 ORPHAN_AGE_S = 3600  # files of no manifest older than this are leftovers of a dead load
 _LOCK = ".lock"
 
@@ -65,8 +67,15 @@ class Store:
             (directory / MANIFEST).unlink(missing_ok=True)
         shutil.rmtree(directory)
 
-    def writer(self, schema: TableSchema, sizing: Sizing, compression: str = "zstd", mode: str = "replace"):
-        return TableWriter(self, schema, sizing, compression, mode)
+    def writer(
+        self,
+        schema: TableSchema,
+        sizing: Sizing,
+        compression: str = "zstd",
+        mode: str = "replace",
+        load_id: str | None = None,
+    ) -> TableWriter:
+        return TableWriter(self, schema, sizing, compression, mode, load_id)
 
 
 class Table:
@@ -142,15 +151,19 @@ class TableWriter:
     as entries (`add`), which is how ingest tasks running in other processes contribute.
     """
 
-    def __init__(self, store: Store, schema: TableSchema, sizing: Sizing, compression: str, mode: str):
+    def __init__(
+        self, store: Store, schema: TableSchema, sizing: Sizing, compression: str, mode: str, load_id: str | None = None
+    ):
         if mode not in ("replace", "append"):
             raise ValueError(f"mode must be 'replace' or 'append', not {mode!r}")
+        if load_id is not None and not LOAD_ID.fullmatch(load_id):
+            raise StorageError(f"invalid load id {load_id!r}")
         self.store = store
         self.schema = schema
         self.sizing = sizing
         self.compression = compression
         self.mode = mode
-        self.load_id = uuid.uuid4().hex[:12]
+        self.load_id = load_id or uuid.uuid4().hex[:12]
         self.directory = store.table_dir(schema.name)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.entries: list[BlockEntry] = []

@@ -36,3 +36,66 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def tpch_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """All 8 TPC-H tables at SF 0.01 as Parquet files."""
     return tpch.generate(TPCH_SF, tmp_path_factory.mktemp("tpch"))
+
+
+@pytest.fixture(scope="session")
+def spark_settings():
+    from regions.spark_session import SparkSettings
+
+    return SparkSettings(master="local[2]", driver_memory="2g")
+
+
+@pytest.fixture(scope="session")
+def spark(spark_settings):
+    """The one SparkSession of the test session."""
+    from regions.spark_session import spark_session
+
+    return spark_session(spark_settings)
+
+
+@pytest.fixture(scope="session")
+def region(tmp_path_factory: pytest.TempPathFactory, tpch_files: dict[str, Path]):
+    """Two storage nodes on loopback: TPC-H SF 0.01 (hash-placed and replicated tables) and the
+    small tables of `tests.sql_cases`. Yields node name -> URL."""
+    from contextlib import ExitStack
+
+    from gateway.background import serve
+    from gpu_kernels.backend import get_backend
+    from storage import Store
+    from storage.loader import load_table
+    from storage.node import Node
+    from storage.sources import read_parquet
+    from tests.sql_cases import edge_tables
+
+    root = tmp_path_factory.mktemp("region")
+    stores = [Store(root / f"n{i}", node=f"node-{i}") for i in range(2)]
+    for name, path in tpch_files.items():
+        source = read_parquet([path])
+        load_table(stores, tpch.schema_for(name, source.schema), source)
+    for schema, table in edge_tables():
+        load_table(stores, schema, table)
+    with ExitStack() as stack:
+        yield {s.node: stack.enter_context(serve(Node(s, get_backend("numpy"), slots=2).app())) for s in stores}
+
+
+@pytest.fixture(scope="session")
+def engine(region, spark, spark_settings):
+    from gateway.sql.engine import Engine
+
+    return Engine(region, spark_settings)
+
+
+@pytest.fixture(scope="session")
+def duck(tpch_files: dict[str, Path]):
+    """DuckDB over the same data: the reference answers."""
+    import duckdb
+
+    from tests.sql_cases import edge_tables
+
+    con = duckdb.connect()
+    for name, path in tpch_files.items():
+        con.execute(f"CREATE TABLE {name} AS SELECT * FROM read_parquet('{path}')")
+    for schema, table in edge_tables():
+        con.register(f"{schema.name}_arrow", table)
+        con.execute(f"CREATE TABLE {schema.name} AS SELECT * FROM {schema.name}_arrow")
+    return con

@@ -25,7 +25,9 @@ def test_load_csv_then_stats_tables_verify_and_head(tmp_path: Path, capsys: pyte
     source = tmp_path / "sales.csv"
     source.write_text(CSV)
     data = str(tmp_path / "data")
-    code, out, _ = run(capsys, "load", "csv", "sales", str(source), "--data", data, "--sort-key", "day")
+    code, out, _ = run(
+        capsys, "load", "csv", "sales", str(source), "--data", data, "--sort-key", "day", "--engine", "local"
+    )
     assert code == 0 and "loaded sales: 3 rows" in out
     table = Store(data).table("sales").to_arrow().sort_by("id")
     assert table.column("city").to_pylist() == ["Zürich", None, "東京"]
@@ -118,7 +120,7 @@ def test_config_file_sets_defaults(tmp_path: Path, capsys: pytest.CaptureFixture
     source.write_text(CSV)
     config = tmp_path / "cxg.toml"
     config.write_text(f'[storage]\ndata = ["{tmp_path / "cfg-data"}"]\ncompression = "none"\nblock_budget = "1MiB"\n')
-    code, _, err = run(capsys, "--config", str(config), "load", "csv", "s", str(source))
+    code, _, err = run(capsys, "--config", str(config), "load", "csv", "s", str(source), "--engine", "local")
     assert code == 0, err
     table = Store(tmp_path / "cfg-data").table("s")
     assert table.blocks[0].compression == "none"

@@ -1,0 +1,1 @@
+"""SQL: parsing, the regular plan, and its execution on storage nodes and Spark."""

@@ -1,0 +1,78 @@
+"""Finishing queries at the coordinator: one-table queries run on the nodes, and queries without a
+table. The nodes' partial aggregates are merged (reduce/final), then HAVING, the select list,
+ORDER BY and LIMIT are evaluated over the merged result with the same kernels the nodes use."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gateway.sql.catalog import RegionCatalog
+from gateway.sql.plan import Plan
+from gpu_kernels import expr as E
+from gpu_kernels.aggregate import final_aggregate
+from gpu_kernels.backend import NumpyBackend
+from gpu_kernels.evaluate import BlockEvaluator
+from gpu_kernels.vectors import arrow_type, to_arrow
+from storage.block import plain_block
+from storage.node_client import NodeClient
+from storage.scan import fold, plan_scan
+from storage.types import working_type
+
+_BACKEND = NumpyBackend()
+
+
+def evaluate(table: pa.Table, outputs: list[tuple[str, dict[str, Any]]], predicate: dict | None = None) -> pa.Table:
+    """The `outputs` (name, expression) over the rows of `table` where `predicate` holds."""
+    block = plain_block(table)
+    ev = BlockEvaluator(block, _BACKEND)
+    types = {name: E.arrow_kind(column.type) for name, column in block.columns.items()}
+    sel = ev.filter(fold(E.from_json(predicate))) if predicate is not None else ev.everything()
+    arrays, names = [], []
+    for name, ir in outputs:
+        expression = fold(E.from_json(ir))
+        t = E.check(expression, types)
+        target = working_type(block.columns[expression.name].type) if isinstance(expression, E.Col) else arrow_type(t)
+        arrays.append(to_arrow(_BACKEND, ev.vec(expression, sel), sel.count(), target))
+        names.append(name)
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+def _scan_all(urls: list[str], request: dict[str, Any]) -> pa.Table:
+    def one(url: str) -> pa.Table:
+        return NodeClient(url).scan_table(request)[0]
+
+    if len(urls) == 1:
+        return one(urls[0])
+    with ThreadPoolExecutor(len(urls)) as pool:
+        return pa.concat_tables(list(pool.map(one, urls)))
+
+
+def run_local(plan: Plan, catalog: RegionCatalog) -> pa.Table:
+    """Run a "nodes" or "coordinator" plan; the result columns are the query's output names."""
+    query = plan.local
+    if plan.engine == "coordinator":
+        return evaluate(pa.table({"_": [0]}), query.outputs)
+    info = query.scan.info
+    urls = catalog.urls(info)
+    if info.replicated:
+        urls = urls[:1]
+    merged = _scan_all(urls, query.request)
+    if query.aggregating:
+        aggregates = list(plan_scan(query.request, info.schema).task.aggregates)
+        merged = final_aggregate(merged, query.keys, aggregates)
+    sort_keys = [(f"__k{i}", key) for i, (key, _, _) in enumerate(query.order)]
+    result = evaluate(merged, query.outputs + sort_keys, query.having)
+    if sort_keys:
+        directions = [
+            (name, "descending" if desc else "ascending", "at_start" if nulls_first else "at_end")
+            for (name, _), (_, desc, nulls_first) in zip(sort_keys, query.order, strict=True)
+        ]
+        indices = pc.sort_indices(result.select([n for n, _ in sort_keys]), sort_keys=directions)
+        result = result.take(indices).drop_columns([n for n, _ in sort_keys])
+    if query.offset or query.limit is not None:
+        result = result.slice(query.offset, query.limit)
+    return result

@@ -1,0 +1,520 @@
+"""The regular plan (seed 004 §2.2), built automatically from the qualified query.
+
+Every base-table reference becomes a select-project sub-query that runs on the storage nodes:
+its own conjuncts (from WHERE and from inner-join ON clauses; an OR of per-table conditions also
+yields an implied predicate per table), the columns the rest of the query needs, and the scalar
+expressions that use only that table (``l_extendedprice * (1 - l_discount)``). Then:
+
+- a query over one table runs entirely on the nodes: the filter, group keys and partial
+  aggregates go into one scan per node holding the table; the coordinator merges the partial
+  states (reduce/final), then applies HAVING, the select list, ORDER BY and LIMIT;
+- any other query runs on Spark: each sub-query is read through the "cxg" data source and
+  Spark executes the joins, subqueries and everything above them;
+- a query without FROM is evaluated by the coordinator.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlglot import exp
+from sqlglot.optimizer.scope import Scope, traverse_scope
+
+from gateway.sql.catalog import RegionCatalog, TableInfo
+from gateway.sql.errors import SqlError
+from gateway.sql.parse import Statement
+from gateway.sql.translate import NotTranslatable, to_ir
+
+AGGREGATES = {exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max", exp.Count: "count"}
+
+
+class GroupingError(SqlError):
+    code = "grouping_error"
+    sqlstate = "42803"
+
+
+def split_and(node: exp.Expression | None) -> list[exp.Expression]:
+    if node is None:
+        return []
+    node = node.unnest() if isinstance(node, exp.Paren) else node
+    if isinstance(node, exp.And):
+        return split_and(node.this) + split_and(node.expression)
+    return [node]
+
+
+def split_or(node: exp.Expression) -> list[exp.Expression]:
+    node = node.unnest() if isinstance(node, exp.Paren) else node
+    if isinstance(node, exp.Or):
+        return split_or(node.this) + split_or(node.expression)
+    return [node]
+
+
+def and_all(parts: list[exp.Expression]) -> exp.Expression | None:
+    """AND of the parts, keeping the nodes themselves (subqueries inside stay the same objects)."""
+    return exp.and_(*parts, copy=False) if parts else None
+
+
+def has_subquery(node: exp.Expression) -> bool:
+    return any(isinstance(n, (exp.Select, exp.Subquery, exp.Exists)) for n in node.walk())
+
+
+def _and_ir(parts: list[dict[str, Any]]) -> dict[str, Any] | None:
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else {"op": "and", "args": parts}
+
+
+def _plain(column: exp.Column) -> dict[str, Any]:
+    return {"col": column.name}
+
+
+@dataclass
+class Scan:
+    """One select-project sub-query: what a table reference asks of the nodes."""
+
+    index: int
+    table: str
+    alias: str
+    info: TableInfo
+    conjuncts: list[exp.Expression] = field(default_factory=list)  # moved out of the query
+    implied: list[exp.Expression] = field(default_factory=list)  # derived from ORs, also kept above
+    filters: list[dict[str, Any]] = field(default_factory=list)
+    computed: dict[str, tuple[exp.Expression, dict[str, Any]]] = field(default_factory=dict)
+    columns: list[str] = field(default_factory=list)
+    view: str = ""
+
+    def request(self) -> dict[str, Any]:
+        request: dict[str, Any] = {"table": self.table, "columns": self.columns}
+        if self.computed:
+            request["select"] = [{"name": name, "expr": ir} for name, (_, ir) in self.computed.items()]
+        if self.filters:
+            request["filter"] = _and_ir(self.filters)
+        return request
+
+    def explain(self) -> list[str]:
+        lines = [f"[{self.index}] {self.table} AS {self.alias} on {self.info.where()}"]
+        lines.append(f"    columns: {', '.join(self.columns)}")
+        for name, (expression, _) in self.computed.items():
+            lines.append(f"    computed: {name} = {expression.sql()}")
+        for conjunct in self.conjuncts:
+            lines.append(f"    filter: {conjunct.sql()}")
+        for implied in self.implied:
+            lines.append(f"    implied filter: {implied.sql()}")
+        return lines
+
+
+@dataclass
+class LocalQuery:
+    """A one-table query run on the nodes; the coordinator finishes it."""
+
+    scan: Scan
+    request: dict[str, Any]  # the scan sent to each node
+    aggregating: bool
+    keys: list[str]  # group key columns of the merged partial result
+    outputs: list[tuple[str, dict[str, Any]]]  # result columns over the merged result
+    having: dict[str, Any] | None = None
+    order: list[tuple[dict[str, Any], bool, bool]] = field(default_factory=list)  # (key, descending, nulls first)
+    limit: int | None = None
+    offset: int = 0
+
+
+@dataclass
+class Plan:
+    engine: str  # "nodes", "spark" or "coordinator"
+    statement: Statement
+    scans: list[Scan] = field(default_factory=list)
+    local: LocalQuery | None = None
+    spark_sql: str | None = None
+
+    def explain(self) -> list[str]:
+        engines = {
+            "nodes": "storage nodes: select-project and partial aggregates; coordinator: reduce/final",
+            "spark": "storage nodes: select-project sub-queries; Spark: joins and everything above them",
+            "coordinator": "coordinator (no table)",
+        }
+        lines = [f"engine: {engines[self.engine]}"]
+        if self.scans:
+            lines.append("select-project sub-queries (on compressed data):")
+            for scan in self.scans:
+                lines += ["  " + line for line in scan.explain()]
+        if self.local is not None:
+            local = self.local
+            if local.aggregating:
+                request = local.request
+                keys = ", ".join(k["name"] for k in request.get("group_by", [])) or "(none)"
+                aggs = ", ".join(f"{a['func']}() AS {a['name']}" for a in request.get("aggregates", []))
+                lines.append(f"partial aggregates on each node: group by {keys}; {aggs}")
+                lines.append("coordinator: reduce/final of the partial states")
+            if local.having is not None:
+                lines.append("coordinator: HAVING")
+            if local.order:
+                lines.append("coordinator: ORDER BY")
+            if local.limit is not None:
+                lines.append(f"coordinator: LIMIT {local.limit}" + (f" OFFSET {local.offset}" if local.offset else ""))
+        if self.spark_sql:
+            lines.append("Spark SQL over the sub-queries:")
+            lines += ["  " + line for line in self.spark_sql.splitlines()]
+        return lines
+
+
+class Planner:
+    def __init__(self, catalog: RegionCatalog):
+        self.catalog = catalog
+
+    def plan(self, statement: Statement) -> Plan:
+        tree = statement.tree
+        if tree.args.get("from_") is None and not tree.args.get("joins"):
+            return self._constant(statement)
+        local = self._local(statement)
+        if local is not None:
+            return local
+        return self._spark(statement)
+
+    # ---- no table -----------------------------------------------------------------------------
+
+    def _constant(self, statement: Statement) -> Plan:
+        outputs = []
+        for name, projection in zip(statement.names, statement.tree.expressions, strict=True):
+            expression = projection.this if isinstance(projection, exp.Alias) else projection
+            try:
+                outputs.append((name, to_ir(expression, _plain)))
+            except NotTranslatable as e:
+                raise SqlError(f"cannot evaluate {e} without a table") from None
+        local = LocalQuery(scan=None, request={}, aggregating=False, keys=[], outputs=outputs)  # type: ignore[arg-type]
+        return Plan("coordinator", statement, local=local)
+
+    # ---- one table: everything on the nodes ----------------------------------------------------
+
+    def _local(self, statement: Statement) -> Plan | None:
+        tree = statement.tree
+        scopes = traverse_scope(tree)
+        if len(scopes) != 1 or tree.args.get("joins") or tree.args.get("with_"):
+            return None
+        if len(scopes[0].sources) != 1:
+            return None
+        [(alias, source)] = scopes[0].sources.items()
+        if not isinstance(source, exp.Table):
+            return None
+        info = self.catalog.table(source.name)
+        scan = Scan(0, source.name, alias, info)
+        try:
+            query = self._local_query(tree, statement.names, scan)
+        except NotTranslatable:
+            return None
+        scan.columns = [c.name for c in info.schema.columns if c.name in _columns_used(tree)] or [
+            info.schema.columns[0].name
+        ]
+        return Plan("nodes", statement, [scan], local=query)
+
+    def _local_query(self, tree: exp.Select, names: list[str], scan: Scan) -> LocalQuery:
+        conjuncts = split_and(tree.args["where"].this) if tree.args.get("where") else []
+        scan.conjuncts = conjuncts
+        scan.filters = [to_ir(c, _plain) for c in conjuncts]
+        projections = [p.this if isinstance(p, exp.Alias) else p for p in tree.expressions]
+        group = list(tree.args["group"].expressions) if tree.args.get("group") else []
+        having = tree.args["having"].this if tree.args.get("having") else None
+        ordered = list(tree.args["order"].expressions) if tree.args.get("order") else []
+        limit, offset = _limit(tree)
+        distinct = bool(tree.args.get("distinct"))
+        if distinct and not group:
+            group = [p.copy() for p in projections]
+        everything = [*projections, *([having] if having is not None else []), *(o.this for o in ordered)]
+        aggregates = _aggregates(everything)
+        aggregating = bool(group or aggregates)
+        request: dict[str, Any] = {"table": scan.table}
+        if scan.filters:
+            request["filter"] = _and_ir(scan.filters)
+        if aggregating:
+            keys = {g.sql(): f"__g{i}" for i, g in enumerate(group)}
+            request["group_by"] = [
+                {"name": name, "expr": to_ir(g, _plain)} for g, name in zip(group, keys.values(), strict=True)
+            ]
+            request["aggregates"] = [agg for agg, _ in aggregates.values()]
+
+            def final(node: exp.Expression) -> dict[str, Any]:
+                return to_ir(_replace_groups(node, keys, aggregates), _grouped_column)
+
+            outputs = [(name, final(p)) for name, p in zip(names, projections, strict=True)]
+            query = LocalQuery(scan, request, True, list(keys.values()), outputs)
+            if having is not None:
+                query.having = final(having)
+        else:
+            request["select"] = [{"name": f"__p{i}", "expr": to_ir(p, _plain)} for i, p in enumerate(projections)]
+            outputs = [(name, {"col": f"__p{i}"}) for i, name in enumerate(names)]
+            if not ordered and limit is not None:
+                request["limit"] = limit + offset
+            query = LocalQuery(scan, request, False, [], outputs)
+        for i, o in enumerate(ordered):
+            key = _output_reference(o.this, names, query.outputs)
+            if key is None:
+                if aggregating:
+                    key = final(o.this)
+                else:
+                    request["select"].append({"name": f"__o{i}", "expr": to_ir(o.this, _plain)})
+                    key = {"col": f"__o{i}"}
+            query.order.append((key, bool(o.args.get("desc")), bool(o.args.get("nulls_first"))))
+        query.limit, query.offset = limit, offset
+        return query
+
+    # ---- joins: Spark ----------------------------------------------------------------------------
+
+    def _spark(self, statement: Statement) -> Plan:
+        tree = statement.tree
+        for exists in tree.find_all(exp.Exists):  # EXISTS needs no columns of its subquery
+            inner = exists.this
+            if isinstance(inner, exp.Select):
+                inner.set("expressions", [exp.Literal.number(1)])
+        scans: dict[tuple[int, str], Scan] = {}
+        scopes = traverse_scope(tree)
+        ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
+        for scope in scopes:
+            for alias, source in scope.sources.items():
+                if isinstance(source, exp.Table) and source.name not in ctes:
+                    scans[(id(scope.expression), alias)] = Scan(
+                        len(scans), source.name, alias, self.catalog.table(source.name)
+                    )
+        counter = itertools.count()
+        for scope in scopes:
+            base = {
+                alias: scans[(id(scope.expression), alias)]
+                for alias in scope.sources
+                if (id(scope.expression), alias) in scans
+            }
+            if base and isinstance(scope.expression, exp.Select):
+                nullable = _nullable_aliases(scope.expression)
+                self._push_predicates(scope, base, nullable)
+                self._push_expressions(scope, base, nullable, counter)
+        needed = _columns_by_source(tree)
+        query_id = uuid.uuid4().hex[:10]
+        for key, scan in scans.items():
+            used = needed.get(key, set())
+            scan.columns = [c.name for c in scan.info.schema.columns if c.name in used]
+            if not scan.columns and not scan.computed:
+                scan.columns = [scan.info.schema.columns[0].name]
+            scan.view = f"__cxg_{query_id}_{scan.index}"
+        for scope in traverse_scope(tree):
+            for alias, source in scope.sources.items():
+                scan = scans.get((id(scope.expression), alias))
+                if scan is not None and isinstance(source, exp.Table):
+                    source.replace(
+                        exp.Table(
+                            this=exp.to_identifier(scan.view), alias=exp.TableAlias(this=exp.to_identifier(alias))
+                        )
+                    )
+        return Plan("spark", statement, list(scans.values()), spark_sql=tree.sql(dialect="spark", pretty=True))
+
+    def _push_predicates(self, scope: Scope, base: dict[str, Scan], nullable: set[str]) -> None:
+        select = scope.expression
+        where = select.args.get("where")
+        if where is not None:
+            remaining = []
+            for conjunct in split_and(where.this):
+                owner = _single_owner(conjunct, base)
+                if owner is not None and owner not in nullable and _push_filter(base[owner], conjunct):
+                    continue
+                if isinstance(conjunct, exp.Or) and not has_subquery(conjunct):
+                    for alias, scan in base.items():
+                        if alias not in nullable:
+                            _push_implied(scan, alias, conjunct, base)
+                remaining.append(conjunct)
+            select.set("where", exp.Where(this=and_all(remaining)) if remaining else None)
+        for join in select.args.get("joins") or []:
+            on = join.args.get("on")
+            if on is None:
+                continue
+            side = (join.side or "").upper()
+            joined = join.this.alias_or_name if isinstance(join.this, exp.Table) else None
+            remaining = []
+            for conjunct in split_and(on):
+                owner = _single_owner(conjunct, base)
+                pushable = (not side and not join.args.get("kind") and owner not in nullable) or (
+                    side == "LEFT" and owner == joined
+                )
+                if owner is not None and pushable and _push_filter(base[owner], conjunct):
+                    continue
+                remaining.append(conjunct)
+            join.set("on", and_all(remaining) if remaining else (exp.true() if side else None))
+
+    def _push_expressions(self, scope: Scope, base: dict[str, Scan], nullable: set[str], counter) -> None:
+        select = scope.expression
+        names: dict[tuple[str, str], str] = {}
+
+        def visit(node: exp.Expression) -> None:
+            owner = _single_owner(node, base) if _worth_pushing(node) else None
+            if owner is not None and owner not in nullable:
+                try:
+                    ir = to_ir(node, _plain)
+                except NotTranslatable:
+                    ir = None
+                if ir is not None:
+                    key = (owner, node.sql())
+                    if key not in names:
+                        names[key] = f"__e{next(counter)}"
+                        base[owner].computed[names[key]] = (node.copy(), ir)
+                    node.replace(exp.column(names[key], table=owner))
+                    return
+            for child in list(node.iter_expressions()):
+                visit(child)
+
+        targets = [p.this if isinstance(p, exp.Alias) else p for p in select.expressions]
+        for clause in ("group", "order"):
+            if select.args.get(clause) is not None:
+                targets += list(select.args[clause].expressions)
+        if select.args.get("having") is not None:
+            targets.append(select.args["having"].this)
+        for target in targets:
+            visit(target)
+
+
+# ---- helpers -----------------------------------------------------------------------------------
+
+
+def _limit(tree: exp.Select) -> tuple[int | None, int]:
+    limit = tree.args.get("limit")
+    offset = tree.args.get("offset")
+
+    def number(node: exp.Expression | None) -> int | None:
+        if node is None:
+            return None
+        value = node.args.get("expression") or node.this
+        if not isinstance(value, exp.Literal) or value.is_string:
+            raise NotTranslatable("LIMIT/OFFSET must be numbers")
+        return int(value.this)
+
+    return number(limit), number(offset) or 0
+
+
+def _aggregates(nodes: list[exp.Expression]) -> dict[str, tuple[dict[str, Any], str]]:
+    """Distinct aggregate calls (SQL text -> (scan aggregate, partial column))."""
+    found: dict[str, tuple[dict[str, Any], str]] = {}
+    for node in nodes:
+        for agg in node.find_all(exp.AggFunc):
+            if type(agg) not in AGGREGATES:
+                raise NotTranslatable(agg.sql())
+            key = agg.sql()
+            if key in found:
+                continue
+            name = f"__a{len(found)}"
+            inner = agg.this
+            if isinstance(agg, exp.Count) and isinstance(inner, exp.Star):
+                spec = {"name": name, "func": "count"}
+            elif isinstance(inner, exp.Distinct):
+                if not isinstance(agg, exp.Count) or len(inner.expressions) != 1:
+                    raise NotTranslatable(key)
+                spec = {"name": name, "func": "count_distinct", "arg": to_ir(inner.expressions[0], _plain)}
+            else:
+                spec = {"name": name, "func": AGGREGATES[type(agg)], "arg": to_ir(inner, _plain)}
+            found[key] = (spec, name)
+    return found
+
+
+def _replace_groups(
+    node: exp.Expression, keys: dict[str, str], aggregates: dict[str, tuple[dict, str]]
+) -> exp.Expression:
+    """The expression over the merged partial result: aggregates and group keys become its columns."""
+
+    def swap(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.AggFunc) and n.sql() in aggregates:
+            return exp.column(aggregates[n.sql()][1])
+        if n.sql() in keys:
+            return exp.column(keys[n.sql()])
+        return n
+
+    return node.copy().transform(swap)
+
+
+def _grouped_column(column: exp.Column) -> dict[str, Any]:
+    if column.table or not column.name.startswith("__"):
+        raise GroupingError(f"column {column.sql()} must appear in GROUP BY or be used in an aggregate")
+    return {"col": column.name}
+
+
+def _output_reference(node: exp.Expression, names: list[str], outputs: list[tuple[str, dict]]) -> dict | None:
+    """ORDER BY <output name> or ORDER BY <position>: that output's expression."""
+    if isinstance(node, exp.Column) and not node.table and node.name in names:
+        return outputs[names.index(node.name)][1]
+    if isinstance(node, exp.Literal) and not node.is_string:
+        position = int(node.this)
+        if not 1 <= position <= len(outputs):
+            raise SqlError(f"ORDER BY position {position} is not in the select list")
+        return outputs[position - 1][1]
+    return None
+
+
+def _columns_used(tree: exp.Expression) -> set[str]:
+    return {c.name for c in tree.find_all(exp.Column)}
+
+
+def _single_owner(node: exp.Expression, base: dict[str, Scan]) -> str | None:
+    """The one table reference of this scope that all of node's columns come from."""
+    if has_subquery(node):
+        return None
+    owners = {c.table for c in node.find_all(exp.Column)}
+    if len(owners) != 1:
+        return None
+    owner = owners.pop()
+    return owner if owner in base else None
+
+
+def _worth_pushing(node: exp.Expression) -> bool:
+    if isinstance(node, (exp.Column, exp.Literal, exp.Star, exp.Interval, exp.Paren, exp.Alias)):
+        return False
+    return any(True for _ in node.find_all(exp.Column)) and not any(True for _ in node.find_all(exp.AggFunc))
+
+
+def _push_filter(scan: Scan, conjunct: exp.Expression) -> bool:
+    try:
+        ir = to_ir(conjunct, _plain)
+    except NotTranslatable:
+        return False
+    scan.conjuncts.append(conjunct.copy())
+    scan.filters.append(ir)
+    return True
+
+
+def _push_implied(scan: Scan, alias: str, disjunction: exp.Expression, base: dict[str, Scan]) -> None:
+    """From (a1 AND b1) OR (a2 AND b2), the condition (a1 OR a2) that every row of a must meet."""
+    branches = []
+    for branch in split_or(disjunction):
+        mine = [c for c in split_and(branch) if _single_owner(c, base) == alias]
+        if not mine:
+            return
+        branches.append(and_all(mine))
+    implied = exp.or_(*branches) if len(branches) > 1 else branches[0]
+    try:
+        ir = to_ir(implied, _plain)
+    except NotTranslatable:
+        return
+    scan.implied.append(implied)
+    scan.filters.append(ir)
+
+
+def _nullable_aliases(select: exp.Select) -> set[str]:
+    """Table aliases on the NULL-extended side of an outer join (their rows may not be filtered early)."""
+    nullable: set[str] = set()
+    seen = [select.args["from_"].this.alias_or_name] if select.args.get("from_") else []
+    for join in select.args.get("joins") or []:
+        alias = join.this.alias_or_name
+        side = (join.side or "").upper()
+        if side in ("LEFT", "FULL"):
+            nullable.add(alias)
+        if side in ("RIGHT", "FULL"):
+            nullable.update(seen)
+        seen.append(alias)
+    return nullable
+
+
+def _columns_by_source(tree: exp.Expression) -> dict[tuple[int, str], set[str]]:
+    """For every (scope, table alias), the names of its columns the query still uses."""
+    used: dict[tuple[int, str], set[str]] = {}
+    for scope in traverse_scope(tree):
+        for column in scope.columns:
+            owner = scope
+            while owner is not None and column.table not in owner.sources:
+                owner = owner.parent
+            if owner is not None:
+                used.setdefault((id(owner.expression), column.table), set()).add(column.name)
+    return used

@@ -1,0 +1,79 @@
+"""The region's SparkSession: embedded (local[*]) by default, or any cluster via spark.master.
+
+One session per region and process. Arrow is on, the Python workers use this interpreter (so
+they find pyarrow and the project), queries share the session under the FAIR scheduler, small
+join sides are broadcast, and the project's data source is registered as format "cxg".
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+_SESSIONS: dict[str, Any] = {}
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    master: str = "local[*]"
+    app_name: str = "cxg"
+    driver_memory: str = "4g"
+    shuffle_partitions: int | None = None  # default: the cores of a local master
+    broadcast_threshold: str = "64MB"
+    conf: dict[str, str] = field(default_factory=dict)  # any other spark.* option
+
+    def options(self) -> dict[str, str]:
+        cores = os.cpu_count() or 2
+        if self.master.startswith("local[") and self.master != "local[*]":
+            cores = int(self.master[6:-1])
+        return {
+            "spark.master": self.master,
+            "spark.app.name": self.app_name,
+            "spark.driver.memory": self.driver_memory,
+            "spark.sql.execution.arrow.pyspark.enabled": "true",
+            "spark.sql.python.filterPushdown.enabled": "true",
+            "spark.scheduler.mode": "FAIR",
+            "spark.sql.shuffle.partitions": str(self.shuffle_partitions or cores),
+            "spark.sql.autoBroadcastJoinThreshold": self.broadcast_threshold,
+            "spark.sql.adaptive.enabled": "true",
+            "spark.sql.session.timeZone": "UTC",
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            **self.conf,
+        }
+
+
+def spark_session(settings: SparkSettings | None = None, region: str = "default"):
+    """The region's session, started on first use."""
+    settings = settings or SparkSettings()
+    with _LOCK:
+        if region in _SESSIONS:
+            return _SESSIONS[region]
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        from pyspark.sql import SparkSession
+
+        builder = SparkSession.builder
+        for key, value in settings.options().items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
+        session.sparkContext.setLogLevel("ERROR")
+        for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):  # errors reach users as SqlErrors
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+        from storage.spark_source import CxgDataSource
+
+        session.dataSource.register(CxgDataSource)
+        _SESSIONS[region] = session
+        return session
+
+
+def stop_all() -> None:
+    with _LOCK:
+        for session in _SESSIONS.values():
+            session.stop()
+        _SESSIONS.clear()

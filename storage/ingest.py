@@ -1,0 +1,142 @@
+"""Writing encoded blocks to their owners: a node's data directory, or a storage node over HTTP.
+
+Ingest tasks (Spark executors, or anything else) cut rows into blocks, encode them with the
+storage library and `put` each block file to the node that owns its bucket (every node, for a
+replicated table). Nothing is visible until `commit` swaps the table's manifest on each node;
+`abort` removes what a failed load uploaded.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from storage.block import conform, encode_block
+from storage.blockfile import BlockEntry, check_file, serialize_block, write_file
+from storage.catalog import TableSchema
+from storage.errors import StorageError
+from storage.manifest import Sizing
+from storage.planner import PlannerOptions
+from storage.store import LOAD_ID, Store
+
+BLOCK_FILE = re.compile(r"[0-9a-f]{8,32}-\d{4}-[0-9a-z]+-\d{6}\.arrow(\.zst)?")
+
+
+class Target(ABC):
+    """Where the blocks of one node go."""
+
+    node: str
+
+    @abstractmethod
+    def put(self, table: str, load_id: str, name: str, payload: bytes) -> None: ...
+
+    @abstractmethod
+    def commit(
+        self, schema: TableSchema, sizing: Sizing, compression: str, mode: str, load_id: str, entries: list[BlockEntry]
+    ) -> int:
+        """Swap in the new version made of `entries`; returns its version number."""
+
+    @abstractmethod
+    def abort(self, table: str, load_id: str) -> None: ...
+
+
+class DirectoryTarget(Target):
+    """A node's data directory on this machine (also what a node does with uploads)."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.node = store.node
+
+    def put(self, table: str, load_id: str, name: str, payload: bytes) -> None:
+        if not LOAD_ID.fullmatch(load_id) or not BLOCK_FILE.fullmatch(name) or not name.startswith(load_id):
+            raise StorageError(f"invalid block file name {name!r} for load {load_id!r}")
+        directory = self.store.table_dir(table)
+        directory.mkdir(parents=True, exist_ok=True)
+        write_file(directory, name, payload)
+
+    def commit(
+        self, schema: TableSchema, sizing: Sizing, compression: str, mode: str, load_id: str, entries: list[BlockEntry]
+    ) -> int:
+        directory = self.store.table_dir(schema.name)
+        for entry in entries:
+            if not entry.file.startswith(load_id):
+                raise StorageError(f"block {entry.file} does not belong to load {load_id}")
+            check_file(directory / entry.file, entry)
+        writer = self.store.writer(schema, sizing, compression, mode, load_id)
+        writer.add(entries)
+        return writer.commit().version
+
+    def abort(self, table: str, load_id: str) -> None:
+        if not LOAD_ID.fullmatch(load_id):
+            raise StorageError(f"invalid load id {load_id!r}")
+        directory = self.store.table_dir(table)
+        if directory.exists():
+            for path in directory.glob(f"{load_id}-*"):
+                path.unlink(missing_ok=True)
+
+
+class NodeTarget(Target):
+    """A storage node reached over HTTP."""
+
+    def __init__(self, url: str):
+        from storage.node_client import NodeClient
+
+        self.client = NodeClient(url)
+        self.url = url
+        self.node = self.client.get("/v1/node")["node"]
+
+    def put(self, table: str, load_id: str, name: str, payload: bytes) -> None:
+        self.client.put_bytes(f"/v1/tables/{table}/loads/{load_id}/blocks/{name}", payload)
+
+    def commit(
+        self, schema: TableSchema, sizing: Sizing, compression: str, mode: str, load_id: str, entries: list[BlockEntry]
+    ) -> int:
+        body = {
+            "definition": schema.to_json(),
+            "sizing": vars(sizing),
+            "compression": compression,
+            "mode": mode,
+            "entries": [e.to_json() for e in entries],
+        }
+        return self.client.post(f"/v1/tables/{schema.name}/loads/{load_id}/commit", body)["version"]
+
+    def abort(self, table: str, load_id: str) -> None:
+        self.client.delete(f"/v1/tables/{table}/loads/{load_id}")
+
+
+def target(spec: str, index: int = 0) -> Target:
+    """`http://host:port` (a running node) or a directory path (named node-<index>)."""
+    if spec.startswith(("http://", "https://")):
+        return NodeTarget(spec)
+    return DirectoryTarget(Store(spec, node=f"node-{index}"))
+
+
+@dataclass(frozen=True)
+class BlockCutter:
+    """Cuts the rows of one bucket into RC-row blocks, encodes and uploads them."""
+
+    schema: TableSchema
+    sizing: Sizing
+    compression: str
+    load_id: str
+    planner: PlannerOptions
+
+    def write(self, rows: pa.Table, bucket: int, targets: list[Target], part: str) -> dict[str, list[BlockEntry]]:
+        """Upload the bucket's blocks to each target; entries per target node."""
+        rows = conform(rows, self.schema).combine_chunks()
+        count = -(-rows.num_rows // self.sizing.block_rows)
+        entries: dict[str, list[BlockEntry]] = {t.node: [] for t in targets}
+        for i in range(count):
+            start = rows.num_rows * i // count
+            stop = rows.num_rows * (i + 1) // count
+            block = encode_block(rows.slice(start, stop - start), self.schema, self.planner)
+            suffix = ".arrow.zst" if self.compression == "zstd" else ".arrow"
+            name = f"{self.load_id}-{bucket:04d}-{part}-{i:06d}{suffix}"
+            payload, entry = serialize_block(block, name, bucket, self.compression)
+            for t in targets:
+                t.put(self.schema.name, self.load_id, name, payload)
+                entries[t.node].append(entry)
+        return entries

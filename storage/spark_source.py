@@ -1,0 +1,287 @@
+"""The PySpark Python Data Source over storage nodes (format "cxg").
+
+Reading::
+
+    spark.read.format("cxg")
+        .option("nodes", "http://127.0.0.1:8101,http://127.0.0.1:8102")
+        .option("table", "lineitem")
+        .option("request", '{"columns": [...], "select": [...], "filter": {...}}')  # optional
+        .load()
+
+One input partition per node, or per block range of a node when it has enough blocks; the
+columns, computed expressions and predicate of `request` run on the nodes, and the filters Spark
+offers (with spark.sql.python.filterPushdown.enabled) are pushed into the same scan. Batches
+arrive as Arrow record batches. A replicated table is read once, its blocks spread over the
+nodes holding it.
+
+Writing (what the ingest pipeline uses)::
+
+    df.write.format("cxg").option("targets", "http://...,/data/node-1").option("table", "t")
+        .option("definition", table_schema_json).option("sizing", sizing_json).mode("overwrite").save()
+
+Each task cuts its rows into RC-row blocks per hash bucket, encodes them with the storage library
+and uploads them to the bucket's owner (all targets for a replicated table); the driver commits
+every node's new manifest when all tasks succeeded, and removes the uploads otherwise.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import itertools
+import json
+import math
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    IsNotNull,
+    IsNull,
+    LessThan,
+    LessThanOrEqual,
+    Not,
+    StringContains,
+    StringEndsWith,
+    StringStartsWith,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from storage.blockfile import BlockEntry
+from storage.catalog import TableSchema
+from storage.ingest import BlockCutter, target
+from storage.manifest import Sizing
+from storage.node_client import NodeClient
+from storage.planner import PlannerOptions
+from storage.scan import plan_scan
+
+BUCKET_COLUMN = "_bucket"
+
+
+def spark_schema(arrow_schema: pa.Schema) -> StructType:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(arrow_schema)
+
+
+def scan_schema(node_url: str, table: str, request: dict[str, Any]) -> pa.Schema:
+    """The Arrow schema a scan request answers with, planned against the table's definition."""
+    definition = TableSchema.from_json(NodeClient(node_url).get(f"/v1/tables/{table}"))
+    return plan_scan({"table": table, **_with_columns(request, definition)}, definition).schema
+
+
+def _with_columns(request: dict[str, Any], definition: TableSchema) -> dict[str, Any]:
+    if request.get("columns") or request.get("select") or request.get("aggregates"):
+        return request
+    return {**request, "columns": definition.column_names}
+
+
+def _nodes(options: Any) -> list[str]:
+    nodes = [n.strip() for n in str(options.get("nodes", "")).split(",") if n.strip()]
+    if not nodes:
+        raise ValueError("the cxg data source needs option nodes=<url>[,<url>...]")
+    return nodes
+
+
+class CxgDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "cxg"
+
+    def schema(self) -> StructType:
+        if "schema" in self.options:
+            return StructType.fromJson(json.loads(self.options["schema"]))
+        request = json.loads(self.options.get("request", "{}"))
+        return spark_schema(scan_schema(_nodes(self.options)[0], self.options["table"], request))
+
+    def reader(self, schema: StructType) -> CxgReader:
+        return CxgReader(dict(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> CxgWriter:
+        return CxgWriter(dict(self.options), overwrite)
+
+
+# ---- reading ----------------------------------------------------------------------------------
+
+
+def _literal(value: Any) -> dict[str, Any] | None:
+    if isinstance(value, bool) or value is None:
+        return {"lit": value}
+    if isinstance(value, int):
+        return {"lit": value}
+    if isinstance(value, float):
+        return {"lit": value, "type": "float64"} if math.isfinite(value) else None
+    if isinstance(value, str):
+        return {"lit": value}
+    if isinstance(value, decimal.Decimal):
+        return {"lit": str(value), "type": f"decimal(38,{max(0, -value.as_tuple().exponent)})"}
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        return {"lit": value.isoformat(), "type": "date"}
+    return None
+
+
+def _like_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+_COMPARISONS = {EqualTo: "=", GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<", LessThanOrEqual: "<="}
+
+
+def filter_to_expr(f: Filter, columns: set[str]) -> dict[str, Any] | None:
+    """A Spark filter on plain columns as a node predicate, or None when it cannot be pushed."""
+    if isinstance(f, Not):
+        inner = filter_to_expr(f.child, columns)
+        return None if inner is None else {"op": "not", "args": [inner]}
+    path = getattr(f, "attribute", ())
+    if len(path) != 1 or path[0] not in columns:
+        return None
+    column = {"col": path[0]}
+    if type(f) in _COMPARISONS:
+        value = _literal(f.value)
+        return None if value is None or value["lit"] is None else {"op": _COMPARISONS[type(f)], "args": [column, value]}
+    if isinstance(f, In):
+        values = [_literal(v) for v in f.value]
+        return None if any(v is None for v in values) else {"op": "in", "args": [column, *values]}
+    if isinstance(f, IsNull):
+        return {"op": "is_null", "args": [column]}
+    if isinstance(f, IsNotNull):
+        return {"op": "is_not_null", "args": [column]}
+    patterns = {StringStartsWith: "{}%", StringEndsWith: "%{}", StringContains: "%{}%"}
+    if type(f) in patterns and isinstance(f.value, str):
+        return {"op": "like", "args": [column, {"lit": patterns[type(f)].format(_like_escape(f.value))}]}
+    return None
+
+
+class CxgReader(DataSourceReader):
+    def __init__(self, options: dict[str, str]):
+        self.nodes = _nodes(options)
+        self.table = options["table"]
+        self.request: dict[str, Any] = json.loads(options.get("request", "{}"))
+        self.partitions_wanted = int(options.get("partitions", "2"))
+        self.pushed: list[dict[str, Any]] = []
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        columns = set(self.request.get("columns") or [])
+        if not (self.request.get("columns") or self.request.get("select")):
+            columns = set(TableSchema.from_json(NodeClient(self.nodes[0]).get(f"/v1/tables/{self.table}")).column_names)
+        for f in filters:
+            expression = filter_to_expr(f, columns)
+            if expression is None:
+                yield f
+            else:
+                self.pushed.append(expression)
+
+    def partitions(self) -> list[InputPartition]:
+        infos = {url: NodeClient(url).get(f"/v1/tables/{self.table}") for url in self.nodes}
+        first = next(iter(infos.values()))
+        if first["placement"]["kind"] == "replicated":
+            ranges = _split(first["blocks"], self.partitions_wanted)
+            return [InputPartition((self.nodes[i % len(self.nodes)], a, b)) for i, (a, b) in enumerate(ranges)]
+        per_node = max(1, -(-self.partitions_wanted // len(self.nodes)))
+        return [InputPartition((url, a, b)) for url, info in infos.items() for a, b in _split(info["blocks"], per_node)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        url, start, stop = partition.value
+        request = {"table": self.table, **self.request, "block_range": [start, stop]}
+        if not (request.get("columns") or request.get("select")):
+            definition = TableSchema.from_json(NodeClient(url).get(f"/v1/tables/{self.table}"))
+            request["columns"] = definition.column_names
+        conjuncts = ([request["filter"]] if request.get("filter") else []) + self.pushed
+        if conjuncts:
+            request["filter"] = conjuncts[0] if len(conjuncts) == 1 else {"op": "and", "args": conjuncts}
+        with NodeClient(url).scan(request) as stream:
+            for batch, _ in stream:
+                yield batch
+
+
+def _split(blocks: int, parts: int) -> list[tuple[int, int]]:
+    """Up to `parts` contiguous block ranges covering [0, blocks) (one empty range for no blocks)."""
+    parts = max(1, min(parts, blocks))
+    return [(blocks * i // parts, blocks * (i + 1) // parts) for i in range(parts)]
+
+
+# ---- writing ----------------------------------------------------------------------------------
+
+
+@dataclass
+class CxgCommit(WriterCommitMessage):
+    entries: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # node -> block entries
+
+
+class CxgWriter(DataSourceArrowWriter):
+    def __init__(self, options: dict[str, str], overwrite: bool):
+        self.targets = [t.strip() for t in options["targets"].split(",") if t.strip()]
+        self.schema = TableSchema.from_json(json.loads(options["definition"]))
+        self.sizing = Sizing(**json.loads(options["sizing"]))
+        self.compression = options.get("compression", "zstd")
+        self.mode = options.get("mode") or ("replace" if overwrite else "append")
+        self.load_id = options.get("load_id") or uuid.uuid4().hex[:12]
+        self.planner = PlannerOptions(allow_zstd=options.get("zstd_strings", "true") == "true")
+
+    def _targets(self):
+        return [target(spec, i) for i, spec in enumerate(self.targets)]
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> CxgCommit:
+        targets = {t.node: t for t in self._targets()}
+        cutter = BlockCutter(self.schema, self.sizing, self.compression, self.load_id, self.planner)
+        part = uuid.uuid4().hex[:8]
+        placement = self.schema.placement
+        entries: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        pending: list[pa.RecordBatch] = []
+        current: int | None = None
+
+        def flush() -> None:
+            if not pending:
+                return
+            owners = [targets[placement.owners[current]]] if placement.kind == "hash" else list(targets.values())
+            rows = pa.Table.from_batches(pending)
+            for node, written in cutter.write(rows, current, owners, part).items():
+                entries[node] += [e.to_json() for e in written]
+            pending.clear()
+
+        for batch in iterator:
+            if not batch.num_rows:
+                continue
+            if BUCKET_COLUMN not in batch.schema.names:
+                current = 0
+                pending.append(batch)
+                continue
+            buckets = batch.column(BUCKET_COLUMN)
+            changes = (pc.indices_nonzero(pc.not_equal(buckets[1:], buckets[:-1])).to_numpy() + 1).tolist()
+            edges = [0, *changes, len(batch)]
+            for start, stop in itertools.pairwise(edges):
+                bucket = buckets[start].as_py()
+                if bucket != current:
+                    flush()
+                    current = bucket
+                pending.append(batch.slice(start, stop - start))
+        flush()
+        return CxgCommit(dict(entries))
+
+    def commit(self, messages: list[CxgCommit]) -> None:
+        merged: dict[str, list[BlockEntry]] = defaultdict(list)
+        for message in messages:
+            if message is None:
+                continue
+            for node, entries in message.entries.items():
+                merged[node] += [BlockEntry.from_json(e) for e in entries]
+        for t in self._targets():
+            t.commit(self.schema, self.sizing, self.compression, self.mode, self.load_id, merged.get(t.node, []))
+
+    def abort(self, messages: list[CxgCommit]) -> None:
+        for t in self._targets():
+            t.abort(self.schema.name, self.load_id)

@@ -1,0 +1,130 @@
+"""The "cxg" PySpark data source (reads with pushdown, writes) and the Spark ingest pipeline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from gateway.background import serve
+from gpu_kernels.backend import get_backend
+from storage import Placement, Store, TableSchema
+from storage.loader import LoadOptions, load_table
+from storage.node import Node
+from storage.sources import Source
+from storage.spark_ingest import spark_load
+from storage.tpch import schema_for
+from tests.kernel_cases import plain_strings
+
+
+def _urls(region: dict[str, str]) -> str:
+    return ",".join(region.values())
+
+
+def test_filters_spark_offers_are_pushed_into_the_node_scan(spark, region, duck) -> None:
+    frame = spark.read.format("cxg").option("nodes", _urls(region)).option("table", "lineitem").load()
+    filtered = frame.filter("l_shipdate < date '1993-01-01' and l_returnflag = 'R' and l_quantity > 10")
+    plan = filtered._jdf.queryExecution().executedPlan().toString()
+    assert "BatchScan" in plan and "Filter " not in plan and "Filter(" not in plan, plan
+    expected = duck.sql(
+        "select count(*) from lineitem where l_shipdate < date '1993-01-01' and l_returnflag = 'R' and l_quantity > 10"
+    ).fetchall()[0][0]
+    assert filtered.count() == expected
+
+
+def test_a_request_pushes_columns_expressions_and_predicates(spark, region, duck) -> None:
+    request = {
+        "columns": ["l_orderkey"],
+        "select": [{"name": "rev", "expr": {"op": "*", "args": [{"col": "l_extendedprice"}, {"col": "l_discount"}]}}],
+        "filter": {"op": "<", "args": [{"col": "l_shipdate"}, {"lit": "1993-01-01", "type": "date"}]},
+    }
+    frame = (
+        spark.read.format("cxg")
+        .option("nodes", _urls(region))
+        .option("table", "lineitem")
+        .option("request", json.dumps(request))
+        .load()
+    )
+    assert frame.columns == ["l_orderkey", "rev"]
+    total = float(frame.agg({"rev": "sum"}).first()[0])
+    expected = float(
+        duck.sql(
+            "select sum(l_extendedprice * l_discount) from lineitem where l_shipdate < date '1993-01-01'"
+        ).fetchall()[0][0]
+    )
+    assert total == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_replicated_table_is_read_once_across_nodes(spark, region) -> None:
+    frame = spark.read.format("cxg").option("nodes", _urls(region)).option("table", "nation").option("partitions", "4")
+    assert frame.load().count() == 25
+
+
+def _decoded(stores: list[Store], name: str, key: list[str]) -> pa.Table:
+    return plain_strings(pa.concat_tables([s.table(name).to_arrow() for s in stores])).sort_by(
+        [(k, "ascending") for k in key]
+    )
+
+
+def test_spark_ingest_lays_out_blocks_like_the_local_loader(spark, tmp_path: Path, tpch_files) -> None:
+    source = Source("parquet", (str(tpch_files["orders"]),))
+    schema = schema_for("orders", source.arrow_schema())
+    spark_stores = [Store(tmp_path / "spark" / f"n{i}", node=f"node-{i}") for i in range(2)]
+    local_stores = [Store(tmp_path / "local" / f"n{i}", node=f"node-{i}") for i in range(2)]
+    sizing = spark_load(spark, source.spark(spark), schema, [str(s.root) for s in spark_stores], LoadOptions())
+    load_table(local_stores, schema, source.read())
+    assert _decoded(spark_stores, "orders", ["o_orderkey"]).equals(_decoded(local_stores, "orders", ["o_orderkey"]))
+    for spark_store, local_store in zip(spark_stores, local_stores, strict=True):
+        spark_table, local_table = spark_store.table("orders"), local_store.table("orders")
+        assert spark_table.schema == local_table.schema, "same definition, bucket owners included"
+        assert sorted(b.bucket for b in spark_table.blocks) == sorted(b.bucket for b in local_table.blocks)
+        for _, block in spark_table.iter_blocks():
+            dates = block.decode(["o_orderdate"]).column(0).to_pylist()
+            assert dates == sorted(dates), "rows of a bucket are sorted by the sort key"
+    assert sizing.block_rows == local_stores[0].table("orders").manifest.sizing.block_rows
+
+
+def test_spark_ingest_into_running_nodes_over_http(spark, tmp_path: Path, tpch_files) -> None:
+    stores = [Store(tmp_path / f"n{i}", node=f"node-{i}") for i in range(2)]
+    source = Source("parquet", (str(tpch_files["customer"]),))
+    schema = schema_for("customer", source.arrow_schema())
+    nodes = [Node(s, get_backend("numpy"), slots=1) for s in stores]
+    with serve(nodes[0].app()) as first, serve(nodes[1].app()) as second:
+        spark_load(spark, source.spark(spark), schema, [first, second], LoadOptions())
+        assert sum(s.table("customer").rows for s in stores) == 1500
+        spark_load(spark, source.spark(spark), schema, [first, second], LoadOptions(mode="append"))
+        assert sum(s.table("customer").rows for s in stores) == 3000
+        assert {s.table("customer").manifest.version for s in stores} == {2}
+        frame = spark.read.format("cxg").option("nodes", f"{first},{second}").option("table", "customer").load()
+        assert frame.count() == 3000
+
+
+def test_a_failed_spark_load_changes_nothing_and_leaves_no_files(spark, tmp_path: Path) -> None:
+    stores = [Store(tmp_path / f"n{i}", node=f"node-{i}") for i in range(2)]
+    good = pa.table({"k": pa.array(range(1000), pa.int64()), "v": pa.array([f"v{i}" for i in range(1000)])})
+    schema = TableSchema.from_arrow("t", good.schema, ("k",), Placement.parse("hash(k)", 4))
+    load_table(stores, schema, good)
+    before = _decoded(stores, "t", ["k"])
+    strict = TableSchema.from_arrow(
+        "t", pa.schema([pa.field("k", pa.int64(), False), pa.field("v", pa.string(), False)]), ("k",), schema.placement
+    )
+    bad = spark.createDataFrame([(1, "a"), (2, None)], "k long, v string")  # NULL into a NOT NULL column
+    with pytest.raises(Exception, match="NOT NULL"):
+        spark_load(spark, bad, strict, [str(s.root) for s in stores], LoadOptions())
+    assert _decoded(stores, "t", ["k"]).equals(before)
+    for store in stores:
+        referenced = {b.file for b in store.table("t").blocks}
+        present = {p.name for p in (store.root / "t").iterdir() if p.suffix in (".zst", ".arrow", ".tmp")}
+        assert present == referenced, "the aborted load's uploads are removed"
+
+
+def test_csv_through_spark_keeps_types_and_nulls(spark, tmp_path: Path) -> None:
+    path = tmp_path / "c.csv"
+    path.write_text("id,city,amount,day\n1,Zürich,10.50,2024-01-02\n2,,7.25,2024-01-02\n3,東京,,2024-01-03\n")
+    source = Source("csv", (str(path),))
+    stores = [Store(tmp_path / "n0", node="node-0")]
+    schema = TableSchema.from_arrow("c", source.arrow_schema(), ("day",))
+    spark_load(spark, source.spark(spark), schema, [str(stores[0].root)], LoadOptions())
+    assert _decoded(stores, "c", ["id"]).equals(source.read().sort_by("id"))

@@ -1,0 +1,154 @@
+"""The SQL layer: the regular plan, NULL semantics, empty inputs, non-ASCII text, refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.sql.errors import ReadOnlyViolation, SqlSyntaxError, UndefinedColumn, UndefinedTable, UnsupportedSql
+from loadtests.tpch_queries import query
+from tests.sql_cases import rows, rows_match
+
+# ---- the regular plan ----------------------------------------------------------------------------
+
+
+def test_q3_is_split_into_select_project_subqueries_and_a_spark_join(engine) -> None:
+    plan = engine.plan(query(3))
+    assert plan.engine == "spark"
+    scans = {s.table: s for s in plan.scans}
+    assert set(scans) == {"customer", "orders", "lineitem"}
+    assert [c.sql() for c in scans["customer"].conjuncts] == ["customer.c_mktsegment = 'BUILDING'"]
+    assert [c.sql() for c in scans["orders"].conjuncts] == ["orders.o_orderdate < CAST('1995-03-15' AS DATE)"]
+    assert [c.sql() for c in scans["lineitem"].conjuncts] == ["lineitem.l_shipdate > CAST('1995-03-15' AS DATE)"]
+    assert set(scans["lineitem"].columns) == {"l_orderkey"}, "only the join key travels; the revenue is computed"
+    [(name, (expression, _))] = scans["lineitem"].computed.items()
+    assert expression.sql() == "lineitem.l_extendedprice * (1 - lineitem.l_discount)"
+    assert "c_mktsegment" not in plan.spark_sql and name in plan.spark_sql
+    text = "\n".join(plan.explain())
+    assert "Spark: joins" in text and "filter: lineitem.l_shipdate >" in text and "hash(l_orderkey) x16" in text
+
+
+def test_single_table_queries_run_on_the_nodes_only(engine) -> None:
+    plan = engine.plan(query(1))
+    assert plan.engine == "nodes" and plan.spark_sql is None
+    request = plan.local.request
+    assert [g["name"] for g in request["group_by"]] == ["__g0", "__g1"]
+    assert {a["func"] for a in request["aggregates"]} == {"sum", "avg", "count"}
+    explain = engine.execute("EXPLAIN " + query(6)).table.column("plan").to_pylist()
+    assert explain[0].startswith("engine: storage nodes") and any("reduce/final" in line for line in explain)
+
+
+def test_or_of_per_table_conditions_pushes_an_implied_filter(engine) -> None:
+    scans = {s.table: s for s in engine.plan(query(19)).scans}
+    assert len(scans["part"].implied) == 1 and "p_brand = 'Brand#12'" in scans["part"].implied[0].sql()
+    assert len(scans["lineitem"].implied) == 1 and "l_shipinstruct" in scans["lineitem"].implied[0].sql()
+
+
+def test_outer_join_conditions_push_only_into_the_nullable_side(engine) -> None:
+    scans = {s.table: s for s in engine.plan(query(13)).scans}
+    assert [c.sql() for c in scans["orders"].conjuncts] == ["orders.o_comment NOT LIKE '%special%requests%'"]
+    plan = engine.plan(
+        "select p.name, v.amount from people p left join visits v on p.id = v.person_id where v.amount > 5"
+    )
+    visits = next(s for s in plan.scans if s.table == "visits")
+    assert not visits.conjuncts, "a WHERE condition on the NULL-extended side must stay above the join"
+
+
+# ---- semantics against DuckDB --------------------------------------------------------------------
+
+SEMANTICS = [
+    "select count(*), count(age), sum(age), avg(age), min(name), max(name), sum(score) from people",
+    "select city, count(*), count(age), sum(score) from people group by city order by city",
+    "select city, count(*) from people group by city order by city desc nulls last",
+    "select name from people where age = null",
+    "select name from people where age is null order by id",
+    "select name from people where not (age > 30) order by id",
+    "select name from people where age not in (31, null)",
+    "select name from people where city in ('Berlin', null) order by id",
+    "select name, age from people where age is not null and score is null",
+    "select count(distinct city), count(distinct age) from people",
+    "select age, count(*) from people group by age having count(*) > 1 order by age",
+    "select name from people order by age desc, id limit 3",
+    "select name from people order by age nulls first, id limit 3 offset 1",
+    "select distinct city from people order by city",
+    "select p.name, count(v.amount), sum(v.amount) from people p left join visits v on p.id = v.person_id "
+    "group by p.name order by p.name",
+    "select v.note, p.name from visits v join people p on p.id = v.person_id order by v.note",
+    "select name from people where id in (select person_id from visits) order by id",
+    "select name from people where id not in (select person_id from visits where person_id is not null) order by id",
+    "select name from people p where not exists (select 1 from visits v where v.person_id = p.id) order by id",
+    "select * from empty_people",
+    "select count(*), sum(age), avg(score), max(name) from empty_people",
+    "select city, count(*) from empty_people group by city",
+    "select p.name from people p join empty_people e on p.id = e.id",
+    "select name from people where 1 = 0",
+    "select count(*) from people where age > 1000",
+    "select name from people where name like 'Z%' order by name",
+    "select name from people where name like '%ö%' or name like '%東%' order by id",
+    "select substring(name, 1, 2) as head, name from people where name is not null order by id",
+    "select name, upper(name) from people where id < 4 order by id",
+    "select city, count(*) from people where city >= 'T' group by city order by city",
+    "select note from visits where note like '%é' or note = '日本語' order by note",
+    "select id, case when age > 40 then 'old' when age is null then 'unknown' else 'young' end from people order by id",
+    "select id, joined + interval '1' month, extract(year from joined) from people order by id",
+    "select id, score * 2, score / 4, age + 1, -age from people order by id",
+    "select 1 + 1, 'ünï', date '2024-01-31' + interval '1' month",
+]
+
+
+@pytest.mark.parametrize("sql", SEMANTICS)
+def test_same_answer_as_duckdb(engine, duck, sql: str) -> None:
+    result = engine.execute(sql)
+    expected = duck.sql(sql).fetchall()
+    assert rows_match(rows(result.table), expected, ordered="order by" in sql), (rows(result.table), expected)
+
+
+def test_empty_table_keeps_its_columns(engine) -> None:
+    result = engine.execute("select * from empty_people")
+    assert result.table.num_rows == 0
+    assert result.table.column_names == ["id", "name", "city", "age", "score", "joined"]
+
+
+def test_result_names_follow_the_select_list(engine) -> None:
+    result = engine.execute("select city as town, count(*) as n, sum(age) from people group by city")
+    assert result.table.column_names == ["town", "n", "sum(age)"]
+
+
+# ---- refusals ----------------------------------------------------------------------------------
+
+REFUSED = [
+    ("insert into people values (9, 'x', 'y', 1, 1.0, null)", ReadOnlyViolation, "INSERT"),
+    ("update people set age = 1", ReadOnlyViolation, "UPDATE"),
+    ("delete from people", ReadOnlyViolation, "DELETE"),
+    ("create table t as select * from people", ReadOnlyViolation, "CREATE"),
+    ("drop table people", ReadOnlyViolation, "DROP"),
+    ("alter table people add column x int", ReadOnlyViolation, "ALTER"),
+    ("truncate table people", ReadOnlyViolation, "TRUNCATE"),
+    ("select * into copy from people", ReadOnlyViolation, "INTO"),
+    ("select 1; delete from people", ReadOnlyViolation, "one statement"),
+    ("select 1; select 2", UnsupportedSql, "one statement"),
+    ("select name, rank() over (order by age) from people", UnsupportedSql, "window functions"),
+    ("select name from people union select note from visits", UnsupportedSql, "UNION"),
+    ("select name from people intersect select note from visits", UnsupportedSql, "INTERSECT"),
+    ("select name from people except select note from visits", UnsupportedSql, "EXCEPT"),
+    ("select * from people, lateral (select 1) x", UnsupportedSql, "LATERAL"),
+    ("select unnest([1, 2])", UnsupportedSql, "UNNEST"),
+    ("select city, count(*) from people group by rollup (city)", UnsupportedSql, "ROLLUP"),
+    ("select city, count(*) from people group by cube (city)", UnsupportedSql, "CUBE"),
+    ("select city, count(*) from people group by grouping sets ((city), ())", UnsupportedSql, "GROUPING SETS"),
+    ("select * from people tablesample (10 percent)", UnsupportedSql, "TABLESAMPLE"),
+    ("select * from (values (1), (2)) t(x)", UnsupportedSql, "VALUES"),
+    ("with recursive r as (select 1 as n) select * from r", UnsupportedSql, "recursive WITH"),
+    ("select foo(age) from people", UnsupportedSql, "function FOO"),
+    ("select * from people where age = ?", UnsupportedSql, "parameters"),
+    ("select * from nowhere", UndefinedTable, "nowhere"),
+    ("select nope from people", UndefinedColumn, "nope"),
+    ("selec * from people", SqlSyntaxError, "syntax error"),
+    ("select * from people where", SqlSyntaxError, "syntax error"),
+]
+
+
+@pytest.mark.parametrize(("sql", "error", "fragment"), REFUSED)
+def test_refused_with_a_reason(engine, sql: str, error: type, fragment: str) -> None:
+    with pytest.raises(error, match=fragment) as info:
+        engine.execute(sql)
+    assert info.value.status in (400, 422) and info.value.code and info.value.sqlstate
