@@ -45,7 +45,8 @@ class SparkConfig:
     master: str = "local[*]"  # or spark://host:7077, yarn, ...
     driver_memory: str = "4g"
     shuffle_partitions: int | None = None  # default: the cores of a local master
-    broadcast_threshold: str = "64MB"
+    broadcast_threshold: str = "10MB"
+    adaptive: bool = False  # spark.sql.adaptive.enabled
     conf: dict[str, str] = field(default_factory=dict)  # any other spark.* option
 
     def settings(self):
@@ -56,6 +57,7 @@ class SparkConfig:
             driver_memory=self.driver_memory,
             shuffle_partitions=self.shuffle_partitions,
             broadcast_threshold=self.broadcast_threshold,
+            adaptive=self.adaptive,
             conf=dict(self.conf),
         )
 

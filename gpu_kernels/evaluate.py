@@ -25,6 +25,7 @@ from gpu_kernels.backend import Array, NumpyBackend
 from gpu_kernels.expr import Call, Col, Kind, Lit, Type
 from gpu_kernels.selection import Selection
 from gpu_kernels.vectors import (
+    EPOCH,
     INT64_MAX,
     UNITS_PER_DAY,
     OverflowInExpression,
@@ -319,6 +320,11 @@ class BlockEvaluator:
     def _column_predicate(self, e: Call, within: Selection) -> Truth | None:
         """`column op literal(s)` on the encoded column, or None when it must go row by row."""
         column, literals = e.args[0], e.args[1:]
+        if e.op == "in" and isinstance(literals[0], E.Values):
+            if not isinstance(column, Col):
+                raise E.ExprError("IN with a values list needs a column on its left")
+            t = self.types[column.name]
+            return self._apply(column.name, t, self._members(t, literals[0]), within)
         if not isinstance(column, Col) or not all(isinstance(a, Lit) for a in literals):
             return None
         t = self.types[column.name]
@@ -334,6 +340,17 @@ class BlockEvaluator:
         if e.op == "in" and any(lit.value is None for lit in literals):  # x IN (..., NULL): unknown unless matched
             truth = Truth(truth.true, within - truth.true)
         return truth
+
+    def _members(self, t: Type, values: E.Values) -> ValuePredicate:
+        """Membership in a (long) list of values, converted to the column's domain once."""
+        if t.kind is Kind.STR:
+            return _string_predicate("in", [str(v) for v in values.items])
+        if t.kind in (Kind.INT, Kind.DATE, Kind.BOOL) and values.type.kind is t.kind:
+            return _membership(self.backend, values)
+        predicate = self._value_predicate(t, "in", [Lit(v, values.type) for v in values.items])
+        if predicate is None:
+            raise E.ExprError(f"IN list of {values.type.kind.value} does not compare with {t.kind.value}")
+        return predicate
 
     def _value_predicate(self, t: Type, op: str, literals: list[Lit]) -> ValuePredicate | None:
         xp = self.xp
@@ -717,3 +734,50 @@ def _integer_predicate(xp: Any, op: str, bounds: list[Fraction]) -> ValuePredica
             return none
         return lambda v: xp.isin(v, xp.asarray(members, dtype=xp.int64))
     return None
+
+
+_TABLE_SPAN = 1 << 26  # membership by lookup table up to this many distinct possible values
+
+
+_MEMBERSHIPS: dict[tuple[int, str], tuple[E.Values, ValuePredicate]] = {}
+
+
+def _membership(backend: NumpyBackend, values: E.Values) -> ValuePredicate:
+    """v IN values for integer domains, built once per values list (every block of a scan shares it)."""
+    key = (id(values), backend.name)
+    cached = _MEMBERSHIPS.get(key)
+    if cached is not None and cached[0] is values:
+        return cached[1]
+    items = values.items if values.type.kind is not Kind.DATE else [(v - EPOCH).days for v in values.items]
+    predicate = _membership_of(backend, np.asarray(items, dtype=np.int64))
+    if len(_MEMBERSHIPS) > 64:
+        _MEMBERSHIPS.clear()
+    _MEMBERSHIPS[key] = (values, predicate)
+    return predicate
+
+
+def _membership_of(backend: NumpyBackend, members: np.ndarray) -> ValuePredicate:
+    """A lookup table over the members' range when it is small enough (one gather per row), a
+    sorted search otherwise."""
+    xp = backend.xp
+    members = np.unique(members)
+    low, high = int(members[0]), int(members[-1])
+    if high - low < _TABLE_SPAN:
+        table = np.zeros(high - low + 1, dtype=bool)
+        table[members - low] = True
+        table = backend.asarray(table)
+
+        def lookup(v: Array) -> Array:
+            inside = (v >= low) & (v <= high)
+            hit = xp.zeros(len(v), dtype=bool)
+            hit[inside] = table[v[inside] - low]
+            return hit
+
+        return lookup
+    sorted_members = backend.asarray(members)
+
+    def search(v: Array) -> Array:
+        position = xp.clip(xp.searchsorted(sorted_members, v), 0, len(sorted_members) - 1)
+        return sorted_members[position] == v
+
+    return search

@@ -56,12 +56,20 @@ class Lit:
 
 
 @dataclass(frozen=True)
+class Values:
+    """A list of literals of one type: the right side of a (long) IN list."""
+
+    items: tuple
+    type: Type
+
+
+@dataclass(frozen=True)
 class Call:
     op: str
     args: tuple[Expr, ...]
 
 
-Expr = Col | Lit | Call
+Expr = Col | Lit | Values | Call
 
 COMPARISONS = ("=", "<>", "<", "<=", ">", ">=")
 ARITHMETIC = ("+", "-", "*", "/")
@@ -140,6 +148,17 @@ def from_json(data: Any) -> Expr:
         if not isinstance(data["col"], str):
             raise ExprError(f"column name must be a string, not {data['col']!r}")
         return Col(data["col"])
+    if "values" in data:
+        items, type_name = data["values"], data.get("type")
+        if not isinstance(items, list) or not items or any(v is None for v in items):
+            raise ExprError("values must be a non-empty list without NULLs")
+        literals = [_literal(v, type_name) for v in items[:1]]
+        kind = literals[0].type
+        if kind.kind is Kind.DATE:
+            return Values(tuple(dt.date.fromisoformat(v) for v in items), kind)
+        if kind.kind is Kind.DEC:
+            return Values(tuple(_literal(v, type_name).value for v in items), kind)
+        return Values(tuple(items), kind)
     if "lit" in data:
         type_name = data.get("type")
         if type_name is not None and not isinstance(type_name, str):
@@ -159,6 +178,13 @@ def from_json(data: Any) -> Expr:
 def to_json(expr: Expr) -> dict[str, Any]:
     if isinstance(expr, Col):
         return {"col": expr.name}
+    if isinstance(expr, Values):
+        sample = _literal_json(Lit(expr.items[0], expr.type))
+        items = [
+            v.isoformat() if isinstance(v, dt.date) else str(v) if isinstance(v, decimal.Decimal) else v
+            for v in expr.items
+        ]
+        return {"values": items, **({"type": sample["type"]} if "type" in sample else {})}
     if isinstance(expr, Lit):
         return _literal_json(expr)
     return {"op": expr.op, "args": [to_json(a) for a in expr.args]}
@@ -255,7 +281,11 @@ def check(expr: Expr, columns: dict[str, Type]) -> Type:
         return columns[expr.name]
     if isinstance(expr, Lit):
         return expr.type
-    types = [check(a, columns) for a in expr.args]
+    if isinstance(expr, Values):
+        raise ExprError("a values list is only allowed as the right side of IN")
+    if expr.op != "in" and any(isinstance(a, Values) for a in expr.args):
+        raise ExprError("a values list is only allowed as the right side of IN")
+    types = [check(a, columns) if not isinstance(a, Values) else a.type for a in expr.args]
     op = expr.op
     if op in COMPARISONS:
         _arity(expr, 2)
@@ -266,6 +296,9 @@ def check(expr: Expr, columns: dict[str, Type]) -> Type:
         common_type(common_type(types[0], types[1], op), types[2], op)
         return Type(Kind.BOOL)
     if op == "in":
+        if len(expr.args) == 2 and isinstance(expr.args[1], Values):
+            common_type(types[0], expr.args[1].type, op)
+            return Type(Kind.BOOL)
         if len(expr.args) < 2 or not all(isinstance(a, Lit) for a in expr.args[1:]):
             raise ExprError("in takes an expression and one or more literals")
         for t in types[1:]:

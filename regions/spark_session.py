@@ -24,7 +24,8 @@ class SparkSettings:
     app_name: str = "cxg"
     driver_memory: str = "4g"
     shuffle_partitions: int | None = None  # default: the cores of a local master
-    broadcast_threshold: str = "64MB"
+    broadcast_threshold: str = "10MB"  # Spark's default; small sub-queries arrive as sized local relations
+    adaptive: bool = False  # adaptive query execution: adds stages that cost more than they save here
     conf: dict[str, str] = field(default_factory=dict)  # any other spark.* option
 
     def options(self) -> dict[str, str]:
@@ -40,7 +41,7 @@ class SparkSettings:
             "spark.scheduler.mode": "FAIR",
             "spark.sql.shuffle.partitions": str(self.shuffle_partitions or cores),
             "spark.sql.autoBroadcastJoinThreshold": self.broadcast_threshold,
-            "spark.sql.adaptive.enabled": "true",
+            "spark.sql.adaptive.enabled": str(self.adaptive).lower(),
             "spark.sql.session.timeZone": "UTC",
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",

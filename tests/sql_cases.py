@@ -1,11 +1,9 @@
-"""Small tables for SQL semantics (NULLs, empty tables, non-ASCII text) and result comparison."""
+"""Small tables for SQL semantics: NULLs, empty tables, non-ASCII text."""
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
-import math
-from typing import Any
 
 import pyarrow as pa
 
@@ -52,33 +50,3 @@ def edge_tables() -> list[tuple[TableSchema, pa.Table]]:
         (TableSchema.from_arrow("visits", visits.schema, (), Placement.parse("replicated")), visits),
         (TableSchema.from_arrow("empty_people", empty.schema, (), Placement.parse("hash(id)", 4)), empty),
     ]
-
-
-def _same(a: Any, b: Any, tolerance: float) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    if isinstance(a, dt.date) and isinstance(b, dt.datetime) and b.time() == dt.time(0):
-        return a == b.date()  # date + interval: a date here, DuckDB's timestamp at midnight
-    if isinstance(a, (float, D)) or isinstance(b, (float, D)):
-        a, b = float(a), float(b)
-        if math.isnan(a) or math.isnan(b):
-            return math.isnan(a) and math.isnan(b)
-        return abs(a - b) <= tolerance * max(1.0, abs(b))
-    return a == b
-
-
-def rows_match(got: list[tuple], expected: list[tuple], ordered: bool, tolerance: float = 1e-6) -> bool:
-    """Row lists equal (numbers within a relative tolerance); in order when the query orders."""
-    if len(got) != len(expected):
-        return False
-    if not ordered:
-        key = lambda row: tuple((v is None, str(type(v)), str(v)) for v in row)  # noqa: E731
-        got, expected = sorted(got, key=key), sorted(expected, key=key)
-    return all(
-        len(g) == len(e) and all(_same(a, b, tolerance) for a, b in zip(g, e, strict=True))
-        for g, e in zip(got, expected, strict=True)
-    )
-
-
-def rows(table: pa.Table) -> list[tuple]:
-    return [tuple(r.values()) for r in table.to_pylist()]

@@ -375,3 +375,38 @@ def test_asking_for_cupy_without_a_device_fails_loudly() -> None:
 def test_aggregate_spec_fields() -> None:
     spec = AggSpec("a", "avg", col, pa.decimal128(38, 2))
     assert [f.name for f in spec.fields()] == ["a$sum", "a$count"]
+
+
+# ---- long IN lists -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend_name", BACKENDS)
+def test_a_values_list_selects_like_the_equivalent_literals(cache, table, backend_name) -> None:
+    backend = get_backend(backend_name)
+    keys = list(range(0, 3000, 7))
+    as_values = run_scan(cache, {"columns": ["rid"], "filter": call("in", col("rid"), {"values": keys})}, backend)
+    assert sorted(as_values.column("rid").to_pylist()) == keys
+    days = ["1991-12-01", "1992-01-15", "1992-03-01"]
+    expected = expected_rows(table, call("in", col("d"), *(lit(d, "date") for d in days)))
+    by_date = run_scan(
+        cache, {"columns": ["rid"], "filter": call("in", col("d"), {"values": days, "type": "date"})}, backend
+    )
+    assert sorted(by_date.column("rid").to_pylist()) == expected
+    names = ["Lima", "東京"]
+    by_name = run_scan(cache, {"columns": ["rid"], "filter": call("in", col("grp"), {"values": names})}, backend)
+    assert sorted(by_name.column("rid").to_pylist()) == expected_rows(table, call("in", col("grp"), *map(lit, names)))
+
+
+def test_values_lists_are_only_for_in(cache) -> None:
+    with pytest.raises(ScanRequestError, match="only allowed as the right side of IN"):
+        scan_table(
+            cache,
+            {"table": "t", "columns": ["rid"], "filter": call("=", col("rid"), {"values": [1]})},
+            get_backend("numpy"),
+        )
+    with pytest.raises(ScanRequestError, match="non-empty list without NULLs"):
+        scan_table(
+            cache,
+            {"table": "t", "columns": ["rid"], "filter": call("in", col("rid"), {"values": []})},
+            get_backend("numpy"),
+        )

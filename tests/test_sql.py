@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.sql.errors import ReadOnlyViolation, SqlSyntaxError, UndefinedColumn, UndefinedTable, UnsupportedSql
+from gateway.sql.errors import (
+    ReadOnlyViolation,
+    SqlError,
+    SqlSyntaxError,
+    UndefinedColumn,
+    UndefinedTable,
+    UnsupportedSql,
+)
+from loadtests.compare import rows, rows_match
 from loadtests.tpch_queries import query
-from tests.sql_cases import rows, rows_match
 
 # ---- the regular plan ----------------------------------------------------------------------------
 
@@ -152,3 +159,37 @@ def test_refused_with_a_reason(engine, sql: str, error: type, fragment: str) -> 
     with pytest.raises(error, match=fragment) as info:
         engine.execute(sql)
     assert info.value.status in (400, 422) and info.value.code and info.value.sqlstate
+
+
+# ---- shrinking the sub-queries before Spark ------------------------------------------------------
+
+
+def test_semi_join_reduction_follows_the_chain_of_joins(engine) -> None:
+    plan = engine.plan(query(5))
+    scans = {s.table: s for s in plan.scans}
+    assert any("values of region.r_regionkey" in r for r in scans["nation"].reductions)
+    assert any("values of orders.o_orderkey" in r for r in scans["lineitem"].reductions)
+    assert scans["lineitem"].rows < scans["lineitem"].info.rows / 10
+    text = "\n".join(plan.explain())
+    assert "semi-join filter: l_orderkey IN" in text and "local relation" in text
+
+
+def test_uncorrelated_one_table_subqueries_run_first_on_the_nodes(engine) -> None:
+    plan = engine.plan(query(18))
+    assert plan.notes and plan.notes[0].startswith("evaluated first on the nodes")
+    orders = next(s for s in plan.scans if s.table == "orders")
+    assert any("o_orderkey IN" in c.sql() for c in orders.conjuncts)
+    plan = engine.plan(query(22))
+    customer = next(s for s in plan.scans if s.table == "customer")
+    assert any("c_acctbal >" in c.sql() and "SELECT" not in c.sql() for c in customer.conjuncts)
+
+
+def test_correlated_subqueries_are_reduced_by_the_outer_rows(engine) -> None:
+    plan = engine.plan(query(17))
+    inner = [s for s in plan.scans if s.table == "lineitem"]
+    assert all(any("values of part.p_partkey" in r for r in s.reductions) for s in inner)
+
+
+def test_a_scalar_subquery_with_several_rows_is_an_error(engine) -> None:
+    with pytest.raises(SqlError, match="more than one row"):
+        engine.execute("select name from people where age = (select age from people where age is not null)")

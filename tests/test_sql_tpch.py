@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from loadtests.compare import rows, rows_match
 from loadtests.tpch_queries import SINGLE_TABLE, query
-from tests.sql_cases import rows, rows_match
 
 
 @pytest.mark.parametrize("number", range(1, 23), ids=lambda n: f"Q{n}")

@@ -15,7 +15,8 @@ from gateway.sql.catalog import RegionCatalog
 from gateway.sql.errors import ExecutionError, SqlError
 from gateway.sql.local import run_local
 from gateway.sql.parse import Statement, prepare
-from gateway.sql.plan import Plan, Planner
+from gateway.sql.plan import Plan, Planner, Scan
+from gateway.sql.reduce import reduce_and_fetch, substitute_subqueries
 from regions.spark_session import SparkSettings, spark_session
 from storage.errors import StorageError
 from storage.scan import plan_scan
@@ -51,13 +52,24 @@ class Engine:
         return prepare(sql, self.catalog.sql_schema())
 
     def plan(self, sql: str) -> Plan:
-        return self.planner.plan(self.prepare(sql))
+        """The plan of `sql`; one-table subqueries and semi-join keys are evaluated on the nodes."""
+        return self._plan(self.prepare(sql))
+
+    def _plan(self, statement: Statement) -> Plan:
+        notes = []
+        if statement.tree.args.get("from_") is not None and self.planner._local(statement) is None:
+            notes = substitute_subqueries(statement, self.planner, self.catalog)
+        plan = self.planner.plan(statement)
+        plan.notes = notes
+        if plan.engine == "spark":
+            plan.inputs = reduce_and_fetch(plan, self.catalog)
+        return plan
 
     def execute(self, sql: str, query_id: str | None = None) -> Result:
         """Run one query; `query_id` lets `cancel` stop its Spark jobs from another thread."""
         started = time.perf_counter()
         statement = self.prepare(sql)
-        plan = self.planner.plan(statement)
+        plan = self._plan(statement)
         if statement.explain:
             table = pa.table({"plan": plan.explain()})
             return Result(table, plan, time.perf_counter() - started)
@@ -77,26 +89,19 @@ class Engine:
         return Result(table, plan, time.perf_counter() - started)
 
     def _run_spark(self, plan: Plan, query_id: str) -> pa.Table:
-        from storage.spark_source import spark_schema
-
+        """Spark runs the joins; small sub-queries are handed over as local relations (Spark then
+        knows their size and broadcasts them), the others stream through the "cxg" data source."""
         spark = self.spark
         context = spark.sparkContext
         context.setJobGroup(query_id, plan.statement.text[:200], interruptOnCancel=True)
-        parallelism = context.defaultParallelism
+        fetched = plan.inputs
         views = []
         try:
             for scan in plan.scans:
-                request = scan.request()
-                schema = spark_schema(plan_scan(request, scan.info.schema).schema)
-                frame = (
-                    spark.read.format("cxg")
-                    .option("nodes", ",".join(self.catalog.urls(scan.info)))
-                    .option("table", scan.table)
-                    .option("request", json.dumps(request))
-                    .option("schema", schema.json())
-                    .option("partitions", str(parallelism if scan.info.rows > 100_000 else 1))
-                    .load()
-                )
+                if scan.index in fetched:  # one chunk: PySpark loses rows after an empty first chunk
+                    frame = spark.createDataFrame(fetched[scan.index].combine_chunks())
+                else:
+                    frame = self._stream(scan, context.defaultParallelism)
                 frame.createOrReplaceTempView(scan.view)
                 views.append(scan.view)
             with self._lock:
@@ -107,6 +112,21 @@ class Engine:
                 self._running.pop(query_id, None)
             for view in views:
                 spark.catalog.dropTempView(view)
+
+    def _stream(self, scan: Scan, parallelism: int):
+        from storage.spark_source import spark_schema
+
+        request = scan.request()
+        schema = spark_schema(plan_scan(request, scan.info.schema).schema)
+        return (
+            self.spark.read.format("cxg")
+            .schema(schema)
+            .option("nodes", ",".join(self.catalog.urls(scan.info)))
+            .option("table", scan.table)
+            .option("request", json.dumps(request))
+            .option("partitions", str(parallelism))
+            .load()
+        )
 
     def cancel(self, query_id: str) -> bool:
         """Stop the Spark jobs of a running query; True if it was running on Spark."""

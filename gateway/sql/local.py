@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gateway.sql.catalog import RegionCatalog
+from gateway.sql.catalog import RegionCatalog, TableInfo
 from gateway.sql.plan import Plan
 from gpu_kernels import expr as E
 from gpu_kernels.aggregate import final_aggregate
@@ -41,7 +41,12 @@ def evaluate(table: pa.Table, outputs: list[tuple[str, dict[str, Any]]], predica
     return pa.Table.from_arrays(arrays, names=names)
 
 
-def _scan_all(urls: list[str], request: dict[str, Any]) -> pa.Table:
+def scan_nodes(catalog: RegionCatalog, info: TableInfo, request: dict[str, Any]) -> pa.Table:
+    """A scan on every node holding the table (one node for a replicated table), results concatenated."""
+    urls = catalog.urls(info)
+    if info.replicated:
+        urls = urls[:1]
+
     def one(url: str) -> pa.Table:
         return NodeClient(url).scan_table(request)[0]
 
@@ -57,10 +62,7 @@ def run_local(plan: Plan, catalog: RegionCatalog) -> pa.Table:
     if plan.engine == "coordinator":
         return evaluate(pa.table({"_": [0]}), query.outputs)
     info = query.scan.info
-    urls = catalog.urls(info)
-    if info.replicated:
-        urls = urls[:1]
-    merged = _scan_all(urls, query.request)
+    merged = scan_nodes(catalog, info, query.request)
     if query.aggregating:
         aggregates = list(plan_scan(query.request, info.schema).task.aggregates)
         merged = final_aggregate(merged, query.keys, aggregates)

@@ -84,6 +84,8 @@ class Scan:
     filters: list[dict[str, Any]] = field(default_factory=list)
     computed: dict[str, tuple[exp.Expression, dict[str, Any]]] = field(default_factory=dict)
     columns: list[str] = field(default_factory=list)
+    reductions: list[str] = field(default_factory=list)  # semi-join filters added at run time
+    rows: int | None = None  # rows the sub-query returns, when counted before Spark runs
     view: str = ""
 
     def request(self) -> dict[str, Any]:
@@ -103,7 +105,14 @@ class Scan:
             lines.append(f"    filter: {conjunct.sql()}")
         for implied in self.implied:
             lines.append(f"    implied filter: {implied.sql()}")
+        for reduction in self.reductions:
+            lines.append(f"    semi-join filter: {reduction}")
+        if self.rows is not None:
+            lines.append(f"    rows: {self.rows:,}")
         return lines
+
+    def delivery(self, inline: bool) -> str:
+        return "handed to Spark as a local relation" if inline else "streamed to Spark through the cxg data source"
 
 
 @dataclass
@@ -121,13 +130,38 @@ class LocalQuery:
     offset: int = 0
 
 
+@dataclass(frozen=True)
+class Edge:
+    """An equality between two sub-queries' columns that lets one's values filter the other:
+    an inner equi-join (both ways), or a correlated subquery's condition (outer to inner only)."""
+
+    left: Scan
+    left_column: str
+    right: Scan
+    right_column: str
+    both_ways: bool = True
+
+    def directions(self) -> list[tuple[Scan, str, Scan, str]]:
+        forward = [(self.left, self.left_column, self.right, self.right_column)]
+        if self.both_ways:
+            forward.append((self.right, self.right_column, self.left, self.left_column))
+        return forward
+
+
 @dataclass
 class Plan:
     engine: str  # "nodes", "spark" or "coordinator"
     statement: Statement
     scans: list[Scan] = field(default_factory=list)
     local: LocalQuery | None = None
-    spark_sql: str | None = None
+    edges: list[Edge] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what was evaluated before planning
+    inputs: dict[int, Any] = field(default_factory=dict, repr=False)  # small sub-queries' rows, by scan
+
+    @property
+    def spark_sql(self) -> str | None:
+        """The query Spark runs over the sub-queries' views."""
+        return self.statement.tree.sql(dialect="spark", pretty=True) if self.engine == "spark" else None
 
     def explain(self) -> list[str]:
         engines = {
@@ -135,11 +169,13 @@ class Plan:
             "spark": "storage nodes: select-project sub-queries; Spark: joins and everything above them",
             "coordinator": "coordinator (no table)",
         }
-        lines = [f"engine: {engines[self.engine]}"]
+        lines = [f"engine: {engines[self.engine]}", *self.notes]
         if self.scans:
             lines.append("select-project sub-queries (on compressed data):")
             for scan in self.scans:
                 lines += ["  " + line for line in scan.explain()]
+                if self.engine == "spark":
+                    lines.append(f"      {scan.delivery(scan.index in self.inputs)}")
         if self.local is not None:
             local = self.local
             if local.aggregating:
@@ -154,7 +190,7 @@ class Plan:
                 lines.append("coordinator: ORDER BY")
             if local.limit is not None:
                 lines.append(f"coordinator: LIMIT {local.limit}" + (f" OFFSET {local.offset}" if local.offset else ""))
-        if self.spark_sql:
+        if self.engine == "spark":
             lines.append("Spark SQL over the sub-queries:")
             lines += ["  " + line for line in self.spark_sql.splitlines()]
         return lines
@@ -277,6 +313,7 @@ class Planner:
                         len(scans), source.name, alias, self.catalog.table(source.name)
                     )
         counter = itertools.count()
+        edges: list[Edge] = []
         for scope in scopes:
             base = {
                 alias: scans[(id(scope.expression), alias)]
@@ -287,6 +324,8 @@ class Planner:
                 nullable = _nullable_aliases(scope.expression)
                 self._push_predicates(scope, base, nullable)
                 self._push_expressions(scope, base, nullable, counter)
+                edges += _equi_joins(scope.expression, base, nullable)
+            edges += _correlated_edges(scope, scans)
         needed = _columns_by_source(tree)
         query_id = uuid.uuid4().hex[:10]
         for key, scan in scans.items():
@@ -304,7 +343,7 @@ class Planner:
                             this=exp.to_identifier(scan.view), alias=exp.TableAlias(this=exp.to_identifier(alias))
                         )
                     )
-        return Plan("spark", statement, list(scans.values()), spark_sql=tree.sql(dialect="spark", pretty=True))
+        return Plan("spark", statement, list(scans.values()), edges=edges)
 
     def _push_predicates(self, scope: Scope, base: dict[str, Scan], nullable: set[str]) -> None:
         select = scope.expression
@@ -505,6 +544,59 @@ def _nullable_aliases(select: exp.Select) -> set[str]:
             nullable.update(seen)
         seen.append(alias)
     return nullable
+
+
+def _equi_joins(select: exp.Select, base: dict[str, Scan], nullable: set[str]) -> list[Edge]:
+    """The `a.x = b.y` conditions of inner joins between two tables of this SELECT."""
+    conditions = split_and(select.args["where"].this) if select.args.get("where") else []
+    for join in select.args.get("joins") or []:
+        if not join.side and join.args.get("on") is not None:
+            conditions += split_and(join.args["on"])
+    pairs = []
+    for condition in conditions:
+        if isinstance(condition, exp.EQ) and isinstance(condition.this, exp.Column):
+            left, right = condition.this, condition.expression
+            if not isinstance(right, exp.Column) or left.table == right.table:
+                continue
+            if {left.table, right.table} <= set(base) and not {left.table, right.table} & nullable:
+                pairs.append(((left.table, left.name), (right.table, right.name)))
+    # a.x = b.y and b.y = c.z: every two columns of one equivalence class join (a.x = c.z too)
+    classes: list[set[tuple[str, str]]] = []
+    for a, b in pairs:
+        touching = [c for c in classes if a in c or b in c]
+        merged = {a, b}.union(*touching)
+        classes = [c for c in classes if c not in touching] + [merged]
+    edges = []
+    for members in classes:
+        ordered = sorted(members)
+        for i, (left_alias, left_column) in enumerate(ordered):
+            for right_alias, right_column in ordered[i + 1 :]:
+                if left_alias != right_alias:
+                    edges.append(Edge(base[left_alias], left_column, base[right_alias], right_column))
+    return edges
+
+
+def _correlated_edges(scope: Scope, scans: dict[tuple[int, str], Scan]) -> list[Edge]:
+    """`inner.x = outer.y` in a correlated subquery: outer values filter the inner sub-query (inner
+    rows matching no outer row cannot change any outer row's result)."""
+    select = scope.expression
+    if not scope.external_columns or not isinstance(select, exp.Select) or not select.args.get("where"):
+        return []
+    edges = []
+    for condition in split_and(select.args["where"].this):
+        if not (isinstance(condition, exp.EQ) and isinstance(condition.this, exp.Column)):
+            continue
+        if not isinstance(condition.expression, exp.Column):
+            continue
+        for inner, outer in ((condition.this, condition.expression), (condition.expression, condition.this)):
+            inner_scan = scans.get((id(select), inner.table))
+            owner = scope.parent
+            while owner is not None and outer.table not in owner.sources:
+                owner = owner.parent
+            outer_scan = scans.get((id(owner.expression), outer.table)) if owner is not None else None
+            if inner_scan is not None and outer_scan is not None and outer.table not in scope.sources:
+                edges.append(Edge(outer_scan, outer.name, inner_scan, inner.name, both_ways=False))
+    return edges
 
 
 def _columns_by_source(tree: exp.Expression) -> dict[tuple[int, str], set[str]]:

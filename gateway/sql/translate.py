@@ -19,6 +19,9 @@ class NotTranslatable(Exception):
     pass
 
 
+LONG_IN_LIST = 64  # longer IN lists travel as one values array
+
+
 _COMPARISONS = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
 _ARITHMETIC = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/"}
 _INTERVAL_UNITS = {"DAY": "interval_day", "MONTH": "interval_month", "YEAR": "interval_year"}
@@ -87,10 +90,17 @@ def to_ir(node: exp.Expression, column: ColumnMap) -> dict[str, Any]:
     if isinstance(node, exp.In):
         if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
             raise NotTranslatable("IN with a subquery")
-        values = node.expressions
-        if not all(isinstance(v, (exp.Literal, exp.Null)) for v in values):
+        values = [to_ir(v, column) for v in node.expressions]
+        if not all("lit" in v for v in values):
             raise NotTranslatable("IN with non-literal values")
-        return call("in", to_ir(node.this, column), *(to_ir(v, column) for v in values))
+        left = to_ir(node.this, column)
+        types = {v.get("type") for v in values}
+        if len(values) > LONG_IN_LIST and len(types) == 1 and all(v["lit"] is not None for v in values):
+            [type_name] = types
+            return call(
+                "in", left, {"values": [v["lit"] for v in values], **({"type": type_name} if type_name else {})}
+            )
+        return call("in", left, *values)
     if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
         return call("is_null", to_ir(node.this, column))
     if isinstance(node, exp.Like):

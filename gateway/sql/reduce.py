@@ -1,0 +1,195 @@
+"""Making the select-project sub-queries of a join query as small as possible before Spark runs.
+
+Two steps, both evaluated on the storage nodes:
+
+- `substitute_subqueries`: an uncorrelated subquery over one table (``o_orderkey IN (SELECT
+  l_orderkey FROM lineitem GROUP BY l_orderkey HAVING sum(l_quantity) > 300)``, a scalar
+  ``(SELECT avg(c_acctbal) FROM customer WHERE ...)``, an uncorrelated EXISTS) runs first, as a
+  one-table query on the nodes, and its answer replaces it as literals; the predicate around it
+  can then be pushed into a sub-query like any other.
+- `reduce_and_fetch`: sub-queries are visited from the smallest table up; a filtered one that
+  turns out small is fetched whole, and the distinct values of its join columns become
+  ``key IN (values)`` on the sub-query at the other end of an inner equi-join (or inside a
+  correlated subquery). Along a chain of joins (region -> nation -> customer -> orders ->
+  lineitem) each step shrinks the next. The small ones reach Spark as local relations.
+
+Spark still executes every join; it only receives fewer rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlglot import exp
+from sqlglot.optimizer.scope import traverse_scope
+
+from gateway.sql.catalog import RegionCatalog
+from gateway.sql.errors import SqlError
+from gateway.sql.local import run_local, scan_nodes
+from gateway.sql.parse import Statement
+from gateway.sql.plan import Plan, Planner, Scan
+
+MAX_SUBSTITUTED = 10_000  # values an IN subquery may become
+MAX_KEYS = 500_000  # values a semi-join filter may carry
+PROBE_ROWS = 500_000  # sub-queries up to this size are fetched for their join keys
+INLINE_ROWS = 100_000  # up to this size they reach Spark as local relations (beyond, streaming is faster)
+MAX_PROBES = 2  # fetch attempts per sub-query (a reduction earns it a second one)
+
+
+class CardinalityError(SqlError):
+    code = "cardinality_violation"
+    sqlstate = "21000"
+
+
+def literal(value: Any) -> exp.Expression:
+    if value is None:
+        return exp.null()
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, (int, float, decimal.Decimal)):
+        return exp.Literal.number(str(value))
+    if isinstance(value, dt.datetime):
+        return exp.cast(exp.Literal.string(value.isoformat(sep=" ")), "TIMESTAMP")
+    if isinstance(value, dt.date):
+        return exp.cast(exp.Literal.string(value.isoformat()), "DATE")
+    return exp.Literal.string(str(value))
+
+
+def _single_table(scope) -> bool:
+    select = scope.expression
+    return (
+        isinstance(select, exp.Select)
+        and not scope.external_columns
+        and not scope.subquery_scopes
+        and len(scope.sources) == 1
+        and isinstance(next(iter(scope.sources.values())), exp.Table)
+    )
+
+
+def substitute_subqueries(statement: Statement, planner: Planner, catalog: RegionCatalog) -> list[str]:
+    """Evaluate uncorrelated one-table subqueries on the nodes and put their answers in their place."""
+    notes: list[str] = []
+    replaced = True
+    while replaced:
+        replaced = False
+        for scope in traverse_scope(statement.tree):
+            if not scope.is_subquery or not _single_table(scope):
+                continue
+            select = scope.expression
+            holder = select.parent  # exp.Subquery, or the IN / EXISTS node itself
+            user = holder.parent if isinstance(holder, exp.Subquery) else holder
+            sub = Statement(select.copy(), [p.alias_or_name for p in select.expressions], False, select.sql())
+            plan = planner._local(sub)
+            if plan is None:
+                continue
+            answer = run_local(plan, catalog)
+            replacement = _replacement(holder, user, answer)
+            if replacement is None:
+                continue
+            target, new = replacement
+            notes.append(f"evaluated first on the nodes: ({select.sql()}) -> {_describe(answer)}")
+            target.replace(new)
+            replaced = True
+            break
+    return notes
+
+
+def _describe(answer: pa.Table) -> str:
+    if answer.num_rows == 1 and answer.num_columns == 1:
+        return f"{answer.column(0)[0].as_py()!r}"
+    return f"{answer.num_rows} value(s)"
+
+
+def _replacement(holder: exp.Expression, user: exp.Expression, answer: pa.Table):
+    """(node to replace, its replacement) for a subquery's answer, or None to leave it to Spark."""
+    if isinstance(user, exp.Exists):
+        return user, exp.Boolean(this=answer.num_rows > 0)
+    if isinstance(user, exp.In) and user.args.get("query") is holder:
+        if answer.num_columns != 1 or answer.num_rows > MAX_SUBSTITUTED:
+            return None
+        values = pc.unique(answer.column(0)).to_pylist()
+        if None in values:  # x NOT IN (..., NULL) is never true: keep SQL's exact rule in Spark
+            return None
+        if not values:
+            return user, exp.false()
+        return user, exp.In(this=user.this.copy(), expressions=[literal(v) for v in values])
+    if isinstance(holder, exp.Subquery) and answer.num_columns == 1:
+        if answer.num_rows > 1:
+            raise CardinalityError("a scalar subquery returned more than one row")
+        return holder, literal(answer.column(0)[0].as_py() if answer.num_rows else None)
+    return None
+
+
+# ---- semi-join reduction ------------------------------------------------------------------------
+
+
+def _values(keys: pa.Array) -> dict[str, Any] | None:
+    """A values list for IN, or None for types not worth it."""
+    t = keys.type
+    if pa.types.is_integer(t):
+        return {"values": keys.to_pylist()}
+    if pa.types.is_date32(t):
+        return {"values": [d.isoformat() for d in keys.to_pylist()], "type": "date"}
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return {"values": keys.to_pylist()}
+    return None
+
+
+def _probe(catalog: RegionCatalog, scan: Scan) -> pa.Table | None:
+    """The sub-query's rows if there are at most PROBE_ROWS of them, else None."""
+    data = scan_nodes(catalog, scan.info, {**scan.request(), "limit": PROBE_ROWS + 1})
+    return data if data.num_rows <= PROBE_ROWS else None
+
+
+def reduce_and_fetch(plan: Plan, catalog: RegionCatalog) -> dict[int, pa.Table]:
+    """Semi-join reduction, from the smallest sub-queries up; returns the tiny sub-queries' rows,
+    which Spark receives as local relations (index -> rows). The others stream through the data
+    source.
+
+    A sub-query with filters (its own, or a reduction) is fetched when it has at most PROBE_ROWS
+    rows, and the distinct values of its join columns then filter the sub-queries at the other end
+    of its edges; one that receives a reduction is visited again. An unfiltered table's join keys
+    are the whole domain and filter nothing.
+    """
+    fetched: dict[int, pa.Table] = {}
+    probes: dict[int, int] = {}
+    pending = {scan.index: scan for scan in plan.scans}
+    sources_done: set[tuple[int, str, int]] = set()
+    while pending:
+        scan = min(pending.values(), key=lambda s: (s.rows if s.rows is not None else s.info.rows, s.index))
+        del pending[scan.index]
+        worth = scan.filters or scan.info.rows <= INLINE_ROWS
+        if scan.index not in fetched and worth and probes.get(scan.index, 0) < MAX_PROBES:
+            probes[scan.index] = probes.get(scan.index, 0) + 1
+            data = _probe(catalog, scan)
+            if data is not None:
+                fetched[scan.index] = data
+        scan.rows = fetched[scan.index].num_rows if scan.index in fetched else None if scan.filters else scan.info.rows
+        if scan.index not in fetched or not scan.filters:
+            continue
+        data = fetched[scan.index]
+        for edge in plan.edges:
+            for source, column, target, target_column in edge.directions():
+                if source is not scan or (scan.index, column, target.index) in sources_done:
+                    continue
+                sources_done.add((scan.index, column, target.index))
+                keys = pc.unique(data.column(column).combine_chunks()).drop_null()
+                values = _values(keys) if len(keys) <= MAX_KEYS else None
+                if values is None:
+                    continue
+                target.reductions.append(f"{target_column} IN ({len(keys):,} values of {scan.alias}.{column})")
+                if target.index in fetched:  # already here: filter it locally
+                    rows = fetched[target.index]
+                    fetched[target.index] = rows.filter(pc.is_in(rows.column(target_column), value_set=keys))
+                    target.rows = fetched[target.index].num_rows
+                else:
+                    target.filters.append(
+                        {"op": "in", "args": [{"col": target_column}, values]} if len(keys) else {"lit": False}
+                    )
+                    target.rows = None
+                pending[target.index] = target  # visit again: it may now be small
+    return {index: rows for index, rows in fetched.items() if rows.num_rows <= INLINE_ROWS}

@@ -1,0 +1,43 @@
+"""Comparing query results across engines: numbers within a relative tolerance, order optional."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+from typing import Any
+
+import pyarrow as pa
+
+
+def same_value(a: Any, b: Any, tolerance: float = 1e-6) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, dt.date) and isinstance(b, dt.datetime) and b.time() == dt.time(0):
+        return a == b.date()  # date + interval: a date here, a timestamp at midnight in DuckDB
+    if isinstance(a, (float, decimal.Decimal)) or isinstance(b, (float, decimal.Decimal)):
+        a, b = float(a), float(b)
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return abs(a - b) <= tolerance * max(1.0, abs(b))
+    return a == b
+
+
+def _sort_key(row: tuple) -> tuple:
+    return tuple((v is None, str(type(v)), str(v)) for v in row)
+
+
+def rows_match(got: list[tuple], expected: list[tuple], ordered: bool, tolerance: float = 1e-6) -> bool:
+    """Equal row lists; in the same order when the query orders."""
+    if len(got) != len(expected):
+        return False
+    if not ordered:
+        got, expected = sorted(got, key=_sort_key), sorted(expected, key=_sort_key)
+    return all(
+        len(g) == len(e) and all(same_value(a, b, tolerance) for a, b in zip(g, e, strict=True))
+        for g, e in zip(got, expected, strict=True)
+    )
+
+
+def rows(table: pa.Table) -> list[tuple]:
+    return [tuple(r.values()) for r in table.to_pylist()]
