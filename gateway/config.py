@@ -63,9 +63,79 @@ class SparkConfig:
 
 
 @dataclass
+class TokenConfig:
+    """A bearer token of the query API and how many queries it may have queued or running."""
+
+    name: str
+    token: str
+    max_concurrent: int = 8
+
+
+@dataclass
+class GatewayConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    region: int = 1  # region number, 0..99 (query ids are global·10^8 + region·10^6 + client)
+    wait: float = 10.0  # seconds POST /v1/statements waits for the answer before returning an id
+    max_wait: float = 300.0  # the longest wait a request may ask for
+    query_timeout: float = 3600.0  # seconds before a query is stopped (504)
+    max_queue: int = 10_000  # queued queries before new ones get 503
+    max_rows: int = 1_000_000  # rows kept of a result (more: truncated)
+    max_bytes: int = 256 * 1024 * 1024  # bytes kept of a result (more: truncated)
+    chunk_rows: int = 10_000  # rows per result chunk
+    result_ttl: float = 600.0  # seconds a finished statement stays readable
+    cluster_token: str = ""  # shared secret of the links between balancer, routers and nodes
+    log_dir: str = ""  # where the roles write their logs (empty: no files)
+    tokens: list[TokenConfig] = field(default_factory=list)  # none: no authentication
+
+
+@dataclass
+class RegionConfig:
+    """What `cxg up` starts: the region's nodes (and routers) as processes on this machine."""
+
+    backend: str = "native"  # native (storage nodes), mysql or simulation
+    nodes: int = 2  # mysql and simulation; native starts one node per storage.data directory
+    slots: int = 0  # per node; 0: the machine's cores
+    routers: int = 0  # 0: nodes talk to the balancer; N: N routers share the nodes
+    mysql_url: str = "mysql://root@127.0.0.1:3306/tpch"
+    first_port: int = 8101  # nodes and routers listen on the ports from here; 0: any free port
+    dispatch: str = "round-robin"  # round-robin (PerformSys) or free-slot-first (balancer and routers)
+
+
+@dataclass
+class SimulationConfig:
+    time_scale: float = 0.001  # real seconds per simulated second
+    size_gb: int = 5  # which column of seed 004 Table 5.5 gives the query times
+    queries: dict[str, dict[str, float]] = field(default_factory=dict)  # tag -> {seconds, rows}; replaces Table 5.5
+
+    def query_types(self):
+        from balancer.simulation import QueryType, table_5_5
+
+        if not self.queries:
+            return table_5_5(self.size_gb)
+        try:
+            return {tag: QueryType(float(q["seconds"]), int(q.get("rows", 1))) for tag, q in self.queries.items()}
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"[simulation.queries] needs seconds (and rows) per query type: {e}") from None
+
+
+SECTIONS = {
+    "storage": StorageConfig,
+    "spark": SparkConfig,
+    "gateway": GatewayConfig,
+    "region": RegionConfig,
+    "simulation": SimulationConfig,
+}
+SIZES = {"block_budget", "max_bytes"}
+
+
+@dataclass
 class Config:
     storage: StorageConfig = field(default_factory=StorageConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)
+    gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    region: RegionConfig = field(default_factory=RegionConfig)
+    simulation: SimulationConfig = field(default_factory=SimulationConfig)
 
 
 def _section(cls: type, values: dict[str, Any], where: str):
@@ -73,27 +143,61 @@ def _section(cls: type, values: dict[str, Any], where: str):
     unknown = sorted(set(values) - known)
     if unknown:
         raise ConfigError(f"unknown option(s) in [{where}]: {', '.join(unknown)}")
-    if "block_budget" in values:
-        values = {**values, "block_budget": parse_size(values["block_budget"])}
-    return cls(**values)
-
-
-def load_config(path: Path | None) -> Config:
-    """The configuration in `path` (or ./cxg.toml when it exists), else the defaults."""
-    if path is None:
-        if not DEFAULT_CONFIG.exists():
-            return Config()
-        path = DEFAULT_CONFIG
+    values = {k: parse_size(v) if k in SIZES else v for k, v in values.items()}
+    if cls is GatewayConfig and "tokens" in values:
+        try:
+            values["tokens"] = [TokenConfig(**t) for t in values["tokens"]]
+        except TypeError as e:
+            raise ConfigError(f"[[gateway.tokens]] needs name and token (and max_concurrent): {e}") from None
     try:
-        data = tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"configuration file {path} not found") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"configuration file {path}: {e}") from e
-    unknown = sorted(set(data) - {"storage", "spark"})
+        return cls(**values)
+    except TypeError as e:
+        raise ConfigError(f"[{where}]: {e}") from None
+
+
+def _override(data: dict[str, Any], assignment: str) -> None:
+    """Apply one `section.option=value` (value read as TOML, else as a string)."""
+    key, sep, text = assignment.partition("=")
+    section, dot, option = key.strip().partition(".")
+    if not sep or not dot or section not in SECTIONS:
+        raise ConfigError(f"--set wants section.option=value with a section of {', '.join(SECTIONS)}: {assignment!r}")
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text
+    data.setdefault(section, {})[option.strip()] = value
+
+
+def load_config(path: Path | None, overrides: list[str] | None = None) -> Config:
+    """The configuration in `path` (or ./cxg.toml when it exists, else the defaults), with the
+    command line's `section.option=value` overrides applied."""
+    data: dict[str, Any] = {}
+    if path is None and DEFAULT_CONFIG.exists():
+        path = DEFAULT_CONFIG
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"configuration file {path} not found") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"configuration file {path}: {e}") from e
+    unknown = sorted(set(data) - set(SECTIONS))
     if unknown:
         raise ConfigError(f"unknown section(s) in {path}: {', '.join(unknown)}")
-    return Config(
-        storage=_section(StorageConfig, data.get("storage", {}), "storage"),
-        spark=_section(SparkConfig, data.get("spark", {}), "spark"),
-    )
+    for assignment in overrides or []:
+        _override(data, assignment)
+    config = Config(**{name: _section(cls, data.get(name, {}), name) for name, cls in SECTIONS.items()})
+    _check(config)
+    return config
+
+
+def _check(config: Config) -> None:
+    if config.region.backend not in ("native", "mysql", "simulation"):
+        raise ConfigError(f"region.backend must be native, mysql or simulation, not {config.region.backend!r}")
+    if config.region.dispatch not in ("round-robin", "free-slot-first"):
+        raise ConfigError(f"region.dispatch must be round-robin or free-slot-first, not {config.region.dispatch!r}")
+    if not 0 <= config.gateway.region < 100:
+        raise ConfigError(f"gateway.region must be in 0..99, not {config.gateway.region}")
+    names = [t.name for t in config.gateway.tokens]
+    if len(set(names)) != len(names) or len({t.token for t in config.gateway.tokens}) != len(names):
+        raise ConfigError("[[gateway.tokens]] names and tokens must be unique")

@@ -73,6 +73,12 @@ def spark_session(settings: SparkSettings | None = None, region: str = "default"
         return session
 
 
+def active_session(region: str = "default"):
+    """The region's session if it has been started, else None (never starts one)."""
+    with _LOCK:
+        return _SESSIONS.get(region)
+
+
 def stop_all() -> None:
     with _LOCK:
         for session in _SESSIONS.values():

@@ -74,6 +74,22 @@ def _spark_tasks(spark, progress: Progress, task) -> Iterator[None]:
         watcher.join()
 
 
+def load_jobs_mysql(url: str, jobs: list[Job]) -> list[tuple[str, int, float]]:
+    """Load each job into the MariaDB database at `url` with a progress bar."""
+    from storage.mysql_load import load_mysql
+
+    done = []
+    columns = (TextColumn("[bold]{task.description:<10}"), BarColumn(), MofNCompleteColumn(), TextColumn("rows"))
+    with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
+        for schema, source in jobs:
+            table = source.read()
+            task = progress.add_task(schema.name, total=table.num_rows)
+            started = time.perf_counter()
+            load_mysql(url, schema.name, table, lambda n, t=task: progress.advance(t, n))
+            done.append((schema.name, table.num_rows, time.perf_counter() - started))
+    return done
+
+
 def load_jobs(
     stores: list[Store], jobs: list[Job], options: LoadOptions, engine: str = "local", config: Config | None = None
 ) -> list[tuple[str, int, float]]:
@@ -125,8 +141,10 @@ def load_tpch(
     tables: list[str] | None = None,
     engine: str = "local",
     config: Config | None = None,
+    target: str | None = None,
 ) -> list[tuple[str, int, float]]:
-    """Generate TPC-H at `scale_factor` and load all (or some) of its tables."""
+    """Generate TPC-H at `scale_factor` and load all (or some) of its tables (into the stores,
+    or into the MariaDB database at `target`)."""
     with tempfile.TemporaryDirectory(prefix="cxg-tpch-") as tmp:
         with console.status(f"generating TPC-H SF {scale_factor:g} with tpchgen-cli"):
             files = tpch.generate(scale_factor, Path(tmp), tables)
@@ -134,6 +152,8 @@ def load_tpch(
             (tpch.schema_for(name, pq.read_schema(path), buckets), Source("parquet", (str(path),)))
             for name, path in files.items()
         ]
+        if target:
+            return load_jobs_mysql(target, jobs)
         return load_jobs(stores, jobs, options, engine, config)
 
 
@@ -164,8 +184,9 @@ def cmd_load_tpch(args: argparse.Namespace, config: Config) -> int:
     tables = args.tables.split(",") if args.tables else None
     stores = stores_of(args, config)
     buckets = args.buckets or config.storage.buckets
-    done = load_tpch(stores, args.sf, load_options(args, config), buckets, tables, _engine(args, config), config)
-    _print_loaded(stores, done)
+    options = load_options(args, config)
+    done = load_tpch(stores, args.sf, options, buckets, tables, _engine(args, config), config, args.mysql)
+    _print_loaded(stores, done, args.mysql)
     return 0
 
 
@@ -177,15 +198,24 @@ def cmd_load_files(args: argparse.Namespace, config: Config) -> int:
         given = _schema_file(args.schema, args.table, args, config) if args.schema else None
         source = Source("csv", tuple(args.files), args.delimiter, not args.no_header, given)
     schema = source.schema or _schema_from_args(args.table, source.arrow_schema(), args, config)
-    done = load_jobs(stores, [(schema, source)], load_options(args, config), _engine(args, config), config)
-    _print_loaded(stores, done)
+    if args.mysql:
+        done = load_jobs_mysql(args.mysql, [(schema, source)])
+    else:
+        done = load_jobs(stores, [(schema, source)], load_options(args, config), _engine(args, config), config)
+    _print_loaded(stores, done, args.mysql)
     return 0
 
 
-def _print_loaded(stores: list[Store], done: list[tuple[str, int, float]]) -> None:
-    where = ", ".join(str(s.root) for s in stores)
+def _print_loaded(stores: list[Store], done: list[tuple[str, int, float]], mysql: str | None = None) -> None:
+    where = _hide_password(mysql) if mysql else ", ".join(str(s.root) for s in stores)
     for name, rows, seconds in done:
         console.print(f"loaded [bold]{name}[/]: {rows:,} rows in {seconds:.2f} s into {where}")
+
+
+def _hide_password(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def human_bytes(n: float) -> str:
@@ -320,22 +350,6 @@ def cmd_drop(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def cmd_node(args: argparse.Namespace, config: Config) -> int:
-    from aiohttp import web
-
-    from gpu_kernels.backend import get_backend
-    from storage.node import Node
-
-    store = Store(args.data or config.storage.data[0], node=args.name)
-    node = Node(store, get_backend(args.backend or config.storage.backend), args.slots, args.threads)
-    console.print(
-        f"node [bold]{store.node}[/] serving {store.root} on http://{args.host}:{args.port} "
-        f"({node.slots} slots, {node.backend.name} backend, tables: {', '.join(store.tables()) or 'none'})"
-    )
-    web.run_app(node.app(), host=args.host, port=args.port, print=None)
-    return 0
-
-
 def _add_data(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", action="append", metavar="DIR", help="node data directory, repeat for several nodes")
 
@@ -350,6 +364,9 @@ def _add_load_options(parser: argparse.ArgumentParser) -> None:
         "--engine",
         choices=("spark", "local"),
         help="spark: the ingest pipeline (default storage.ingest); local: in process",
+    )
+    parser.add_argument(
+        "--mysql", metavar="URL", help="load into this MariaDB/MySQL database instead (mysql://user@host:port/db)"
     )
 
 
@@ -382,16 +399,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--schema", metavar="JSON", help="column names and types instead of inference")
     _add_load_options(p)
     p.set_defaults(func=cmd_load_files)
-
-    p = sub.add_parser("node", help="run a storage node: scans over HTTP on one data directory")
-    p.add_argument("--data", metavar="DIR", help="the node's data directory (default: the first storage.data)")
-    p.add_argument("--name", default="node-0", help="node name (default node-0)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8101)
-    p.add_argument("--slots", type=int, help="concurrent scans (default: the number of cores)")
-    p.add_argument("--threads", type=int, default=1, help="worker threads per scan (default 1)")
-    p.add_argument("--backend", choices=("auto", "numpy", "cupy"), help="kernel backend (default storage.backend)")
-    p.set_defaults(func=cmd_node)
 
     storage = sub.add_parser("storage", help="inspect stored tables").add_subparsers(dest="action", required=True)
     p = storage.add_parser("tables", help="list tables per node")

@@ -28,6 +28,7 @@ import logging
 import os
 import threading
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
@@ -107,6 +108,7 @@ class Node:
         self._slots = asyncio.Semaphore(self.slots)
         self._executor = ThreadPoolExecutor(self.slots, thread_name_prefix=f"{store.node}-scan")
         self._target = DirectoryTarget(store)
+        self.on_commit: list[Callable[[], Awaitable[None]]] = []  # told when a table changed
 
     # ---- HTTP handlers --------------------------------------------------------------------------
 
@@ -287,6 +289,8 @@ class Node:
             return error_response(400, "invalid_commit", f"malformed commit request: {e}")
         except StorageError as e:
             return error_response(400, e.code, str(e))
+        for listener in self.on_commit:
+            await listener()
         return web.json_response({"table": schema.name, "version": version, "blocks": len(entries)})
 
     async def abort_load(self, request: web.Request) -> web.Response:

@@ -4,6 +4,7 @@ the coordinator's worker threads): JSON endpoints and streamed scans."""
 from __future__ import annotations
 
 import json
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -23,6 +24,10 @@ class NodeError(StorageError):
         super().__init__(message)
         self.code = code
         self.status = status
+
+
+class ScanCancelled(StorageError):
+    code = "cancelled"
 
 
 @dataclass
@@ -107,8 +112,15 @@ class NodeClient:
         node = response.headers.get("X-Cxg-Node", self.base_url)
         return ScanStream(response, response.headers.get("X-Cxg-Backend", ""), node, pa.ipc.open_stream(response))
 
-    def scan_table(self, request: dict[str, Any]) -> tuple[pa.Table, dict[str, Any]]:
-        """The whole result of a scan, and its statistics."""
+    def scan_table(
+        self, request: dict[str, Any], cancelled: threading.Event | None = None
+    ) -> tuple[pa.Table, dict[str, Any]]:
+        """The whole result of a scan, and its statistics. Setting `cancelled` ends the scan at
+        the next batch (the node stops when the connection closes) with ScanCancelled."""
         with self.scan(request) as stream:
-            batches = [batch for batch, _ in stream]
+            batches = []
+            for batch, _ in stream:
+                if cancelled is not None and cancelled.is_set():
+                    raise ScanCancelled("scan cancelled")
+                batches.append(batch)
             return pa.Table.from_batches(batches, schema=stream.schema), stream.stats

@@ -12,6 +12,7 @@ from gateway.sql.errors import (
     UndefinedTable,
     UnsupportedSql,
 )
+from gateway.sql.params import InvalidParameter
 from loadtests.compare import rows, rows_match
 from loadtests.tpch_queries import query
 
@@ -146,7 +147,8 @@ REFUSED = [
     ("select * from (values (1), (2)) t(x)", UnsupportedSql, "VALUES"),
     ("with recursive r as (select 1 as n) select * from r", UnsupportedSql, "recursive WITH"),
     ("select foo(age) from people", UnsupportedSql, "function FOO"),
-    ("select * from people where age = ?", UnsupportedSql, "parameters"),
+    ("select * from people where age = ?", InvalidParameter, "positional parameters"),
+    ("select * from people where age = :age", InvalidParameter, "no value for parameter"),
     ("select * from nowhere", UndefinedTable, "nowhere"),
     ("select nope from people", UndefinedColumn, "nope"),
     ("selec * from people", SqlSyntaxError, "syntax error"),

@@ -55,10 +55,15 @@ class RegionCatalog:
     """The tables of a region's nodes (name -> base URL), read from their HTTP API."""
 
     def __init__(self, nodes: dict[str, str]):
-        self.nodes = dict(nodes)
-        self.clients = {name: NodeClient(url) for name, url in self.nodes.items()}
-        self._tables: dict[str, TableInfo] = {}
         self._lock = threading.Lock()
+        self.set_nodes(nodes)
+
+    def set_nodes(self, nodes: dict[str, str]) -> None:
+        """The region's nodes changed (joined, left, loaded a table): forget what was read."""
+        with self._lock:
+            self.nodes = dict(nodes)
+            self.clients = {name: NodeClient(url) for name, url in self.nodes.items()}
+            self._tables: dict[str, TableInfo] = {}
 
     def refresh(self) -> None:
         tables: dict[str, TableInfo] = {}
@@ -91,3 +96,15 @@ class RegionCatalog:
 
     def urls(self, info: TableInfo) -> list[str]:
         return [self.nodes[n] for n in info.nodes]
+
+    def restricted(self, granted: list[str]) -> RegionCatalog:
+        """The same catalog with replicated tables read only from the `granted` nodes (those
+        whose slots a query holds); hash-placed tables keep all their owners."""
+        view = RegionCatalog.__new__(RegionCatalog)
+        view._lock = threading.Lock()
+        view.nodes, view.clients = self.nodes, self.clients
+        view._tables = {}
+        for name, info in self.tables().items():
+            nodes = [n for n in info.nodes if n in granted] if info.replicated else info.nodes
+            view._tables[name] = TableInfo(info.schema, nodes or info.nodes, info.rows)
+        return view

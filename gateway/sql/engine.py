@@ -8,12 +8,13 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
 from gateway.sql.catalog import RegionCatalog
-from gateway.sql.errors import ExecutionError, SqlError
-from gateway.sql.local import run_local
+from gateway.sql.errors import ExecutionError, QueryCancelled, SqlError
+from gateway.sql.local import CANCELLED, run_local
 from gateway.sql.parse import Statement, prepare
 from gateway.sql.plan import Plan, Planner, Scan
 from gateway.sql.reduce import reduce_and_fetch, substitute_subqueries
@@ -38,57 +39,68 @@ class Engine:
 
     def __init__(self, nodes: dict[str, str], spark: SparkSettings | None = None, region: str = "default"):
         self.catalog = RegionCatalog(nodes)
-        self.planner = Planner(self.catalog)
         self.spark_settings = spark or SparkSettings()
         self.region = region
-        self._running: dict[str, object] = {}
+        self._running: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
     @property
     def spark(self):
         return spark_session(self.spark_settings, self.region)
 
-    def prepare(self, sql: str) -> Statement:
-        return prepare(sql, self.catalog.sql_schema())
+    def prepare(self, sql: str, params: dict[str, Any] | None = None) -> Statement:
+        return prepare(sql, self.catalog.sql_schema(), params)
 
     def plan(self, sql: str) -> Plan:
         """The plan of `sql`; one-table subqueries and semi-join keys are evaluated on the nodes."""
-        return self._plan(self.prepare(sql))
+        return self._plan(self.prepare(sql), self.catalog)
 
-    def _plan(self, statement: Statement) -> Plan:
+    def _plan(self, statement: Statement, catalog: RegionCatalog) -> Plan:
+        planner = Planner(catalog)
         notes = []
-        if statement.tree.args.get("from_") is not None and self.planner._local(statement) is None:
-            notes = substitute_subqueries(statement, self.planner, self.catalog)
-        plan = self.planner.plan(statement)
+        if statement.tree.args.get("from_") is not None and planner._local(statement) is None:
+            notes = substitute_subqueries(statement, planner, catalog)
+        plan = planner.plan(statement)
         plan.notes = notes
         if plan.engine == "spark":
-            plan.inputs = reduce_and_fetch(plan, self.catalog)
+            plan.inputs = reduce_and_fetch(plan, catalog)
         return plan
 
     def execute(self, sql: str, query_id: str | None = None) -> Result:
-        """Run one query; `query_id` lets `cancel` stop its Spark jobs from another thread."""
+        """Parse, plan and run one query."""
+        return self.run(self.prepare(sql), query_id)
+
+    def run(self, statement: Statement, query_id: str | None = None, granted: list[str] | None = None) -> Result:
+        """Run a prepared query; `query_id` lets `cancel` stop it from another thread, `granted`
+        names the nodes whose slots it holds (replicated tables are read there)."""
         started = time.perf_counter()
-        statement = self.prepare(sql)
-        plan = self._plan(statement)
-        if statement.explain:
-            table = pa.table({"plan": plan.explain()})
-            return Result(table, plan, time.perf_counter() - started)
+        query_id = query_id or uuid.uuid4().hex
+        catalog = self.catalog.restricted(granted) if granted else self.catalog
+        cancelled = threading.Event()
+        with self._lock:
+            self._running[query_id] = cancelled
+        token = CANCELLED.set(cancelled)
         try:
-            table = (
-                self._run_spark(plan, query_id or uuid.uuid4().hex)
-                if plan.engine == "spark"
-                else run_local(plan, self.catalog)
-            )
+            plan = self._plan(statement, catalog)
+            if statement.explain:
+                return Result(pa.table({"plan": plan.explain()}), plan, time.perf_counter() - started)
+            table = self._run_spark(plan, query_id, catalog) if plan.engine == "spark" else run_local(plan, catalog)
         except SqlError:
             raise
-        except StorageError as e:
-            raise ExecutionError(f"{e.code}: {e}") from e
         except Exception as e:
+            if cancelled.is_set():
+                raise QueryCancelled("query cancelled") from e
+            if isinstance(e, StorageError):
+                raise ExecutionError(f"{e.code}: {e}") from e
             raise ExecutionError(_spark_message(e)) from e
+        finally:
+            CANCELLED.reset(token)
+            with self._lock:
+                self._running.pop(query_id, None)
         table = table.rename_columns(statement.names)
         return Result(table, plan, time.perf_counter() - started)
 
-    def _run_spark(self, plan: Plan, query_id: str) -> pa.Table:
+    def _run_spark(self, plan: Plan, query_id: str, catalog: RegionCatalog) -> pa.Table:
         """Spark runs the joins; small sub-queries are handed over as local relations (Spark then
         knows their size and broadcasts them), the others stream through the "cxg" data source."""
         spark = self.spark
@@ -101,19 +113,15 @@ class Engine:
                 if scan.index in fetched:  # one chunk: PySpark loses rows after an empty first chunk
                     frame = spark.createDataFrame(fetched[scan.index].combine_chunks())
                 else:
-                    frame = self._stream(scan, context.defaultParallelism)
+                    frame = self._stream(scan, context.defaultParallelism, catalog)
                 frame.createOrReplaceTempView(scan.view)
                 views.append(scan.view)
-            with self._lock:
-                self._running[query_id] = context
             return spark.sql(plan.spark_sql).toArrow()
         finally:
-            with self._lock:
-                self._running.pop(query_id, None)
             for view in views:
                 spark.catalog.dropTempView(view)
 
-    def _stream(self, scan: Scan, parallelism: int):
+    def _stream(self, scan: Scan, parallelism: int, catalog: RegionCatalog):
         from storage.spark_source import spark_schema
 
         request = scan.request()
@@ -121,7 +129,7 @@ class Engine:
         return (
             self.spark.read.format("cxg")
             .schema(schema)
-            .option("nodes", ",".join(self.catalog.urls(scan.info)))
+            .option("nodes", ",".join(catalog.urls(scan.info)))
             .option("table", scan.table)
             .option("request", json.dumps(request))
             .option("partitions", str(parallelism))
@@ -129,12 +137,18 @@ class Engine:
         )
 
     def cancel(self, query_id: str) -> bool:
-        """Stop the Spark jobs of a running query; True if it was running on Spark."""
+        """Stop a running query: its scans end at the next batch, its Spark jobs are cancelled.
+        True if it was running."""
         with self._lock:
-            context = self._running.get(query_id)
-        if context is None:
+            cancelled = self._running.get(query_id)
+        if cancelled is None:
             return False
-        context.cancelJobGroup(query_id)
+        cancelled.set()
+        from regions.spark_session import active_session
+
+        spark = active_session(self.region)
+        if spark is not None:
+            spark.sparkContext.cancelJobGroup(query_id)
         return True
 
 

@@ -44,3 +44,9 @@ class ExecutionError(SqlError):
     status = 500
     code = "execution_error"
     sqlstate = "XX000"
+
+
+class QueryCancelled(SqlError):
+    status = 499
+    code = "cancelled"
+    sqlstate = "57014"

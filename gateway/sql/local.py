@@ -4,7 +4,9 @@ ORDER BY and LIMIT are evaluated over the merged result with the same kernels th
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from typing import Any
 
 import pyarrow as pa
@@ -23,6 +25,8 @@ from storage.scan import fold, plan_scan
 from storage.types import working_type
 
 _BACKEND = NumpyBackend()
+# set while a query runs; `Engine.cancel` sets the event and the query's scans stop at the next batch
+CANCELLED: ContextVar[threading.Event | None] = ContextVar("cxg_cancelled", default=None)
 
 
 def evaluate(table: pa.Table, outputs: list[tuple[str, dict[str, Any]]], predicate: dict | None = None) -> pa.Table:
@@ -46,9 +50,10 @@ def scan_nodes(catalog: RegionCatalog, info: TableInfo, request: dict[str, Any])
     urls = catalog.urls(info)
     if info.replicated:
         urls = urls[:1]
+    cancelled = CANCELLED.get()
 
     def one(url: str) -> pa.Table:
-        return NodeClient(url).scan_table(request)[0]
+        return NodeClient(url).scan_table(request, cancelled)[0]
 
     if len(urls) == 1:
         return one(urls[0])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import sqlglot
 from sqlglot import exp
@@ -17,6 +18,7 @@ from sqlglot.errors import OptimizeError, ParseError
 from sqlglot.optimizer.qualify import qualify
 
 from gateway.sql.errors import ReadOnlyViolation, SqlSyntaxError, UndefinedColumn, UndefinedTable, UnsupportedSql
+from gateway.sql.params import bind
 
 # DuckDB's dialect: standard SQL, and NULLs sort last unless NULLS FIRST is written.
 DIALECT = "duckdb"
@@ -47,7 +49,6 @@ UNSUPPORTED: dict[type, str] = {
     exp.Cube: "CUBE is not supported",
     exp.GroupingSets: "GROUPING SETS are not supported",
     exp.Lock: "FOR UPDATE is not supported",
-    exp.Placeholder: "unbound parameters are not supported: pass values as named parameters",
     exp.Values: "VALUES lists are not supported",
 }
 FUNCTIONS = (
@@ -88,6 +89,19 @@ class Statement:
     text: str
 
 
+def syntax_error(e: ParseError) -> SqlSyntaxError:
+    """The user's message for a parse error: where, near what, and what was expected."""
+    if not e.errors:
+        return SqlSyntaxError(f"syntax error: {e}")
+    error = e.errors[0]
+    description = error["description"].split(" but got <Token")[0]
+    near = error.get("highlight") or ""
+    return SqlSyntaxError(
+        f"syntax error at line {error.get('line')}, column {error.get('col')}"
+        f"{f' near {near!r}' if near else ''}: {description}"
+    )
+
+
 def parse(sql: str) -> tuple[exp.Expression, bool]:
     """The single statement of `sql` and whether it was prefixed by EXPLAIN."""
     explain = bool(_EXPLAIN.match(sql))
@@ -95,22 +109,14 @@ def parse(sql: str) -> tuple[exp.Expression, bool]:
     try:
         statements = [s for s in sqlglot.parse(text, read=DIALECT) if s is not None]
     except ParseError as e:
-        if not e.errors:
-            raise SqlSyntaxError(f"syntax error: {e}") from None
-        error = e.errors[0]
-        description = error["description"].split(" but got <Token")[0]
-        near = error.get("highlight") or ""
-        raise SqlSyntaxError(
-            f"syntax error at line {error.get('line')}, column {error.get('col')}"
-            f"{f' near {near!r}' if near else ''}: {description}"
-        ) from None
+        raise syntax_error(e) from None
     if not statements:
         raise SqlSyntaxError("empty statement")
     if len(statements) > 1:
         error = ReadOnlyViolation if _any_write(statements) else UnsupportedSql
         raise error(f"one statement per request, got {len(statements)}")
     statement = statements[0]
-    _refuse_writes(statement)
+    refuse_writes(statement)
     if not isinstance(statement, exp.Select):
         if isinstance(statement, (exp.Union, exp.Intersect, exp.Except)):
             raise UnsupportedSql(UNSUPPORTED[type(statement)])
@@ -123,7 +129,7 @@ def _any_write(statements: list[exp.Expression]) -> bool:
     return any(isinstance(node, kinds) for statement in statements for node in statement.walk())
 
 
-def _refuse_writes(statement: exp.Expression) -> None:
+def refuse_writes(statement: exp.Expression) -> None:
     if isinstance(statement, exp.Command):
         raise ReadOnlyViolation(f"{statement.name.upper()} statements are refused: the query endpoint is read-only")
     for node in statement.walk():
@@ -160,9 +166,11 @@ def output_names(select: exp.Select) -> list[str]:
     return names
 
 
-def prepare(sql: str, schema: dict[str, dict[str, str]]) -> Statement:
-    """Parse, refuse what cannot run, and qualify every column against `schema` (table -> column -> type)."""
+def prepare(sql: str, schema: dict[str, dict[str, str]], params: dict[str, Any] | None = None) -> Statement:
+    """Parse, bind the named parameters, refuse what cannot run, and qualify every column against
+    `schema` (table -> column -> type)."""
     statement, explain = parse(sql)
+    bind(statement, params or {})
     check_constructs(statement)
     ctes = {cte.alias_or_name for cte in statement.find_all(exp.CTE)}
     for table in statement.find_all(exp.Table):

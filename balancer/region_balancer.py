@@ -1,0 +1,363 @@
+"""The balancer role (seed 004 §4.1): the region's FIFO queue of client queries.
+
+The head of the queue goes to the next ready router or node, round-robin (k := k + 1 over the
+M members below); when all of them refuse, dispatching stops until a status packet says one is
+ready again. A query's id is global·10^8 + region·10^6 + client.
+
+A query that must read a hash-partitioned table takes a slot on every node holding it: it
+waits at the head until each of those nodes is ready, then goes to all of them at once (as a
+lease: the region's engine runs it and then releases the slots). A query on replicated data
+goes to one node, like every PerformSys query.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from balancer.downstream import Downstream, Pool
+from balancer.journal import Journal, client_of
+from balancer.link import Link, accept
+from balancer.packets import Answer, Cancel, Hello, NodeInfo, Packet, Release, Request, Started, Status
+
+log = logging.getLogger("cxg.balancer")
+
+
+class QueryFailed(Exception):
+    """A query ended without a result: `code` says why (cancelled, busy, node_lost, execution_error,
+    or the code a backend reported)."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class Overloaded(QueryFailed):
+    """Not admitted: the queue is full, or no node is connected."""
+
+
+def query_id(number: int, region: int, client: int) -> int:
+    if not 0 <= region < 100 or not 0 <= client < 1_000_000:
+        raise ValueError(f"region must be in 0..99 and client in 0..999999 (got {region}, {client})")
+    return number * 100_000_000 + region * 1_000_000 + client
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One query from the moment it is queued until its answer."""
+
+    id: int
+    request: Request
+    nodes: frozenset[str] | None  # None: any one node; else a slot on each of these
+    enqueued: float = field(default_factory=time.perf_counter)
+    sent: float | None = None
+    targets: dict[str, Downstream] = field(default_factory=dict)  # node (or any-member) -> link
+    granted: list[str] = field(default_factory=list)  # nodes whose slot it holds
+    answers: dict[str, Answer] = field(default_factory=dict)
+    started: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    done: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+    @property
+    def state(self) -> str:
+        if self.done.done():
+            return "done"
+        if self.started.done():
+            return "running"
+        return "queued" if self.sent is None else "sent"
+
+    @property
+    def wait_seconds(self) -> float:
+        return (self.sent or time.perf_counter()) - self.enqueued
+
+
+class RegionBalancer:
+    def __init__(
+        self,
+        region: int = 1,
+        max_queue: int = 10_000,
+        token: str | None = None,
+        journal: Journal | None = None,
+        backend: str | None = None,
+    ):
+        self.region = region
+        self.backend = backend  # when set, nodes of another kind are turned away
+        self.max_queue = max_queue
+        self.token = token
+        self.journal = journal or Journal(None, "balancer", f"region-{region}")
+        self.pool = Pool()
+        self.queue: deque[Ticket] = deque()
+        self.in_flight: dict[int, Ticket] = {}
+        self.counters = {"admitted": 0, "rejected": 0, "completed": 0, "failed": 0, "cancelled": 0}
+        self._numbers = itertools.count(1)
+        self._wake = asyncio.Event()
+        self._pump: asyncio.Task | None = None
+        self._membership = asyncio.Event()
+        self._background: set[asyncio.Task] = set()
+
+    # ---- the client side ------------------------------------------------------------------------
+
+    def submit(
+        self,
+        sql: str = "",
+        params: dict[str, Any] | None = None,
+        tag: str = "",
+        client: int = 0,
+        nodes: frozenset[str] | None = None,
+        lease: bool = False,
+        number: int | None = None,
+    ) -> Ticket:
+        """Queue one query (under the id `number` from `new_id`, else a new one); Overloaded when
+        the queue is full or nothing is connected."""
+        if not self.pool.members:
+            self.counters["rejected"] += 1
+            raise Overloaded("no_nodes", f"region {self.region} has no connected node")
+        if len(self.queue) >= self.max_queue:
+            self.counters["rejected"] += 1
+            raise Overloaded("queue_full", f"region {self.region} queue is full ({self.max_queue} queries)")
+        if nodes is not None:
+            known = {info.name for info in self.pool.node_infos()}
+            missing = sorted(nodes - known)
+            if missing:
+                self.counters["rejected"] += 1
+                raise Overloaded("node_lost", f"node(s) {', '.join(missing)} are not connected")
+        number = number if number is not None else self.new_id(client)
+        request = Request(id=number, sql=sql, params=params or {}, tag=tag, lease=lease)
+        ticket = Ticket(number, request, nodes)
+        self.queue.append(ticket)
+        self.counters["admitted"] += 1
+        self.journal.queue(client, len(self.queue))
+        self._kick()
+        return ticket
+
+    def new_id(self, client: int = 0) -> int:
+        """The next query id: global·10^8 + region·10^6 + client."""
+        return query_id(next(self._numbers), self.region, client)
+
+    async def answer(self, ticket: Ticket) -> Answer:
+        """Wait for the query's answer (a non-lease query); QueryFailed if it did not succeed."""
+        return await asyncio.shield(ticket.done)
+
+    async def release(self, ticket: Ticket) -> None:
+        """End a lease: the slots it holds are freed on every node."""
+        for node, member in ticket.targets.items():
+            await member.send(Release(id=ticket.id))
+            log.debug("released %s on %s", ticket.id, node)
+        with contextlib.suppress(QueryFailed, TimeoutError):
+            await asyncio.wait_for(asyncio.shield(ticket.done), 30)
+
+    async def cancel(self, ticket: Ticket) -> None:
+        """Take the query out of the queue, or stop it on every node it was sent to."""
+        if ticket.done.done():
+            return
+        if ticket in self.queue:
+            self.queue.remove(ticket)
+            self.journal.queue(client_of(ticket.id), len(self.queue))
+        else:
+            for member in set(ticket.targets.values()):
+                await member.send(Cancel(id=ticket.id))
+        self.in_flight.pop(ticket.id, None)
+        self._finish(ticket, QueryFailed("cancelled", "query cancelled"))
+
+    # ---- dispatching ----------------------------------------------------------------------------
+
+    def _spawn(self, work) -> None:
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _kick(self) -> None:
+        self._wake.set()
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.create_task(self._dispatcher())
+
+    async def _dispatcher(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._dispatch()
+            except Exception:  # the queue must keep moving whatever one send did
+                log.exception("dispatch failed")
+
+    async def _dispatch(self) -> None:
+        while self.queue:
+            ticket = self.queue[0]
+            if ticket.nodes is None:
+                member = self.pool.next_ready()
+                if member is None:
+                    return  # all refuse: wait for a status
+                targets = {member.name: member}
+            else:
+                owners = {node: self.pool.owner(node) for node in sorted(ticket.nodes)}
+                lost = [node for node, owner in owners.items() if owner is None]
+                if lost:
+                    self.queue.popleft()
+                    self._finish(ticket, QueryFailed("node_lost", f"node(s) {', '.join(lost)} went away"))
+                    continue
+                if not all(owner.node_ready(node) for node, owner in owners.items()):
+                    return  # FIFO: the head waits for all its nodes
+                targets = owners
+            self.queue.popleft()
+            self.journal.queue(client_of(ticket.id), len(self.queue))
+            ticket.sent = time.perf_counter()
+            ticket.targets = targets
+            self.in_flight[ticket.id] = ticket
+            pinned = ticket.nodes is not None
+            for node, member in targets.items():
+                request = ticket.request
+                if pinned:
+                    request = Request(**{**vars(request), "node": node, "payload": b""})
+                if not await member.send(request):
+                    log.warning("could not send %s to %s", ticket.id, member.name)
+
+    # ---- packets from below ---------------------------------------------------------------------
+
+    async def _from_downstream(self, member: Downstream, packet: Packet) -> None:
+        if isinstance(packet, Status):
+            member.status = packet
+            if member.ready or any(s.ready for s in packet.nodes.values()):
+                self._kick()
+        elif isinstance(packet, Hello):
+            member.hello = packet
+            self._membership.set()
+            self._kick()
+        elif isinstance(packet, Started):
+            ticket = self.in_flight.get(packet.id)
+            if ticket is not None and packet.node not in ticket.granted:
+                ticket.granted.append(packet.node)
+                if len(ticket.granted) == len(ticket.targets) and not ticket.started.done():
+                    ticket.started.set_result(list(ticket.granted))
+        elif isinstance(packet, Answer):
+            self._answered(packet)
+
+    def _answered(self, answer: Answer) -> None:
+        ticket = self.in_flight.get(answer.id)
+        if ticket is None:
+            return  # cancelled meanwhile
+        if not answer.ok and answer.code == "busy" and ticket.nodes is None:
+            del self.in_flight[ticket.id]  # a stale "ready": send it again, first
+            ticket.sent, ticket.targets = None, {}
+            self.queue.appendleft(ticket)
+            self._kick()
+            return
+        key = answer.node if ticket.nodes is not None else next(iter(ticket.targets))
+        ticket.answers[key] = answer
+        if not answer.ok:
+            del self.in_flight[ticket.id]
+            for node, member in ticket.targets.items():
+                if node not in ticket.answers:
+                    self._spawn(member.send(Cancel(id=ticket.id)))
+            self._finish(ticket, QueryFailed(answer.code or "execution_error", answer.message))
+        elif len(ticket.answers) == len(ticket.targets):
+            del self.in_flight[ticket.id]
+            self._finish(ticket, answer)
+
+    def _finish(self, ticket: Ticket, outcome: Answer | QueryFailed) -> None:
+        if ticket.done.done():
+            return
+        ok = isinstance(outcome, Answer)
+        if ok:
+            ticket.done.set_result(outcome)
+            self.counters["completed"] += 1
+        else:
+            ticket.done.set_exception(outcome)
+            ticket.done.exception()  # retrieved: nobody may be waiting any more
+            self.counters["cancelled" if outcome.code == "cancelled" else "failed"] += 1
+        if not ticket.started.done():
+            ticket.started.set_exception(outcome if not ok else QueryFailed("execution_error", "answered unstarted"))
+            ticket.started.exception()
+        seconds = time.perf_counter() - ticket.sent if ticket.sent else 0.0
+        self.journal.query(
+            ticket.id,
+            ticket.request.tag,
+            seconds,
+            len(outcome.payload) if ok else 0,
+            len(self.queue),
+            ",".join(ticket.granted),
+            ok,
+            ticket.wait_seconds,
+        )
+
+    # ---- links ----------------------------------------------------------------------------------
+
+    async def _serve(self, link: Link, hello: Hello) -> None:
+        strangers = [n.name for n in hello.nodes if self.backend and n.backend != self.backend]
+        if strangers:
+            log.error(
+                "region %s runs %s nodes: turned away %s %s (%s)",
+                self.region,
+                self.backend,
+                hello.role,
+                hello.name,
+                ", ".join(f"{n.name} is {n.backend}" for n in hello.nodes if n.name in strangers),
+            )
+            await link.close()
+            return
+        member = Downstream(link, hello)
+        self.pool.add(member)
+        self._membership.set()
+        log.info("region %s: %s %s joined (%d node(s))", self.region, hello.role, hello.name, len(hello.nodes))
+        try:
+            async for packet in link.packets():
+                await self._from_downstream(member, packet)
+        finally:
+            if self.pool.get(member.name) is member:
+                self.pool.remove(member.name)
+            self._membership.set()
+            log.warning("region %s: %s %s left", self.region, hello.role, hello.name)
+            self._lost(member)
+
+    def _lost(self, member: Downstream) -> None:
+        """Queries sent to a member that went away: requeued when nothing had started them and
+        any node may answer, failed otherwise."""
+        for ticket in [t for t in self.in_flight.values() if member in t.targets.values()]:
+            del self.in_flight[ticket.id]
+            if ticket.nodes is None and not ticket.started.done():
+                ticket.sent, ticket.targets = None, {}
+                self.queue.appendleft(ticket)
+            else:
+                for other in set(ticket.targets.values()) - {member}:
+                    self._spawn(other.send(Cancel(id=ticket.id)))
+                self._finish(ticket, QueryFailed("node_lost", f"{member.hello.role} {member.name} went away"))
+        self._kick()
+
+    async def connect(self, request: web.Request) -> web.StreamResponse:
+        return await accept(request, self.token, self._serve)
+
+    async def membership_changed(self) -> None:
+        """Wait until a node or router joins, leaves or announces new tables."""
+        self._membership.clear()
+        await self._membership.wait()
+
+    def nodes(self) -> list[NodeInfo]:
+        return self.pool.node_infos()
+
+    def snapshot(self) -> dict[str, Any]:
+        """The region as `cxg status` shows it."""
+        states = self.pool.node_states()
+        return {
+            "region": self.region,
+            "queue": len(self.queue),
+            "in_flight": len(self.in_flight),
+            "ready": self.pool.ready,
+            "counters": dict(self.counters),
+            "members": [
+                {
+                    "name": m.name,
+                    "role": m.hello.role,
+                    "ready": m.ready,
+                    "nodes": [
+                        {**vars(info), "tables": len(info.tables), **vars(states[info.name])} for info in m.nodes
+                    ],
+                }
+                for m in self.pool.members
+            ],
+        }

@@ -1,0 +1,80 @@
+"""Simulation mode for nodes (seed 004 §4.1): a query sleeps for the time configured for its type
+and answers random rows of the configured count, so capacity can be planned and the published
+experiments reproduced on one machine. `time_scale` is real seconds per simulated second
+(0.001: a simulated minute lasts 60 ms).
+
+The built-in query types are the 14 read-only TPC-H queries with the mean MySQL times of seed
+004 Table 5.5 (5, 10 and 15 GB) and the row counts of their TPC-H answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from balancer.packets import Answer, Request, arrow_payload
+
+# seed 004, Table 5.5: mean execution time of TPC-H queries 1..14 in MySQL, seconds
+TABLE_5_5: dict[int, list[float]] = {
+    5: [132.4, 1.2, 13.2, 7.2, 9.3, 16.1, 8.7, 23.6, 47.4, 16.2, 1.6, 22.7, 28.3, 18.3],
+    10: [256.8, 2.1, 25, 14.3, 17.3, 31.8, 16.8, 47.8, 89.5, 32.6, 3.3, 44.3, 55, 36.3],
+    15: [385.6, 3.1, 38.3, 21.7, 27.5, 47.7, 24.4, 72.7, 136, 64.6, 5, 66.5, 85.7, 54.8],
+}
+# rows in the answers of TPC-H queries 1..14 (SF 1 reference answers)
+ANSWER_ROWS = [4, 100, 10, 5, 5, 1, 4, 2, 175, 20, 1048, 2, 42, 1]
+
+
+@dataclass(frozen=True)
+class QueryType:
+    seconds: float  # simulated execution time
+    rows: int  # rows of the random answer
+
+
+def table_5_5(size_gb: int = 5) -> dict[str, QueryType]:
+    """Query types q1..q14 with the Table 5.5 times for a 5, 10 or 15 GB database."""
+    if size_gb not in TABLE_5_5:
+        raise ValueError(f"Table 5.5 has times for 5, 10 and 15 GB, not {size_gb}")
+    return {f"q{i + 1}": QueryType(t, ANSWER_ROWS[i]) for i, t in enumerate(TABLE_5_5[size_gb])}
+
+
+def random_answer(rows: int, seed: int) -> pa.Table:
+    """`rows` random rows (key, value, label), the same for the same seed."""
+    rng = random.Random(seed)
+    return pa.table(
+        {
+            "key": pa.array([rng.randrange(1 << 31) for _ in range(rows)], pa.int64()),
+            "value": pa.array([rng.random() * 1e6 for _ in range(rows)], pa.float64()),
+            "label": pa.array([f"{rng.getrandbits(40):010x}" for _ in range(rows)], pa.string()),
+        }
+    )
+
+
+class SimulationBackend:
+    name = "simulation"
+
+    def __init__(self, queries: dict[str, QueryType] | None = None, time_scale: float = 1.0):
+        if time_scale < 0:
+            raise ValueError("time_scale must be >= 0")
+        self.queries = queries if queries is not None else table_5_5()
+        self.time_scale = time_scale
+
+    def info(self) -> dict[str, int]:
+        return {}
+
+    async def execute(self, request: Request) -> Answer:
+        kind = self.queries.get(request.tag)
+        if kind is None:
+            known = ", ".join(sorted(self.queries)) or "none"
+            return Answer(
+                id=request.id,
+                node="",
+                ok=False,
+                code="unknown_query_type",
+                message=f"simulation has no query type {request.tag!r} (known: {known}); set the statement's tag",
+            )
+        await asyncio.sleep(kind.seconds * self.time_scale)
+        table = random_answer(kind.rows, request.id)
+        return Answer(id=request.id, node="", rows=kind.rows, payload=arrow_payload(table))

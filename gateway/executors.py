@@ -1,0 +1,176 @@
+"""How a region runs a query, by the kind of its nodes.
+
+- native: the gateway's engine plans the query (previous issue); the balancer takes a slot on
+  every node it reads (all owners of a hash-placed table, one node for replicated tables) as
+  a lease; the engine runs it (scans on those nodes, joins on the region's Spark) and releases
+  the slots. A query without tables runs at the gateway.
+- mysql and simulation: the SQL (checked to be one read-only statement) and its parameters go
+  unchanged to one node, which runs it in a slot and answers with the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError
+
+from balancer.packets import NodeInfo, read_payload
+from balancer.region_balancer import RegionBalancer, Ticket
+from gateway.results import sql_type
+from gateway.sql import params as parameters
+from gateway.sql.engine import Engine
+from gateway.sql.errors import SqlSyntaxError
+from gateway.sql.parse import Statement as Parsed
+from gateway.sql.parse import refuse_writes, syntax_error
+from gateway.statements import Statement
+from regions.spark_session import SparkSettings
+
+Started = Callable[[list[str]], None]
+
+
+@dataclass
+class Prepared:
+    sql: str
+    params: dict[str, Any] = field(default_factory=dict)
+    tag: str = ""
+    parsed: Parsed | None = None  # native: the checked, bound query
+    nodes: frozenset[str] | None = None  # native: a slot on each of these; None: any one node
+    local: bool = False  # native: no table, the gateway answers
+
+
+class NativeExecutor:
+    backend = "native"
+
+    def __init__(self, balancer: RegionBalancer, spark: SparkSettings, region: str, threads: int = 64):
+        self.balancer = balancer
+        self.engine = Engine({}, spark, region=region)
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="query")
+
+    def nodes_changed(self, nodes: list[NodeInfo]) -> None:
+        self.engine.catalog.set_nodes({n.name: n.url for n in nodes if n.url})
+
+    def tables(self) -> dict[str, dict[str, Any]]:
+        return {
+            name: {
+                "rows": info.rows,
+                "placement": str(info.schema.placement),
+                "nodes": info.nodes,
+                "columns": [
+                    {"name": c.name, "type": sql_type(c.arrow_type), "nullable": c.nullable}
+                    for c in info.schema.columns
+                ],
+            }
+            for name, info in self.engine.catalog.tables().items()
+        }
+
+    def prepare(self, sql: str, params: dict[str, Any], tag: str) -> Prepared:
+        parsed = self.engine.prepare(sql, params)
+        ctes = {cte.alias_or_name for cte in parsed.tree.find_all(exp.CTE)}
+        names = {t.name.lower() for t in parsed.tree.find_all(exp.Table) if t.name and t.name not in ctes}
+        if not names:
+            return Prepared(sql, params, tag, parsed, local=True)
+        infos = [self.engine.catalog.table(name) for name in sorted(names)]
+        owners = frozenset(node for info in infos if not info.replicated for node in info.nodes)
+        return Prepared(sql, params, tag, parsed, owners or None)
+
+    async def run(self, statement: Statement, prepared: Prepared, started: Started) -> pa.Table:
+        loop = asyncio.get_running_loop()
+        key = str(statement.id)
+        if prepared.local:
+            started([])
+            result = await loop.run_in_executor(self.pool, self.engine.run, prepared.parsed, key)
+            statement.engine = result.engine
+            return result.table
+        ticket = self.balancer.submit(
+            prepared.sql,
+            tag=prepared.tag,
+            client=statement.client,
+            nodes=prepared.nodes,
+            lease=True,
+            number=statement.id,
+        )
+        try:
+            granted = await ticket.started
+            started(granted)
+            result = await loop.run_in_executor(self.pool, self.engine.run, prepared.parsed, key, granted)
+        except asyncio.CancelledError:
+            self.engine.cancel(key)
+            await self.balancer.cancel(ticket)
+            raise
+        except BaseException:
+            await self._end(ticket)
+            raise
+        await self._end(ticket)
+        statement.engine = result.engine
+        return result.table
+
+    async def _end(self, ticket: Ticket) -> None:
+        if ticket.started.done() and not ticket.started.exception():
+            await self.balancer.release(ticket)
+        else:
+            await self.balancer.cancel(ticket)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+class PassThroughExecutor:
+    """MariaDB and simulation nodes: the query travels unchanged."""
+
+    def __init__(self, balancer: RegionBalancer, backend: str):
+        self.balancer = balancer
+        self.backend = backend
+
+    def nodes_changed(self, nodes: list[NodeInfo]) -> None:
+        pass
+
+    def tables(self) -> dict[str, dict[str, Any]]:
+        tables: dict[str, dict[str, Any]] = {}
+        for node in self.balancer.nodes():
+            for name, rows in node.tables.items():
+                tables.setdefault(name, {"rows": rows, "placement": "replicated", "nodes": [], "columns": []})
+                tables[name]["nodes"].append(node.name)
+        return tables
+
+    def prepare(self, sql: str, params: dict[str, Any], tag: str) -> Prepared:
+        if not sql.strip():
+            raise SqlSyntaxError("empty statement")
+        try:
+            trees = [t for t in sqlglot.parse(sql, read="mysql") if t is not None]
+        except ParseError as e:
+            raise syntax_error(e) from None
+        if len(trees) != 1:
+            raise SqlSyntaxError(f"one statement per request, got {len(trees)}")
+        refuse_writes(trees[0])
+        parameters.check(trees[0], params)
+        for name, value in params.items():
+            parameters.literal(name, value)  # the same value types as the native engine
+        return Prepared(sql, {k: _driver_value(v) for k, v in params.items()}, tag)
+
+    async def run(self, statement: Statement, prepared: Prepared, started: Started) -> pa.Table:
+        ticket = self.balancer.submit(
+            prepared.sql, prepared.params, prepared.tag, statement.client, number=statement.id
+        )
+        try:
+            started(await ticket.started)
+            answer = await self.balancer.answer(ticket)
+        except asyncio.CancelledError:
+            await self.balancer.cancel(ticket)
+            raise
+        statement.engine = self.backend
+        return read_payload(answer.payload) if answer.payload else pa.table({})
+
+    def close(self) -> None:
+        pass
+
+
+def _driver_value(value: Any) -> Any:
+    """Typed JSON parameters as the database driver binds them."""
+    return str(value["value"]) if isinstance(value, dict) else value

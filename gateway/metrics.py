@@ -1,0 +1,64 @@
+"""Prometheus metrics of a gateway (base units: seconds, bytes): what it admitted, rejected and
+finished, how long each stage took, and the region's queue and node slots read at scrape time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+from balancer.region_balancer import RegionBalancer
+
+STAGES = ("prepare", "queue", "execute", "total")
+disable_created_metrics()  # the *_created series only add noise to a scrape
+BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
+
+
+class RegionCollector:
+    """Gauges of the region balancer, read when scraped."""
+
+    def __init__(self, balancer: RegionBalancer, running: Callable[[], int]):
+        self.balancer = balancer
+        self.running = running
+
+    def collect(self):
+        snap = self.balancer.snapshot()
+        yield GaugeMetricFamily("cxg_queries_running", "Statements holding their slots", value=self.running())
+        yield GaugeMetricFamily("cxg_queue_length", "Queries waiting in the region's queue", value=snap["queue"])
+        yield GaugeMetricFamily(
+            "cxg_queries_in_flight", "Queries sent to nodes and not yet answered", value=snap["in_flight"]
+        )
+        slots = GaugeMetricFamily("cxg_node_slots", "Slots (K) of each node", labels=["node"])
+        busy = GaugeMetricFamily("cxg_node_slots_busy", "Slots running a query", labels=["node"])
+        buffered = GaugeMetricFamily("cxg_node_buffered", "Queries in the node's one-query buffer", labels=["node"])
+        ready = GaugeMetricFamily("cxg_node_ready", "1 while the node accepts a query", labels=["node"])
+        for member in snap["members"]:
+            for node in member["nodes"]:
+                slots.add_metric([node["name"]], node["slots"])
+                busy.add_metric([node["name"]], node["running"])
+                buffered.add_metric([node["name"]], node["buffered"])
+                ready.add_metric([node["name"]], int(node["ready"]))
+        yield from (slots, busy, buffered, ready)
+
+
+class Metrics:
+    def __init__(self, balancer: RegionBalancer, running: Callable[[], int]):
+        self.registry = CollectorRegistry()
+        self.admitted = Counter("cxg_queries_admitted", "Queries accepted by the gateway", registry=self.registry)
+        self.rejected = Counter(
+            "cxg_queries_rejected", "Queries refused before running", ["reason"], registry=self.registry
+        )
+        self.finished = Counter("cxg_queries_finished", "Queries that ended", ["state"], registry=self.registry)
+        self.stage = Histogram(
+            "cxg_query_stage_seconds", "Time per stage of a query", ["stage"], buckets=BUCKETS, registry=self.registry
+        )
+        self.registry.register(RegionCollector(balancer, running))
+
+    def observe(self, timings: dict[str, float]) -> None:
+        for stage in STAGES:
+            if stage in timings:
+                self.stage.labels(stage).observe(timings[stage])
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

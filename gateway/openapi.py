@@ -1,0 +1,179 @@
+"""The gateway's OpenAPI 3.1 document, served at /openapi.json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.errors import NODE_CODES
+
+FORMATS = {
+    "application/json": {"schema": {"$ref": "#/components/schemas/Statement"}},
+    "text/csv": {"schema": {"type": "string"}},
+    "application/vnd.apache.arrow.stream": {"schema": {"type": "string", "format": "binary"}},
+}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    }
+
+
+ERRORS = {
+    "400": _error("Bad SQL, unknown table or column, bad parameter or malformed request"),
+    "401": _error("Missing or unknown bearer token"),
+    "403": _error("The statement belongs to another token"),
+    "404": _error("No such statement (or it expired), or no such chunk"),
+    "406": _error("The Accept header asks for a format the gateway does not write"),
+    "409": _error("The statement was cancelled, or its result is not ready"),
+    "422": _error("A write statement, or valid SQL the engine does not run"),
+    "429": _error("The token's limit of concurrent queries is reached (see Retry-After)"),
+    "503": _error("The region is overloaded or has no node (see Retry-After)"),
+    "504": _error("The query ran past its timeout and was stopped"),
+}
+STATEMENT_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+AUTH = [{"bearer": []}]
+
+
+def document() -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "cxg gateway",
+            "version": "1",
+            "description": "Read-only SQL over HTTP on a compressed, GPU-accelerated analytical database.",
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "StatementRequest": {
+                    "type": "object",
+                    "required": ["sql"],
+                    "properties": {
+                        "sql": {"type": "string", "description": "one read-only query; named parameters as :name"},
+                        "params": {
+                            "type": "object",
+                            "description": "name -> null | boolean | number | string | "
+                            '{"type": "date|timestamp|decimal", "value": "..."}',
+                        },
+                        "wait": {"type": "number", "description": "seconds to wait for the answer (0: async)"},
+                        "timeout": {"type": "number", "description": "seconds before the query is stopped"},
+                        "max_rows": {"type": "integer", "description": "rows kept of the result"},
+                        "tag": {"type": "string", "description": "query label for logs and simulation nodes"},
+                        "client": {"type": "integer", "description": "client number in the query id, 0..999999"},
+                    },
+                },
+                "Column": {
+                    "type": "object",
+                    "properties": {"name": {"type": "string"}, "type": {"type": "string"}},
+                },
+                "Statement": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string"},
+                        "state": {"enum": ["queued", "running", "succeeded", "failed", "cancelled"]},
+                        "columns": {"type": "array", "items": {"$ref": "#/components/schemas/Column"}},
+                        "rows": {"type": "array", "items": {"type": "array"}},
+                        "row_count": {"type": "integer"},
+                        "truncated": {"type": "boolean"},
+                        "chunks": {"type": "integer"},
+                        "next": {"type": ["string", "null"]},
+                        "timings_ms": {"type": "object"},
+                        "error": {"$ref": "#/components/schemas/ErrorBody"},
+                    },
+                },
+                "ErrorBody": {
+                    "type": "object",
+                    "properties": {
+                        "code": {"type": "string", "examples": sorted({*NODE_CODES, "too_many_queries", "forbidden"})},
+                        "sqlstate": {"type": "string"},
+                        "message": {"type": "string"},
+                    },
+                },
+                "Error": {
+                    "type": "object",
+                    "properties": {"error": {"$ref": "#/components/schemas/ErrorBody"}, "id": {"type": "string"}},
+                },
+            },
+        },
+        "paths": {
+            "/v1/statements": {
+                "post": {
+                    "summary": "Submit a query",
+                    "security": AUTH,
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {"schema": {"$ref": "#/components/schemas/StatementRequest"}},
+                            "text/plain": {"schema": {"type": "string"}},
+                        },
+                    },
+                    "responses": {
+                        "200": {"description": "Finished within the wait", "content": FORMATS},
+                        "202": {"description": "Still queued or running: poll `next`", "content": FORMATS},
+                        **ERRORS,
+                        "500": _error("The query failed while running"),
+                    },
+                }
+            },
+            "/v1/statements/{id}": {
+                "get": {
+                    "summary": "State of a statement; once succeeded its columns and first chunk",
+                    "security": AUTH,
+                    "parameters": [
+                        STATEMENT_ID,
+                        {"name": "wait", "in": "query", "schema": {"type": "number"}, "description": "long poll"},
+                    ],
+                    "responses": {"200": {"description": "The statement", "content": FORMATS}, **ERRORS},
+                },
+                "delete": {
+                    "summary": "Cancel a statement (its slots on the nodes are freed)",
+                    "security": AUTH,
+                    "parameters": [STATEMENT_ID],
+                    "responses": {"200": {"description": "Its state after cancelling"}, **ERRORS},
+                },
+            },
+            "/v1/statements/{id}/chunks/{n}": {
+                "get": {
+                    "summary": "One chunk of the result",
+                    "security": AUTH,
+                    "parameters": [
+                        STATEMENT_ID,
+                        {"name": "n", "in": "path", "required": True, "schema": {"type": "integer"}},
+                    ],
+                    "responses": {"200": {"description": "Rows of chunk n", "content": FORMATS}, **ERRORS},
+                }
+            },
+            "/v1/statements/{id}/result": {
+                "get": {
+                    "summary": "The whole result",
+                    "security": AUTH,
+                    "parameters": [STATEMENT_ID],
+                    "responses": {"200": {"description": "All rows kept", "content": FORMATS}, **ERRORS},
+                }
+            },
+            "/v1/tables": {
+                "get": {
+                    "summary": "Tables, columns and placement",
+                    "security": AUTH,
+                    "responses": {"200": {"description": "Tables"}},
+                }
+            },
+            "/v1/cluster": {
+                "get": {
+                    "summary": "Queue, nodes and slots of the region",
+                    "security": AUTH,
+                    "responses": {"200": {"description": "Region"}},
+                }
+            },
+            "/healthz": {"get": {"summary": "Liveness", "responses": {"200": {"description": "Alive"}}}},
+            "/readyz": {
+                "get": {
+                    "summary": "Readiness: a node is connected",
+                    "responses": {"200": {"description": "Ready"}, "503": {"description": "No node yet"}},
+                }
+            },
+            "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "Metrics"}}}},
+        },
+    }

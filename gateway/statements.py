@@ -1,0 +1,120 @@
+"""Statements: one submitted query from the moment it is accepted until its result expires.
+
+States: queued (in the region's queue) -> running (holds its slots) -> succeeded | failed |
+cancelled. A finished statement keeps its (limited) result for `result_ttl` seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from gateway import results
+from gateway.errors import ApiError
+
+QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = "queued", "running", "succeeded", "failed", "cancelled"
+FINISHED = (SUCCEEDED, FAILED, CANCELLED)
+
+
+@dataclass(eq=False)
+class Statement:
+    id: int
+    sql: str
+    owner: str  # the token's name ("" without authentication)
+    tag: str = ""
+    client: int = 0
+    state: str = QUEUED
+    submitted: float = field(default_factory=time.time)
+    timings: dict[str, float] = field(default_factory=dict)  # stage -> seconds
+    engine: str = ""
+    nodes: list[str] = field(default_factory=list)
+    result: pa.Table | None = None
+    truncated: bool = False
+    error: ApiError | None = None
+    finished_at: float | None = None
+    queue_length: int | None = None  # the region's queue when it finished
+    task: asyncio.Task | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    _clock: float = field(default_factory=time.perf_counter)
+
+    def mark(self, stage: str) -> None:
+        """Close the current stage (prepare, queue, execute) and start the next."""
+        now = time.perf_counter()
+        self.timings[stage] = now - self._clock
+        self._clock = now
+
+    def finish(self, state: str, error: ApiError | None = None) -> None:
+        self.state = state
+        self.error = error
+        self.finished_at = time.time()
+        self.timings["total"] = self.finished_at - self.submitted
+        self.done.set()
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED
+
+    def document(self, base: str, chunk_rows: int) -> dict[str, Any]:
+        """The JSON status document; once succeeded it carries the columns and the first chunk."""
+        doc: dict[str, Any] = {
+            "id": str(self.id),
+            "state": self.state,
+            "tag": self.tag or None,
+            "submitted": self.submitted,
+            "timings_ms": {k: round(v * 1000, 3) for k, v in self.timings.items()},
+            "engine": self.engine or None,
+            "nodes": self.nodes,
+            "queue_length": self.queue_length,
+        }
+        if self.state in (QUEUED, RUNNING):
+            doc["next"] = f"{base}/v1/statements/{self.id}"
+        if self.error is not None:
+            doc["error"] = self.error.body()
+        if self.state == SUCCEEDED and self.result is not None:
+            count = results.chunk_count(self.result, chunk_rows)
+            doc.update(
+                columns=results.columns(self.result.schema),
+                rows=results.json_rows(results.chunk(self.result, 0, chunk_rows)),
+                row_count=self.result.num_rows,
+                truncated=self.truncated,
+                chunks=count,
+                next=f"{base}/v1/statements/{self.id}/chunks/1" if count > 1 else None,
+            )
+        return doc
+
+
+class Statements:
+    """The statements of one gateway, by id; finished ones expire after `ttl` seconds."""
+
+    def __init__(self, ttl: float):
+        self.ttl = ttl
+        self._items: dict[int, Statement] = {}
+
+    def add(self, statement: Statement) -> None:
+        self.expire()
+        self._items[statement.id] = statement
+
+    def get(self, key: str) -> Statement | None:
+        self.expire()
+        try:
+            return self._items.get(int(key))
+        except ValueError:
+            return None
+
+    def active(self, owner: str) -> int:
+        """Queued and running statements of one token."""
+        return sum(1 for s in self._items.values() if s.owner == owner and not s.finished)
+
+    def remove(self, statement: Statement) -> None:
+        self._items.pop(statement.id, None)
+
+    def expire(self) -> None:
+        cutoff = time.time() - self.ttl
+        for key in [k for k, s in self._items.items() if s.finished_at is not None and s.finished_at < cutoff]:
+            del self._items[key]
+
+    def __iter__(self):
+        return iter(list(self._items.values()))

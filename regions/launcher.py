@@ -1,0 +1,157 @@
+"""A region on this machine: the gateway (with the region's balancer and embedded Spark), its
+routers and its nodes, each a separate process on loopback, started from one configuration and
+stopped together."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gateway.background import free_port
+from gateway.client import Client, GatewayError
+from gateway.config import Config, ConfigError
+
+
+@dataclass
+class Role:
+    name: str
+    args: list[str]
+    port: int
+    process: subprocess.Popen | None = None
+    log: Path | None = None
+
+
+@dataclass
+class LocalRegion:
+    """Processes of one region. `config_args` are the `--config`/`--set` arguments every process
+    gets, so they all read the same configuration."""
+
+    config: Config
+    config_args: list[str] = field(default_factory=list)
+    run_dir: Path | None = None
+    roles: list[Role] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.config.gateway.host}:{self.config.gateway.port}"
+
+    def layout(self) -> list[Role]:
+        """The gateway, then the routers, then the nodes (each node joins its router, or the gateway)."""
+        region, g = self.config.region, self.config.gateway
+        ports = _ports(region.first_port)
+        gateway = Role("gateway", ["gateway"], g.port)
+        roles = [gateway]
+        if region.backend == "native":
+            names = [f"node-{i}" for i in range(len(self.config.storage.data))]
+        else:
+            names = [f"node-{i}" for i in range(region.nodes)]
+        if not names:
+            raise ConfigError("a region needs at least one node")
+        upstreams = [self.url] * len(names)
+        if region.routers:
+            group = math.ceil(len(names) / region.routers)
+            for r in range(region.routers):
+                port = next(ports)
+                roles.append(Role(f"router-{r}", ["router", "--name", f"router-{r}", "--port", str(port)], port))
+            upstreams = [f"http://{g.host}:{roles[1 + i // group].port}" for i in range(len(names))]
+        for i, name in enumerate(names):
+            port = next(ports)
+            args = ["node", "--kind", region.backend, "--name", name, "--port", str(port), "--upstream", upstreams[i]]
+            if region.backend == "native":
+                args += ["--data", self.config.storage.data[i]]
+            roles.append(Role(name, args, port))
+        return roles
+
+    def start(self, timeout: float = 120.0) -> str:
+        """Start every process and wait until all nodes have joined; the gateway's URL."""
+        if self.config.gateway.port == 0:
+            self.config.gateway.port = free_port()
+            self.config_args = [*self.config_args, "--set", f"gateway.port={self.config.gateway.port}"]
+        self.run_dir = Path(self.run_dir or tempfile.mkdtemp(prefix="cxg-region-"))
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.roles = self.layout()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        try:
+            for role in self.roles:
+                role.log = self.run_dir / f"{role.name}.out"
+                with role.log.open("wb") as out:
+                    role.process = subprocess.Popen(
+                        [sys.executable, "-m", "gateway.cli", *self.config_args, *role.args],
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        start_new_session=True,
+                    )
+            self._wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self.url
+
+    def _wait_ready(self, timeout: float) -> None:
+        nodes = sum(1 for r in self.roles if r.name.startswith("node-"))
+        client = Client(self.url, token=self._token())
+        deadline = time.monotonic() + timeout
+        while True:
+            dead = self.dead()
+            if dead:
+                raise RuntimeError(f"{dead.name} exited during start-up:\n{self.tail(dead)}")
+            try:
+                client.wait_ready(timeout=0.5, nodes=nodes)
+                return
+            except GatewayError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"the region was not ready after {timeout:g} s (logs in {self.run_dir})"
+                    ) from None
+
+    def _token(self) -> str | None:
+        tokens = self.config.gateway.tokens
+        return tokens[0].token if tokens else None
+
+    def dead(self) -> Role | None:
+        return next((r for r in self.roles if r.process is not None and r.process.poll() is not None), None)
+
+    def tail(self, role: Role, lines: int = 20) -> str:
+        if role.log is None or not role.log.exists():
+            return ""
+        return "\n".join(role.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM to every process (nodes first), SIGKILL to what is left after `grace` seconds."""
+        running = [r.process for r in reversed(self.roles) if r.process is not None and r.process.poll() is None]
+        for process in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for process in running:
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+    def __enter__(self) -> LocalRegion:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _ports(first: int):
+    port = first
+    while True:
+        if first == 0:
+            yield free_port()
+        else:
+            yield port
+            port += 1
