@@ -75,7 +75,8 @@ class MysqlBackend:
         try:
             self.info()
         except SQLAlchemyError as e:
-            raise ConnectionError(f"cannot reach MariaDB at {make_url(self.url)!r}: {e.__cause__ or e}") from None
+            where = make_url(self.url).render_as_string(hide_password=True)
+            raise ConnectionError(f"cannot reach MariaDB at {where}: {e.__cause__ or e}") from None
 
     def _run(self, request: Request, connection_id: list[int]) -> tuple[list[str], list[tuple]]:
         with self.engine.connect() as conn:

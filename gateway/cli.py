@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     except (StorageError, ConfigError, BackendUnavailable) as e:
         print(f"cxg: error [{e.code}]: {e}", file=sys.stderr)
         return 2
+    except ConnectionError as e:
+        print(f"cxg: error [unreachable]: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

@@ -11,12 +11,14 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table as RichTable
 
 from gateway.client import Client, GatewayError
 from gateway.config import Config
 
 console = Console()
+errors = Console(stderr=True)
 
 
 def _client(args: argparse.Namespace, config: Config) -> Client:
@@ -112,7 +114,7 @@ def cmd_query(args: argparse.Namespace, config: Config) -> int:
     try:
         result = client.execute(sql, dict(args.param), tag=args.tag or None, max_rows=args.max_rows)
     except GatewayError as e:
-        console.print(f"[red]error[/] [{e.code}] {e.message}")
+        errors.print(f"[red]error[/] {escape(f'[{e.code}]')} {escape(e.message)}")
         return 1
     seconds = time.perf_counter() - started
     table = result.table

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Prepares a fresh machine: a JDK (for Spark) and the project's virtual environment with pinned packages.
+# Prepares a fresh machine: a JDK (for Spark), MariaDB (for the tests) and the project's virtual environment
+# with pinned packages.
 # Usage: scripts/bootstrap.sh [EXTRA ...]   e.g. scripts/bootstrap.sh dev
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +14,9 @@ apt_install() {
 }
 
 command -v java >/dev/null 2>&1 || apt_install openjdk-17-jre-headless
+# the tests start a real MariaDB server (the mysql node backend) in a temporary directory
+has_mariadb() { command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || [ -x /usr/sbin/mysqld ]; }
+case " $* " in *" dev "*) has_mariadb || apt_install mariadb-server ;; esac
 
 python=${PYTHON:-python3}
 if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then

@@ -54,16 +54,11 @@ def spark(spark_settings):
 
 
 @pytest.fixture(scope="session")
-def region(tmp_path_factory: pytest.TempPathFactory, tpch_files: dict[str, Path]):
-    """Two storage nodes on loopback: TPC-H SF 0.01 (hash-placed and replicated tables) and the
-    small tables of `tests.sql_cases`. Yields node name -> URL."""
-    from contextlib import ExitStack
-
-    from gateway.background import serve
-    from gpu_kernels.backend import get_backend
+def region_stores(tmp_path_factory: pytest.TempPathFactory, tpch_files: dict[str, Path]):
+    """Two stores: TPC-H SF 0.01 (hash-placed and replicated tables) and the small tables of
+    `tests.sql_cases`."""
     from storage import Store
     from storage.loader import load_table
-    from storage.node import Node
     from storage.sources import read_parquet
     from tests.sql_cases import edge_tables
 
@@ -74,8 +69,20 @@ def region(tmp_path_factory: pytest.TempPathFactory, tpch_files: dict[str, Path]
         load_table(stores, tpch.schema_for(name, source.schema), source)
     for schema, table in edge_tables():
         load_table(stores, schema, table)
+    return stores
+
+
+@pytest.fixture(scope="session")
+def region(region_stores):
+    """The two stores served by storage nodes on loopback; yields node name -> URL."""
+    from contextlib import ExitStack
+
+    from gateway.background import serve
+    from gpu_kernels.backend import get_backend
+    from storage.node import Node
+
     with ExitStack() as stack:
-        yield {s.node: stack.enter_context(serve(Node(s, get_backend("numpy"), slots=2).app())) for s in stores}
+        yield {s.node: stack.enter_context(serve(Node(s, get_backend("numpy"), slots=2).app())) for s in region_stores}
 
 
 @pytest.fixture(scope="session")
@@ -99,3 +106,35 @@ def duck(tpch_files: dict[str, Path]):
         con.register(f"{schema.name}_arrow", table)
         con.execute(f"CREATE TABLE {schema.name} AS SELECT * FROM {schema.name}_arrow")
     return con
+
+
+@pytest.fixture(scope="session")
+def native_gateway(region_stores, region, spark):
+    """A gateway in front of the two storage nodes, each joined as a native node with two slots;
+    joins run on the test session's Spark."""
+    from balancer.native_backend import NativeBackend
+    from balancer.server import NodeServer
+    from gateway.config import load_config
+    from regions.embedded import EmbeddedRegion
+
+    config = load_config(None, ["gateway.port=0", 'spark.master="local[2]"', 'spark.driver_memory="2g"'])
+    nodes = [NodeServer(s.node, NativeBackend(s), 2, region[s.node]) for s in region_stores]
+    with EmbeddedRegion(config, nodes) as embedded:
+        yield embedded
+
+
+@pytest.fixture(scope="session")
+def mariadb(tmp_path_factory: pytest.TempPathFactory, tpch_files: dict[str, Path]):
+    """A MariaDB server in a temporary directory with TPC-H SF 0.01 loaded; yields its URL."""
+    from storage.mysql_load import load_mysql
+    from storage.sources import read_parquet
+    from tests.mariadb import MariaDB
+
+    server = MariaDB(tmp_path_factory.mktemp("mariadb"))
+    server.start()
+    try:
+        for name, path in tpch_files.items():
+            load_mysql(server.url, name, read_parquet([path]))
+        yield server.url
+    finally:
+        server.stop()

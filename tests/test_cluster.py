@@ -1,0 +1,79 @@
+"""`cxg up`: the gateway, routers and nodes as separate processes on loopback, from one
+configuration; `cxg query` and `cxg status` against it; Ctrl-C stops every process."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gateway.background import free_port
+from gateway.client import Client, GatewayError
+from tests.http import http
+
+CLI = [sys.executable, "-m", "gateway.cli"]
+
+
+def _up(*sets: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    args = [x for s in (f"gateway.port={port}", "region.first_port=0", *sets) for x in ("--set", s)]
+    process = subprocess.Popen([*CLI, *args, "up"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return process, f"http://127.0.0.1:{port}"
+
+
+def _stop(process: subprocess.Popen, url: str) -> str:
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output
+    with pytest.raises(GatewayError):
+        Client(url, timeout=2).get("/healthz")
+    return output
+
+
+def test_up_starts_a_region_with_a_router_and_stops_it_on_ctrl_c() -> None:
+    process, url = _up(
+        'region.backend="simulation"', "region.nodes=3", "region.routers=1", "simulation.time_scale=0.0001"
+    )
+    try:
+        doc = Client(url).wait_ready(timeout=60, nodes=3)
+        assert doc == {"ready": True, "nodes": 3}
+        query = subprocess.run(
+            [*CLI, "query", "--url", url, "--tag", "q6", "SELECT 1"], capture_output=True, text=True, timeout=60
+        )
+        assert query.returncode == 0 and "1 row(s)" in query.stdout, query.stderr
+        status = subprocess.run([*CLI, "status", "--url", url, "--json"], capture_output=True, text=True, timeout=60)
+        cluster = json.loads(status.stdout)
+        assert [(m["name"], m["role"], len(m["nodes"])) for m in cluster["members"]] == [("router-0", "router", 3)]
+        assert cluster["counters"]["completed"] == 1
+        shown = subprocess.run([*CLI, "status", "--url", url], capture_output=True, text=True, timeout=60)
+        assert "router-0" in shown.stdout and "node-2" in shown.stdout
+    finally:
+        output = _stop(process, url)
+    assert "is up at" in output and "stopping" in output
+
+
+def test_up_with_native_nodes_answers_sql(region_stores, duck) -> None:
+    data = json.dumps([str(s.root) for s in region_stores])
+    process, url = _up(f"storage.data={data}", "region.slots=2")
+    try:
+        Client(url).wait_ready(timeout=60, nodes=2)
+        sql = "select l_returnflag, count(*) as n from lineitem group by l_returnflag order by l_returnflag"
+        reply = http("POST", f"{url}/v1/statements", {"sql": sql})
+        assert reply.status == 200, reply.body
+        assert [tuple(r) for r in reply.json()["rows"]] == duck.sql(sql).fetchall()
+        assert sorted(reply.json()["nodes"]) == ["node-0", "node-1"]
+    finally:
+        _stop(process, url)
+
+
+def test_up_reports_a_node_that_cannot_start() -> None:
+    started = time.monotonic()
+    process, _ = _up('region.backend="mysql"', "region.nodes=1", 'region.mysql_url="mysql://root@127.0.0.1:9/none"')
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode != 0
+    assert "node-0 exited during start-up" in output and "cannot reach MariaDB" in output
+    assert time.monotonic() - started < 60

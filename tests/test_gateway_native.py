@@ -1,0 +1,102 @@
+"""SQL over HTTP on native storage nodes: the gateway plans, the balancer takes a slot on every
+node a query reads (one node for replicated tables), the engine runs it; answers match DuckDB."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from gateway.client import Client, GatewayError
+from loadtests.compare import rows, rows_match
+from loadtests.tpch_queries import query
+from tests.balancing import until
+from tests.http import http
+
+ARROW = "application/vnd.apache.arrow.stream"
+
+
+def _arrow(gateway, sql: str, **extra) -> tuple[pa.Table, dict]:
+    reply = http("POST", f"{gateway.url}/v1/statements", {"sql": sql, **extra}, {"Accept": ARROW})
+    assert reply.status == 200, reply.body
+    statement = reply.headers["X-Cxg-Statement-Id"]
+    return pa.ipc.open_stream(reply.body).read_all(), http("GET", f"{gateway.url}/v1/statements/{statement}").json()
+
+
+@pytest.mark.parametrize("number", [1, 3, 6, 10])
+def test_tpch_over_http_matches_duckdb_and_holds_a_slot_on_each_node(native_gateway, duck, number) -> None:
+    table, status = _arrow(native_gateway, query(number))
+    expected = duck.sql(query(number)).to_arrow_table()
+    assert rows_match(rows(table), rows(expected), ordered="order by" in query(number).lower(), tolerance=1e-6)
+    assert sorted(status["nodes"]) == ["node-0", "node-1"]  # hash-placed lineitem/orders live on both
+    assert status["engine"] == ("nodes" if number in (1, 6) else "spark")
+
+
+def test_replicated_tables_are_answered_by_one_node(native_gateway, duck) -> None:
+    sql = "select r_name, count(*) as n from nation join region on n_regionkey = r_regionkey group by r_name"
+    table, status = _arrow(native_gateway, sql)
+    assert rows_match(rows(table), rows(duck.sql(sql).to_arrow_table()), ordered=False)
+    assert len(status["nodes"]) == 1
+
+
+def test_named_parameters_are_bound_in_the_syntax_tree(native_gateway, duck) -> None:
+    sql = "select count(*) as n from orders where o_orderdate >= :since and o_orderpriority = :priority"
+    params = {"since": {"type": "date", "value": "1995-01-01"}, "priority": "1-URGENT"}
+    table, _ = _arrow(native_gateway, sql, params=params)
+    expected = duck.sql(
+        "select count(*) from orders where o_orderdate >= date '1995-01-01' and o_orderpriority = '1-URGENT'"
+    ).fetchall()
+    assert table.column("n").to_pylist() == [expected[0][0]]
+    hostile = {"since": {"type": "date", "value": "1995-01-01"}, "priority": "x' or '1'='1"}
+    table, _ = _arrow(native_gateway, sql, params=hostile)
+    assert table.column("n").to_pylist() == [0]  # a value stays a value
+
+
+def test_constant_queries_and_explain(native_gateway) -> None:
+    table, status = _arrow(native_gateway, "select 1 + 1 as two")
+    assert table.to_pylist() == [{"two": 2}] and status["nodes"] == []
+    table, _ = _arrow(native_gateway, "explain " + query(3))
+    text = "\n".join(table.column("plan").to_pylist())
+    assert "spark" in text.lower() and "lineitem" in text
+
+
+@pytest.mark.parametrize(
+    ("sql", "status", "code"),
+    [
+        ("select * from nowhere", 400, "undefined_table"),
+        ("select nope from nation", 400, "undefined_column"),
+        ("select n_name, rank() over (order by n_name) from nation", 422, "unsupported"),
+        ("delete from nation", 422, "read_only"),
+    ],
+)
+def test_native_errors(native_gateway, sql, status, code) -> None:
+    reply = http("POST", f"{native_gateway.url}/v1/statements", {"sql": sql})
+    assert reply.status == status and reply.json()["error"]["code"] == code
+
+
+def test_tables_endpoint_lists_columns_and_placement(native_gateway) -> None:
+    tables = Client(native_gateway.url).tables()
+    assert {"lineitem", "orders", "nation"} <= set(tables)
+    assert tables["lineitem"]["placement"].startswith("hash")
+    assert {"name": "l_quantity", "type": "decimal(15,2)", "nullable": False} in tables["lineitem"]["columns"]
+
+
+def test_cancelling_a_spark_query_frees_the_slots_on_every_node(native_gateway, spark) -> None:
+    client = Client(native_gateway.url)
+    slow = "select count(*) from lineitem a join lineitem b on a.l_orderkey < b.l_orderkey"
+    statement = http("POST", f"{native_gateway.url}/v1/statements", {"sql": slow, "wait": 0}).json()["id"]
+    balancer = native_gateway.gateway.balancer
+
+    def busy() -> int:
+        return sum(n["running"] for m in balancer.snapshot()["members"] for n in m["nodes"])
+
+    until(native_gateway, lambda: busy() == 2, timeout=30, what="a slot on both nodes")
+    assert client.cancel(statement)["state"] == "cancelled"
+    until(native_gateway, lambda: busy() == 0, timeout=30, what="both slots freed")
+    engine = native_gateway.gateway.executor.engine
+    until(native_gateway, lambda: not engine._running, timeout=60, what="the Spark job stopped")
+    tracker = spark.sparkContext.statusTracker()
+    until(native_gateway, lambda: not tracker.getActiveJobsIds(), timeout=60, what="no Spark job left")
+    assert client.execute("select count(*) as n from nation").table.column("n").to_pylist() == [25]
+    with pytest.raises(GatewayError) as info:
+        client.execute("select count(*) from nation group by n_name having")
+    assert info.value.status == 400
