@@ -13,9 +13,10 @@ JSON (it names the packet's `type`), then an optional payload (an answer's Arrow
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -33,9 +34,11 @@ class Packet:
     payload: bytes = field(default=b"", repr=False, kw_only=True)
 
     def header(self) -> dict[str, Any]:
-        body = asdict(self)
-        body.pop("payload")
-        return {"type": self.type, **body}
+        """The packet's fields as JSON values (payload aside); nested records as dicts."""
+        body: dict[str, Any] = {"type": self.type}
+        for name in _names(type(self)):
+            body[name] = _plain(getattr(self, name))
+        return body
 
 
 @dataclass
@@ -129,6 +132,21 @@ class Release(Packet):
 class Cancel(Packet):
     type: ClassVar[str] = "cancel"
     id: int
+
+
+@functools.cache
+def _names(kind: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(kind) if f.name != "payload")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (NodeInfo, NodeState)):
+        return dict(vars(value))
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 PACKETS: dict[str, type[Packet]] = {p.type: p for p in (Hello, Status, Request, Started, Answer, Release, Cancel)}

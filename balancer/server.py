@@ -55,6 +55,7 @@ class NodeServer:
         self.url = url
         self.journal = journal or Journal(None, "node", name)
         self.slots: list[Request | None] = [None] * slots
+        self._free = list(range(slots - 1, -1, -1))  # free slot numbers, the lowest last
         self.buffer: Request | None = None
         self.received = 0
         self.link: Link | None = None
@@ -67,7 +68,7 @@ class NodeServer:
 
     @property
     def running(self) -> int:
-        return sum(s is not None for s in self.slots)
+        return len(self.slots) - len(self._free)
 
     @property
     def ready(self) -> bool:
@@ -115,9 +116,8 @@ class NodeServer:
                 lease.set()
 
     async def _admit(self, request: Request) -> None:
-        free = next((i for i, s in enumerate(self.slots) if s is None), None)
-        if free is not None:
-            await self._start(free, request)
+        if self._free:
+            await self._start(self._free.pop(), request)
         elif self.buffer is None:
             self.buffer = request
             self.journal.queue(client_of(request.id), 1)
@@ -149,13 +149,14 @@ class NodeServer:
         answer.seconds = time.perf_counter() - started
         # free the slot and start the buffered query before anything goes upstream
         self.slots[slot] = None
+        self._free.append(slot)
         self._tasks.pop(request.id, None)
         self._leases.pop(request.id, None)
         self.completed += 1
         promoted = self.buffer
         if promoted is not None:
             self.buffer = None
-            await self._start(slot, promoted)
+            await self._start(self._free.pop(), promoted)
         await self._send(answer)
         self.journal.query(
             request.id, request.tag, answer.seconds, len(answer.payload), int(self.buffer is not None), ok=answer.ok

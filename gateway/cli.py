@@ -10,6 +10,7 @@ from balancer import cli as balancer_cli
 from gateway import commands, demo
 from gateway.config import ConfigError, load_config
 from gpu_kernels.backend import BackendUnavailable
+from loadtests import cli as loadtest_cli
 from storage import cli as storage_cli
 from storage.errors import StorageError
 
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo.register(sub)
     commands.register(sub)
+    loadtest_cli.register(sub)
     storage_cli.register(sub)
     balancer_cli.register(sub)
     return parser

@@ -1,64 +1,116 @@
 """`cxg demo`: the main job on the embedded default.
 
-Generates sample TPC-H data and loads it with the Spark ingest pipeline, shows how it is stored,
-then starts a storage node on loopback and runs TPC-H queries through the SQL engine: Q1 on the
-node alone (partial aggregates, reduce/final), Q3 and Q5 with their joins on the embedded Spark,
-and the plan of Q3.
+Generates sample TPC-H data and loads it into two storage nodes with the Spark ingest pipeline,
+shows how it is stored, then starts a local region as separate processes (the gateway with the
+region's balancer and embedded Spark, two native nodes) and sends it SQL over HTTP: Q1 on the
+nodes alone, Q3 and Q5 with their joins on Spark, a query with named parameters and the plan of
+Q3; shows the region's slots; and ends with a short load test of simulated users.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
+import time
+from pathlib import Path
 
 import pyarrow as pa
 from rich.table import Table as RichTable
 
-from gateway.background import serve
-from gateway.config import Config
-from gateway.sql.engine import Engine
-from gpu_kernels.backend import get_backend
+from gateway.client import Client
+from gateway.commands import show_status
+from gateway.config import Config, load_config
+from loadtests.cli import report, run_load
+from loadtests.logs import write_logs
+from loadtests.measures import summarize
+from loadtests.scenario import Scenario, tpch_list
+from loadtests.simulator import Simulator, Target
 from loadtests.tpch_queries import query
+from regions.launcher import LocalRegion
+from regions.spark_session import stop_all
 from storage import cli as storage_cli
 from storage.loader import LoadOptions
-from storage.node import Node
 from storage.planner import PlannerOptions
-from storage.stats import summarize
+from storage.stats import summarize as storage_summary
 from storage.store import Store
+
+PARAMETERIZED = (
+    "select o_orderpriority, count(*) as orders from orders "
+    "where o_orderdate >= :since and o_orderdate < :until group by o_orderpriority order by o_orderpriority"
+)
 
 
 def cmd_demo(args: argparse.Namespace, config: Config) -> int:
     console = storage_cli.console
-    store = Store(args.data, node="node-0")
+    root = Path(args.data)
+    stores = [Store(root / f"node-{i}", node=f"node-{i}") for i in range(args.nodes)]
     options = LoadOptions(
         block_budget=config.storage.block_budget,
         compression=config.storage.compression,
         planner=PlannerOptions(allow_zstd=config.storage.zstd_strings),
     )
-    console.rule(f"Loading TPC-H SF {args.sf:g} into {store.root}")
-    storage_cli.load_tpch(
-        [store], args.sf, options, config.storage.buckets, engine=config.storage.ingest, config=config
-    )
+    console.rule(f"Loading TPC-H SF {args.sf:g} into {len(stores)} nodes under {root}")
+    storage_cli.load_tpch(stores, args.sf, options, config.storage.buckets, engine=config.storage.ingest, config=config)
     console.rule("Tables")
-    storage_cli.cmd_tables(argparse.Namespace(data=[args.data]), config)
-    console.rule("How lineitem is stored")
-    console.print(storage_cli.render_summary(summarize(store.table("lineitem"))))
-    problems = [p for name in store.tables() for p in store.table(name).verify()]
+    storage_cli.cmd_tables(argparse.Namespace(data=[str(s.root) for s in stores]), config)
+    console.rule("How lineitem is stored on node-0")
+    console.print(storage_cli.render_summary(storage_summary(stores[0].table("lineitem"))))
+    problems = [p for store in stores for name in store.tables() for p in store.table(name).verify()]
     for problem in problems:
         console.print(f"[red]{problem}[/]")
-    console.print(f"verified every block of {len(store.tables())} tables: {len(problems)} problem(s)")
+    console.print(
+        f"verified every block of {len(stores[0].tables())} tables on {len(stores)} nodes: {len(problems)} problem(s)"
+    )
+    stop_all()  # the region's gateway runs the region's Spark
 
-    node = Node(store, get_backend(config.storage.backend), slots=None)
-    with serve(node.app()) as url:
-        console.rule(f"SQL through a storage node at {url} and Spark ({config.spark.master})")
-        engine = Engine({store.node: url}, config.spark.settings())
+    sets = [
+        *args.set,
+        'region.backend="native"',
+        f"storage.data={json.dumps([str(s.root) for s in stores])}",
+        "gateway.port=0",
+        "region.first_port=0",
+    ]
+    config_args = (["--config", str(args.config)] if args.config else []) + [x for s in sets for x in ("--set", s)]
+    region = LocalRegion(load_config(args.config, sets), config_args, root / "region")
+    console.rule("Starting a local region: gateway + balancer + Spark, and one process per node")
+    with console.status("starting the region"):
+        url = region.start()
+    try:
+        client = Client(url)
+        console.print(f"gateway at [bold]{url}[/], process output in {region.run_dir}")
         for number in (1, 3, 5):
-            result = engine.execute(query(number))
-            title = f"TPC-H Q{number}: {result.seconds * 1000:.0f} ms, on the {result.engine}"
-            console.print(_render(title, result.table.slice(0, 10)))
+            _show(client, f"TPC-H Q{number}", query(number))
+        _show(
+            client,
+            "orders per priority in 1995 (named parameters)",
+            PARAMETERIZED,
+            {"since": datetime.date(1995, 1, 1), "until": datetime.date(1996, 1, 1)},
+        )
         console.rule("EXPLAIN of TPC-H Q3")
-        for line in engine.execute("EXPLAIN " + query(3)).table.column("plan").to_pylist():
+        for line in client.execute("EXPLAIN " + query(3)).table.column("plan").to_pylist():
             console.print(line, highlight=False, markup=False)
+        console.rule("The region")
+        show_status(client.cluster())
+        console.rule(f"A short load test: {args.users} users, {args.queries} TPC-H queries (1..14, uniform)")
+        scenario = Scenario(tpch_list(14), "random", total=args.queries, seed=1)
+        run = run_load(Simulator([Target(1, url)], args.users, scenario), args.queries, "load test")
+        summary = summarize(run.records, max(1, args.queries // 10))
+        report(run, summary, "load test")
+        paths = write_logs(run, summary, root / "loadtest", "cxg demo load test")
+        console.print(f"logs and plots: {', '.join(str(p) for p in paths.values())}")
+    finally:
+        region.stop()
     return 1 if problems else 0
+
+
+def _show(client: Client, title: str, sql: str, params: dict | None = None) -> None:
+    started = time.perf_counter()
+    result = client.execute(sql, params)
+    status = client.get(f"/v1/statements/{result.id}")
+    where = ", ".join(status["nodes"]) or "the gateway"
+    title = f"{title}: {(time.perf_counter() - started) * 1000:.0f} ms, {status['engine']} engine, slots on {where}"
+    storage_cli.console.print(_render(title, result.table.slice(0, 10)))
 
 
 def _render(title: str, table: pa.Table) -> RichTable:
@@ -69,7 +121,12 @@ def _render(title: str, table: pa.Table) -> RichTable:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="run the main job: sample TPC-H data loaded with Spark, explained and queried")
+    p = sub.add_parser(
+        "demo", help="run the main job: TPC-H loaded with Spark, a local region queried over HTTP, a short load test"
+    )
     p.add_argument("--sf", type=float, default=0.1, help="TPC-H scale factor (default 0.1)")
     p.add_argument("--data", default="data/demo", help="data directory (default data/demo)")
+    p.add_argument("--nodes", type=int, default=2, help="storage nodes (default 2)")
+    p.add_argument("--users", type=int, default=8, help="load test users (default 8)")
+    p.add_argument("--queries", type=int, default=48, help="load test queries (default 48)")
     p.set_defaults(func=cmd_demo)

@@ -47,6 +47,7 @@ class Prepared:
 
 class NativeExecutor:
     backend = "native"
+    blocking_prepare = True  # qualifying may read the nodes' catalogs over HTTP
 
     def __init__(self, balancer: RegionBalancer, spark: SparkSettings, region: str, threads: int = 64):
         self.balancer = balancer
@@ -123,6 +124,8 @@ class NativeExecutor:
 
 class PassThroughExecutor:
     """MariaDB and simulation nodes: the query travels unchanged."""
+
+    blocking_prepare = False  # a parse, no I/O
 
     def __init__(self, balancer: RegionBalancer, backend: str):
         self.balancer = balancer

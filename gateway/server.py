@@ -59,11 +59,8 @@ class Gateway:
             self.executor = PassThroughExecutor(self.balancer, config.region.backend)
         self.auth = Auth(g.tokens)
         self.statements = Statements(g.result_ttl)
-        self.metrics = Metrics(self.balancer, self._running)
+        self.metrics = Metrics(self.balancer, self.statements.running)
         self._watcher: asyncio.Task | None = None
-
-    def _running(self) -> int:
-        return sum(1 for s in self.statements if s.state == RUNNING)
 
     # ---- submitting -----------------------------------------------------------------------------
 
@@ -88,7 +85,11 @@ class Gateway:
         self._admit(token)
         statement = Statement(self.balancer.new_id(client), sql, token.name, tag, client)
         try:
-            prepared = await asyncio.get_running_loop().run_in_executor(None, self.executor.prepare, sql, params, tag)
+            if self.executor.blocking_prepare:
+                loop = asyncio.get_running_loop()
+                prepared = await loop.run_in_executor(None, self.executor.prepare, sql, params, tag)
+            else:
+                prepared = self.executor.prepare(sql, params, tag)
             if not prepared.local:
                 self._check_capacity()
         except Exception as e:
@@ -148,6 +149,7 @@ class Gateway:
             state = CANCELLED if error.code == "cancelled" else FAILED
         statement.queue_length = len(self.balancer.queue)
         statement.finish(state, error)
+        self.statements.finished(statement)
         self.metrics.finished.labels(state).inc()
         self.metrics.observe(statement.timings)
 
@@ -261,8 +263,8 @@ class Gateway:
 
     async def cluster(self, request: web.Request) -> web.Response:
         self.auth.identify(request)
-        states: dict[str, int] = {}
-        for statement in self.statements:
+        states = dict(self.statements.totals)
+        for statement in self.statements.unfinished():
             states[statement.state] = states.get(statement.state, 0) + 1
         return web.json_response(
             {"backend": self.config.region.backend, "statements": states, **self.balancer.snapshot()}
@@ -292,7 +294,7 @@ class Gateway:
         self._watcher = asyncio.create_task(self._watch())
 
     async def _stop(self, app: web.Application) -> None:
-        for statement in self.statements:
+        for statement in self.statements.unfinished():
             await self._cancel(statement)
         if self._watcher is not None:
             self._watcher.cancel()

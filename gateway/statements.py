@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,15 +88,28 @@ class Statement:
 
 
 class Statements:
-    """The statements of one gateway, by id; finished ones expire after `ttl` seconds."""
+    """The statements of one gateway, by id; finished ones expire `ttl` seconds after their end."""
 
     def __init__(self, ttl: float):
         self.ttl = ttl
         self._items: dict[int, Statement] = {}
+        self._active: dict[int, Statement] = {}
+        self._per_owner: Counter[str] = Counter()
+        self._finished: deque[Statement] = deque()  # in the order they finished
+        self.totals: Counter[str] = Counter()  # finished statements by state, since the start
 
     def add(self, statement: Statement) -> None:
         self.expire()
         self._items[statement.id] = statement
+        self._active[statement.id] = statement
+        self._per_owner[statement.owner] += 1
+
+    def finished(self, statement: Statement) -> None:
+        """Book a statement that has just finished."""
+        if self._active.pop(statement.id, None) is not None:
+            self._per_owner[statement.owner] -= 1
+            self._finished.append(statement)
+            self.totals[statement.state] += 1
 
     def get(self, key: str) -> Statement | None:
         self.expire()
@@ -104,17 +118,17 @@ class Statements:
         except ValueError:
             return None
 
-    def active(self, owner: str) -> int:
-        """Queued and running statements of one token."""
-        return sum(1 for s in self._items.values() if s.owner == owner and not s.finished)
+    def active(self, owner: str | None = None) -> int:
+        """Queued and running statements (of one token)."""
+        return len(self._active) if owner is None else self._per_owner[owner]
 
-    def remove(self, statement: Statement) -> None:
-        self._items.pop(statement.id, None)
+    def running(self) -> int:
+        return sum(1 for s in self._active.values() if s.state == RUNNING)
+
+    def unfinished(self) -> list[Statement]:
+        return list(self._active.values())
 
     def expire(self) -> None:
         cutoff = time.time() - self.ttl
-        for key in [k for k, s in self._items.items() if s.finished_at is not None and s.finished_at < cutoff]:
-            del self._items[key]
-
-    def __iter__(self):
-        return iter(list(self._items.values()))
+        while self._finished and (self._finished[0].finished_at or 0) < cutoff:
+            self._items.pop(self._finished.popleft().id, None)

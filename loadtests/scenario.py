@@ -96,6 +96,14 @@ class Scenario:
             return len(self.order) if self.total is None else min(self.total, len(self.order))
         return self.total
 
+    def action_at(self, elapsed: float) -> str:
+        """The step in effect `elapsed` seconds after the start (work before the first step)."""
+        action = "work"
+        for step in self.steps:
+            if step.at <= elapsed:
+                action = step.action
+        return action
+
     def picker(self) -> Picker:
         return Picker(self)
 

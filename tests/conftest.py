@@ -126,9 +126,9 @@ def native_gateway(region_stores, region, spark):
 @pytest.fixture(scope="session")
 def mariadb(tmp_path_factory: pytest.TempPathFactory, tpch_files: dict[str, Path]):
     """A MariaDB server in a temporary directory with TPC-H SF 0.01 loaded; yields its URL."""
+    from loadtests.mariadb_server import MariaDB
     from storage.mysql_load import load_mysql
     from storage.sources import read_parquet
-    from tests.mariadb import MariaDB
 
     server = MariaDB(tmp_path_factory.mktemp("mariadb"))
     server.start()

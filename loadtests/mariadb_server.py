@@ -1,4 +1,4 @@
-"""A real MariaDB server in a temporary directory, for the tests of the `mysql` node backend
+"""A real MariaDB server in a temporary directory, for the tests and benchmarks of the `mysql` node backend
 (the test bootstrap installs mariadb-server with apt-get when it is missing)."""
 
 from __future__ import annotations
@@ -22,6 +22,15 @@ def _binary(*names: str) -> str:
         if found:
             return found
     raise RuntimeError(f"MariaDB is not installed ({' or '.join(names)} missing): run scripts/bootstrap.sh dev")
+
+
+def available() -> bool:
+    """Whether a MariaDB server binary is installed here."""
+    try:
+        _binary("mariadbd", "mysqld")
+        return True
+    except RuntimeError:
+        return False
 
 
 class MariaDB:
@@ -66,3 +75,10 @@ class MariaDB:
                 self.process.kill()
                 self.process.wait()
         self.log.close()
+
+    def __enter__(self) -> MariaDB:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
