@@ -14,3 +14,8 @@ test:
 bench:
 	scripts/bootstrap.sh dev
 	.venv/bin/python -m loadtests.bench_storage --sf 1 --json docs/bench/storage_sf1.json
+	.venv/bin/python -m loadtests.bench_scan --sf 1 --json docs/bench/scan_sf1.json
+	.venv/bin/python -m loadtests.bench_tpch --sf 1 --json docs/bench/tpch_sf1.json
+	.venv/bin/python -m loadtests.bench_gateway --dispatch both --json docs/bench/gateway.json
+	.venv/bin/python -m loadtests.bench_performsys --json docs/bench/performsys.json
+	.venv/bin/python -m loadtests.bench_live --sf 0.1 --out docs/bench/live --json docs/bench/live_sf0.1.json
