@@ -44,12 +44,16 @@ def cmd_gateway(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_up(args: argparse.Namespace, config: Config) -> int:
-    from regions.launcher import LocalRegion
+    from regions.launcher import LocalRegion, interrupt_on_sigterm
 
+    interrupt_on_sigterm()
     config_args = (["--config", str(args.config)] if args.config else []) + [x for s in args.set for x in ("--set", s)]
     region = LocalRegion(config, config_args, Path(args.run_dir) if args.run_dir else None)
-    with console.status("starting the region"):
-        url = region.start(timeout=args.timeout)
+    try:
+        with console.status("starting the region"):
+            url = region.start(timeout=args.timeout)
+    except KeyboardInterrupt:
+        return 130  # start() has stopped what it started
     console.print(f"region {config.gateway.region} is up at [bold]{url}[/] (process output in {region.run_dir})")
     show_status(Client(url, region._token()).cluster())
     console.print("Ctrl-C stops it")

@@ -27,7 +27,7 @@ from loadtests.measures import summarize
 from loadtests.scenario import Scenario, tpch_list
 from loadtests.simulator import Simulator, Target
 from loadtests.tpch_queries import query
-from regions.launcher import LocalRegion
+from regions.launcher import LocalRegion, interrupt_on_sigterm
 from regions.spark_session import stop_all
 from storage import cli as storage_cli
 from storage.loader import LoadOptions
@@ -43,6 +43,7 @@ PARAMETERIZED = (
 
 def cmd_demo(args: argparse.Namespace, config: Config) -> int:
     console = storage_cli.console
+    interrupt_on_sigterm()
     root = Path(args.data)
     stores = [Store(root / f"node-{i}", node=f"node-{i}") for i in range(args.nodes)]
     options = LoadOptions(

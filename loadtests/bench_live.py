@@ -6,7 +6,8 @@ one of the 14 read-only TPC-H queries runs once to warm up (as the dissertation'
 mysql_init.sql did); then `--users` simulated users send `--queries` queries drawn uniformly
 from the 14, and M, σ, T, throughput and percentiles are reported with `--exclude` answers left
 out at each end. The peer, run in the same way on the same data when MariaDB is installed: a
-region of two MariaDB nodes (PerformSys: K connections per node, the SQL unchanged).
+region of two MariaDB nodes (PerformSys: K connections per node, the SQL unchanged) on one
+MariaDB server whose InnoDB buffer pool (2 GB) holds all the data.
 
     python -m loadtests.bench_live [--sf 0.1] [--users 16] [--queries 200] [--exclude 20]
                                    [--out DIR] [--json PATH] [--no-mariadb]
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_mariadb and available():
             from storage.mysql_load import load_mysql
 
-            with MariaDB(Path(tmp) / "mariadb") as server:
+            with MariaDB(Path(tmp) / "mariadb", buffer_pool="2G") as server:
                 with console.status(f"loading TPC-H SF {args.sf:g} into MariaDB"):
                     for name, path in tpch.generate(args.sf, Path(tmp) / "parquet").items():
                         load_mysql(server.url, name, read_parquet([path]))

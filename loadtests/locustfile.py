@@ -16,6 +16,7 @@ import itertools
 import os
 import time
 
+import gevent
 from locust import HttpUser, constant, events, task
 from locust.exception import StopUser
 
@@ -30,6 +31,8 @@ PICKER = SCENARIO.picker()
 NUMBERS = itertools.count(1)
 USERS = itertools.count(0)
 STARTED = time.monotonic()
+ACTIVE = 0  # users running
+FINISHED = False  # the scenario has ended (a Stop step, or the FromList list ran out)
 
 
 @events.test_start.add_listener
@@ -42,20 +45,29 @@ class GatewayUser(HttpUser):
     wait_time = constant(0)
 
     def on_start(self) -> None:
+        global ACTIVE
+        ACTIVE += 1
         self.number = next(USERS)
         token = os.environ.get("CXG_TOKEN")
         self.headers = {"Accept": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
 
+    def on_stop(self) -> None:
+        """The run ends, as `cxg loadtest`'s does, once the scenario is over and every user is done."""
+        global ACTIVE
+        ACTIVE -= 1
+        if FINISHED and ACTIVE == 0 and self.environment.runner is not None:
+            gevent.spawn(self.environment.runner.quit)
+
     @task
     def query(self) -> None:
+        global FINISHED
         action = SCENARIO.action_at(time.monotonic() - STARTED)
-        if action == "stop":
-            raise StopUser()
         if action == "sleep":
             time.sleep(0.1)
             return
-        index = PICKER.pick(next(NUMBERS), self.number)
+        index = None if action == "stop" else PICKER.pick(next(NUMBERS), self.number)
         if index is None:
+            FINISHED = True
             raise StopUser()
         chosen = SCENARIO.queries[index]
         body = {"sql": chosen.sql, "tag": chosen.tag, "client": self.number % 1_000_000, "wait": 300}

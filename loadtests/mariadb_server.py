@@ -34,8 +34,9 @@ def available() -> bool:
 
 
 class MariaDB:
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, buffer_pool: str = "64M"):
         self.root = root
+        self.buffer_pool = buffer_pool  # InnoDB's cache: small for tests, the data's size for benchmarks
         self.port = free_port()
         self.process: subprocess.Popen | None = None
 
@@ -51,7 +52,8 @@ class MariaDB:
         subprocess.run(install, check=True, capture_output=True)
         server = [_binary("mariadbd", "mysqld"), "--no-defaults", f"--datadir={data}", f"--user={user}"]
         server += [f"--port={self.port}", "--bind-address=127.0.0.1", f"--socket={self.root / 'sock'}"]
-        server += [f"--pid-file={self.root / 'pid'}", "--skip-log-bin", "--innodb-buffer-pool-size=64M"]
+        server += [f"--pid-file={self.root / 'pid'}", "--skip-log-bin"]
+        server += [f"--innodb-buffer-pool-size={self.buffer_pool}"]
         self.log = (self.root / "server.log").open("wb")
         self.process = subprocess.Popen(server, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout

@@ -20,6 +20,16 @@ from gateway.client import Client, GatewayError
 from gateway.config import Config, ConfigError
 
 
+def interrupt_on_sigterm() -> None:
+    """Make SIGTERM (a service manager, `kill`) stop this process as Ctrl-C does, so the
+    `finally` that stops a region's processes runs instead of leaving them orphaned."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 @dataclass
 class Role:
     name: str

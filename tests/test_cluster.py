@@ -1,13 +1,15 @@
 """`cxg up`: the gateway, routers and nodes as separate processes on loopback, from one
-configuration; `cxg query` and `cxg status` against it; Ctrl-C stops every process."""
+configuration; `cxg query` and `cxg status` against it; Ctrl-C or SIGTERM stops every process."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -25,12 +27,36 @@ def _up(*sets: str) -> tuple[subprocess.Popen, str]:
     return process, f"http://127.0.0.1:{port}"
 
 
-def _stop(process: subprocess.Popen, url: str) -> str:
-    process.send_signal(signal.SIGINT)
+def _children(pid: int) -> list[int]:
+    """Processes whose parent is `pid` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _stop(process: subprocess.Popen, url: str, signum: int = signal.SIGINT) -> str:
+    """Stop `cxg up` with `signum`; check that it and every process it started are gone."""
+    children = _children(process.pid)
+    assert len(children) >= 2  # the gateway and at least one node
+    process.send_signal(signum)
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 0, output
     with pytest.raises(GatewayError):
         Client(url, timeout=2).get("/healthz")
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in children if _alive(pid)], output
     return output
 
 
@@ -56,7 +82,7 @@ def test_up_starts_a_region_with_a_router_and_stops_it_on_ctrl_c() -> None:
     assert "is up at" in output and "stopping" in output
 
 
-def test_up_with_native_nodes_answers_sql(region_stores, duck) -> None:
+def test_up_with_native_nodes_answers_sql_and_stops_on_sigterm(region_stores, duck) -> None:
     data = json.dumps([str(s.root) for s in region_stores])
     process, url = _up(f"storage.data={data}", "region.slots=2")
     try:
@@ -67,7 +93,7 @@ def test_up_with_native_nodes_answers_sql(region_stores, duck) -> None:
         assert [tuple(r) for r in reply.json()["rows"]] == duck.sql(sql).fetchall()
         assert sorted(reply.json()["nodes"]) == ["node-0", "node-1"]
     finally:
-        _stop(process, url)
+        _stop(process, url, signal.SIGTERM)
 
 
 def test_up_reports_a_node_that_cannot_start() -> None:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import importlib.util
 import itertools
 import json
 import math
+import os
 import subprocess
 import sys
 
@@ -205,3 +207,28 @@ def test_cxg_loadtest_writes_logs_plots_and_summary(region, tmp_path) -> None:
     assert (out / "queue.csv").read_text().startswith("time_s,region,queue_length,in_flight")
     for png in ("response_times.png", "queue_length.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+LOCUST = ["--users", "3", "--spawn-rate", "3", "--run-time", "60s", "--json"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("locust") is None, reason='needs the "locust" extra')
+def test_locustfile_runs_a_scenario_through_the_gateway(region, tmp_path) -> None:
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(
+        'mode = "fromlist"\nlist = [1, 2, 1, 1, 2, 2, 1, 2, 1, 1]\n'
+        '[[query]]\ntag = "a"\nsql = "SELECT 1"\n[[query]]\ntag = "b"\nsql = "SELECT 2"\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "locust", "-f", "loadtests/locustfile.py", "--host", region.url, "--headless", *LOCUST],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "CXG_SCENARIO": str(scenario)},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    stats = json.loads(done.stdout)
+    assert sorted((s["method"], s["name"], s["num_requests"], s["num_failures"]) for s in stats) == [
+        ("POST", "a", 6, 0),
+        ("POST", "b", 4, 0),
+    ]
