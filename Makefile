@@ -18,4 +18,8 @@ bench:
 	.venv/bin/python -m loadtests.bench_tpch --sf 1 --json docs/bench/tpch_sf1.json
 	.venv/bin/python -m loadtests.bench_gateway --dispatch both --json docs/bench/gateway.json
 	.venv/bin/python -m loadtests.bench_performsys --json docs/bench/performsys.json
+	.venv/bin/python -m loadtests.bench_performsys --tables 4.1 --dispatch free-slot-first \
+		--plot docs/bench/performsys_speedup_free_slot_first.png --json docs/bench/performsys_free_slot_first.json
 	.venv/bin/python -m loadtests.bench_live --sf 0.1 --out docs/bench/live --json docs/bench/live_sf0.1.json
+	.venv/bin/python -m loadtests.bench_live --sf 1 --queries 100 --exclude 10 --out docs/bench/live_sf1 \
+		--json docs/bench/live_sf1.json

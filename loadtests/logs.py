@@ -146,7 +146,7 @@ def plot_queue(run: Run, path: Path, title: str) -> None:
     axes.set_ylabel("queries")
     axes.set_title(f"{title}: the region's queue")
     if run.queue:
-        axes.legend(loc="upper right")
+        axes.legend(loc="best")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
