@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from gpu_kernels.backend import cuda_available
 from storage import tpch
 
 TPCH_SF = 0.01
 
 
-def _cuda_available() -> bool:
-    if importlib.util.find_spec("cupy") is None:
-        return False
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:
-        return False
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if _cuda_available():
+    if cuda_available():
         return
     skip = pytest.mark.skip(reason="no CUDA device with CuPy")
     for item in items:
