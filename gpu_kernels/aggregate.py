@@ -27,7 +27,10 @@ FUNCTIONS = ("count", "sum", "min", "max", "avg", "count_distinct")
 
 
 @dataclass(frozen=True)
-class KeySpec:
+class NamedExpr:
+    """An expression, the name of its result and the Arrow type of its values: a projected
+    column or a group key."""
+
     name: str
     expr: Expr
     arrow_type: pa.DataType
@@ -69,7 +72,7 @@ class Groups:
 
 
 def partial_aggregate(
-    ev: BlockEvaluator, sel: Selection, keys: list[KeySpec], aggregates: list[AggSpec]
+    ev: BlockEvaluator, sel: Selection, keys: list[NamedExpr], aggregates: list[AggSpec]
 ) -> pa.RecordBatch:
     fields = [pa.field(k.name, k.arrow_type) for k in keys] + [f for a in aggregates for f in a.fields()]
     schema = pa.schema(fields)
@@ -86,7 +89,7 @@ def partial_aggregate(
 # ---- forming groups ----------------------------------------------------------------------------
 
 
-def _run_structure(ev: BlockEvaluator, key: KeySpec) -> tuple[Array, Array, pa.Array | None] | None:
+def _run_structure(ev: BlockEvaluator, key: NamedExpr) -> tuple[Array, Array, pa.Array | None] | None:
     """(run ends, code per run, string dictionary) of a key stored as runs without NULLs."""
     if not isinstance(key.expr, Col):
         return None
@@ -106,7 +109,7 @@ def _run_structure(ev: BlockEvaluator, key: KeySpec) -> tuple[Array, Array, pa.A
     return None
 
 
-def _segment_groups(ev: BlockEvaluator, sel: Selection, keys: list[KeySpec]) -> Groups | None:
+def _segment_groups(ev: BlockEvaluator, sel: Selection, keys: list[NamedExpr]) -> Groups | None:
     """Groups of segments (stretches where no key changes), or None when the keys are not all runs."""
     if not keys:
         return None
@@ -133,11 +136,11 @@ def _segment_groups(ev: BlockEvaluator, sel: Selection, keys: list[KeySpec]) -> 
     return Groups(gid, count, group_keys, compressed_starts, rows)
 
 
-def _key_type(ev: BlockEvaluator, key: KeySpec) -> Type:
+def _key_type(ev: BlockEvaluator, key: NamedExpr) -> Type:
     return ev.types[key.expr.name]
 
 
-def _row_groups(ev: BlockEvaluator, sel: Selection, keys: list[KeySpec]) -> Groups:
+def _row_groups(ev: BlockEvaluator, sel: Selection, keys: list[NamedExpr]) -> Groups:
     xp = ev.xp
     rows = sel.count()
     if not keys:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from gpu_kernels.aggregate import AggSpec, KeySpec, partial_aggregate
+from gpu_kernels.aggregate import AggSpec, NamedExpr, partial_aggregate
 from gpu_kernels.backend import Array, NumpyBackend
 from gpu_kernels.evaluate import BlockEvaluator, ScanStats
 from gpu_kernels.expr import Expr
@@ -17,19 +17,12 @@ from storage.block import EncodedBlock
 
 
 @dataclass(frozen=True)
-class Output:
-    name: str
-    expr: Expr
-    arrow_type: pa.DataType
-
-
-@dataclass(frozen=True)
 class BlockTask:
     """What to compute on every block of a scan."""
 
     predicate: Expr | None
-    outputs: tuple[Output, ...] = ()  # projection
-    keys: tuple[KeySpec, ...] = ()  # aggregation: group keys ...
+    outputs: tuple[NamedExpr, ...] = ()  # projection
+    keys: tuple[NamedExpr, ...] = ()  # aggregation: group keys ...
     aggregates: tuple[AggSpec, ...] = ()  # ... and partial aggregates
     partition_keys: tuple[str, ...] = ()  # output columns to hash-partition by
     partition_buckets: int = 0

@@ -25,11 +25,11 @@ from typing import Any
 import pyarrow as pa
 
 from gpu_kernels import expr as E
-from gpu_kernels.aggregate import FUNCTIONS, AggSpec, KeySpec
+from gpu_kernels.aggregate import FUNCTIONS, AggSpec, NamedExpr
 from gpu_kernels.backend import NumpyBackend
 from gpu_kernels.evaluate import BlockEvaluator, ScanStats
 from gpu_kernels.expr import Call, Col, Kind, Lit, Type
-from gpu_kernels.operators import BlockTask, Output, run_block
+from gpu_kernels.operators import BlockTask, run_block
 from gpu_kernels.pipeline import BlockPipeline, block_parts
 from gpu_kernels.vectors import arrow_type, exact_fraction, scalar_literal
 from storage.block import EncodedBlock
@@ -133,7 +133,7 @@ def _plan(request: dict, schema: TableSchema, columns: dict, arrow_types: dict) 
         key_specs = []
         for name, e in keys:
             e = fold(e)
-            key_specs.append(KeySpec(name, e, _output_type(e, E.check(e, columns), arrow_types)))
+            key_specs.append(NamedExpr(name, e, _output_type(e, E.check(e, columns), arrow_types)))
         task = replace(
             task, keys=tuple(key_specs), aggregates=tuple(_aggregate(a, columns, arrow_types) for a in aggregates)
         )
@@ -142,7 +142,7 @@ def _plan(request: dict, schema: TableSchema, columns: dict, arrow_types: dict) 
         specs = []
         for name, e in outputs:
             e = fold(e)
-            specs.append(Output(name, e, _output_type(e, E.check(e, columns), arrow_types)))
+            specs.append(NamedExpr(name, e, _output_type(e, E.check(e, columns), arrow_types)))
         task = replace(task, outputs=tuple(specs))
         names = [o.name for o in specs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
