@@ -47,6 +47,8 @@ class SparkConfig:
     shuffle_partitions: int | None = None  # default: the cores of a local master
     broadcast_threshold: str = "10MB"
     adaptive: bool = False  # spark.sql.adaptive.enabled
+    exchange: str = "auto"  # sub-queries reach Spark as Parquet files, through the cxg data source, or auto
+    exchange_dir: str | None = None  # where exchange files go (shared storage for a remote cluster)
     conf: dict[str, str] = field(default_factory=dict)  # any other spark.* option
 
     def settings(self):
@@ -59,6 +61,8 @@ class SparkConfig:
             broadcast_threshold=self.broadcast_threshold,
             adaptive=self.adaptive,
             conf=dict(self.conf),
+            exchange=self.exchange,
+            exchange_dir=self.exchange_dir,
         )
 
 
@@ -196,6 +200,8 @@ def _check(config: Config) -> None:
         raise ConfigError(f"region.backend must be native, mysql or simulation, not {config.region.backend!r}")
     if config.region.dispatch not in ("round-robin", "free-slot-first"):
         raise ConfigError(f"region.dispatch must be round-robin or free-slot-first, not {config.region.dispatch!r}")
+    if config.spark.exchange not in ("auto", "files", "source"):
+        raise ConfigError(f"spark.exchange must be auto, files or source, not {config.spark.exchange!r}")
     if not 0 <= config.gateway.region < 100:
         raise ConfigError(f"gateway.region must be in 0..99, not {config.gateway.region}")
     names = [t.name for t in config.gateway.tokens]

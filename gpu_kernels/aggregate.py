@@ -179,9 +179,12 @@ def _group_ids(ev: BlockEvaluator, key_vecs: list[Vec]) -> tuple[Array, int, Arr
             combined = combined * cardinality + codes
             if len(combined) and int(combined.max()) > (1 << 40):
                 combined = ev.backend.unique_inverse(combined)[1].astype(xp.int64)
-    uniques, gid = ev.backend.unique_inverse(combined)
-    gid = gid.astype(xp.int64)
-    count = len(uniques)
+    [single] = key_vecs if len(key_vecs) == 1 else [None]
+    if single is not None and single.valid is None and single.type.kind is not Kind.STR:
+        gid, count = combined, cardinality - 1  # one key's codes are already dense: 0..k-1, no NULL
+    else:
+        uniques, gid = ev.backend.unique_inverse(combined)
+        gid, count = gid.astype(xp.int64), len(uniques)
     first = ev.backend.group_min(gid, xp.arange(len(gid), dtype=xp.int64), count)
     return gid, count, first
 

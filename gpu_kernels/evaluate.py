@@ -137,7 +137,7 @@ class BlockEvaluator:
                 offsets = parts[0] if len(parts) == 1 else xp.concatenate(parts) if parts else xp.zeros(0, xp.int64)
             else:
                 lo, hi = sel.span()
-                if sel.count() * 32 < hi - lo:  # sparse: read just those rows
+                if sel.count() * 4 < hi - lo:  # sparse (measured crossover ~25%): read just those rows
                     offsets = self.backend.unpack_at(packed, width, sel.indices())
                 else:
                     offsets = sel.take_span(self.backend.unpack(packed, width, lo, hi), lo)

@@ -62,6 +62,11 @@ class Values:
     items: tuple
     type: Type
 
+    @functools.cached_property
+    def bounds(self) -> tuple[Any, Any]:
+        """The smallest and the largest item (for pruning blocks by their min/max)."""
+        return (min(self.items), max(self.items)) if self.items else (None, None)
+
 
 @dataclass(frozen=True)
 class Call:

@@ -46,7 +46,10 @@ def _best(fn, repeat: int) -> tuple[float, Any]:
 
 def _start_node(data: Path, port: int) -> subprocess.Popen:
     process = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "node", "--data", str(data), "--port", str(port), "--backend", "numpy"],
+        [
+            *(sys.executable, "-m", "gateway.cli", "node", "--data", str(data), "--port", str(port)),
+            *("--backend", "numpy", "--threads", str(os.cpu_count() or 2)),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -13,7 +13,7 @@ import pyarrow as pa
 def same_value(a: Any, b: Any, tolerance: float = 1e-6) -> bool:
     if a is None or b is None:
         return a is None and b is None
-    if isinstance(a, dt.date) and isinstance(b, dt.datetime) and b.time() == dt.time(0):
+    if type(a) is dt.date and isinstance(b, dt.datetime) and b.time() == dt.time(0):
         return a == b.date()  # date + interval: a date here, a timestamp at midnight in DuckDB
     if isinstance(a, (float, decimal.Decimal)) or isinstance(b, (float, decimal.Decimal)):
         a, b = float(a), float(b)

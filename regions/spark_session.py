@@ -27,6 +27,13 @@ class SparkSettings:
     broadcast_threshold: str = "10MB"  # Spark's default; small sub-queries arrive as sized local relations
     adaptive: bool = False  # adaptive query execution: adds stages that cost more than they save here
     conf: dict[str, str] = field(default_factory=dict)  # any other spark.* option
+    exchange: str = "auto"  # how sub-queries reach Spark: files, source, or auto (files with a local master)
+    exchange_dir: str | None = None  # where "files" writes (default: the temp dir); shared storage for a cluster
+
+    def exchange_mode(self) -> str:
+        if self.exchange == "auto":
+            return "files" if self.master.startswith("local") else "source"
+        return self.exchange
 
     def options(self) -> dict[str, str]:
         cores = os.cpu_count() or 2

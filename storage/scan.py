@@ -239,7 +239,8 @@ def _decide(e: E.Expr, entry: BlockEntry, types: dict[str, Type]) -> bool | None
         return None
     column, literals = e.args[0], e.args[1:]
     if isinstance(column, Col) and e.op == "in" and literals and isinstance(literals[0], E.Values):
-        literals = (Lit(min(literals[0].items), literals[0].type), Lit(max(literals[0].items), literals[0].type))
+        low, high = literals[0].bounds
+        literals = (Lit(low, literals[0].type), Lit(high, literals[0].type))
         e = Call("between", (column, *literals))  # for pruning: outside [min, max] of the list means no row
         verdict = _decide(e, entry, types)
         return False if verdict is False else None

@@ -44,8 +44,28 @@ def edge_tables() -> list[tuple[TableSchema, pa.Table]]:
             "note": pa.array(["café", "naïve", "日本語", None, "x", "y", "Ωmega"], pa.string()),
         }
     )
+    events = pa.table(
+        {
+            "person_id": pa.array([1, 3, 3, 4, 7, None], pa.int64()),
+            "at": pa.array(
+                [
+                    dt.datetime(2024, 1, 1, 8, 30),
+                    dt.datetime(2024, 2, 29, 23, 59, 59, 500000),
+                    None,
+                    dt.datetime(1999, 12, 31, 0, 0),
+                    dt.datetime(2024, 1, 1, 8, 30),
+                    dt.datetime(2030, 6, 1, 12, 0),
+                ],
+                pa.timestamp("us"),
+            ),
+            "weight": pa.array([0.5, -1.25, None, 3.0e10, 0.1, 2.0], pa.float64()),
+            "ok": pa.array([True, False, None, True, True, False], pa.bool_()),
+            "kind": pa.array(["größe", "a", "a", None, "Ωmega", "b"], pa.string()),
+        }
+    )
     empty = people.slice(0, 0)
     return [
+        (TableSchema.from_arrow("events", events.schema, (), Placement.parse("hash(person_id)", 4)), events),
         (TableSchema.from_arrow("people", people.schema, ("city",), Placement.parse("hash(id)", 4)), people),
         (TableSchema.from_arrow("visits", visits.schema, (), Placement.parse("replicated")), visits),
         (TableSchema.from_arrow("empty_people", empty.schema, (), Placement.parse("hash(id)", 4)), empty),

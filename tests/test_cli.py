@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from gateway.cli import main
-from gateway.config import ConfigError, parse_size
+from gateway.config import ConfigError, load_config, parse_size
 from storage import Store
 
 CSV = "id,city,amount,day\n1,Zürich,10.50,2024-01-02\n2,,7.25,2024-01-02\n3,東京,,2024-01-03\n"
@@ -138,3 +138,10 @@ def test_parse_size() -> None:
     assert parse_size(100) == 100
     with pytest.raises(ConfigError, match="not a size"):
         parse_size("lots")
+
+
+def test_spark_exchange_is_checked_and_reaches_the_settings() -> None:
+    settings = load_config(None, ["spark.exchange=source", "spark.exchange_dir=/shared/x"]).spark.settings()
+    assert settings.exchange_mode() == "source" and settings.exchange_dir == "/shared/x"
+    with pytest.raises(ConfigError, match="exchange must be auto, files or source"):
+        load_config(None, ["spark.exchange=carrier-pigeon"])

@@ -3,7 +3,6 @@ nodes or on Spark, and answer with an Arrow table."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
@@ -14,13 +13,13 @@ import pyarrow as pa
 
 from gateway.sql.catalog import RegionCatalog
 from gateway.sql.errors import ExecutionError, QueryCancelled, SqlError
+from gateway.sql.exchange import FETCH_ROWS, Exchange, describe
 from gateway.sql.local import CANCELLED, run_local
 from gateway.sql.parse import Statement, prepare
-from gateway.sql.plan import Plan, Planner, Scan
+from gateway.sql.plan import Plan, Planner
 from gateway.sql.reduce import reduce_and_fetch, substitute_subqueries
 from regions.spark_session import SparkSettings, spark_session
 from storage.errors import StorageError
-from storage.scan import plan_scan
 
 
 @dataclass
@@ -63,7 +62,9 @@ class Engine:
         plan = planner.plan(statement)
         plan.notes = notes
         if plan.engine == "spark":
-            plan.inputs = reduce_and_fetch(plan, catalog)
+            mode = self.spark_settings.exchange_mode()
+            plan.inputs = reduce_and_fetch(plan, catalog, FETCH_ROWS[mode])
+            plan.deliveries = {s.index: describe(mode, s, plan.inputs.get(s.index)) for s in plan.scans}
         return plan
 
     def execute(self, sql: str, query_id: str | None = None) -> Result:
@@ -101,40 +102,21 @@ class Engine:
         return Result(table, plan, time.perf_counter() - started)
 
     def _run_spark(self, plan: Plan, query_id: str, catalog: RegionCatalog) -> pa.Table:
-        """Spark runs the joins; small sub-queries are handed over as local relations (Spark then
-        knows their size and broadcasts them), the others stream through the "cxg" data source."""
+        """Spark runs the joins over the sub-queries, handed over by an `Exchange`."""
         spark = self.spark
-        context = spark.sparkContext
-        context.setJobGroup(query_id, plan.statement.text[:200], interruptOnCancel=True)
-        fetched = plan.inputs
+        spark.sparkContext.setJobGroup(query_id, plan.statement.text[:200], interruptOnCancel=True)
+        settings = self.spark_settings
+        exchange = Exchange(spark, catalog, settings.exchange_mode(), settings.exchange_dir)
         views = []
         try:
             for scan in plan.scans:
-                if scan.index in fetched:  # one chunk: PySpark loses rows after an empty first chunk
-                    frame = spark.createDataFrame(fetched[scan.index].combine_chunks())
-                else:
-                    frame = self._stream(scan, context.defaultParallelism, catalog)
-                frame.createOrReplaceTempView(scan.view)
+                exchange.frame(scan, plan.inputs.get(scan.index)).createOrReplaceTempView(scan.view)
                 views.append(scan.view)
             return spark.sql(plan.spark_sql).toArrow()
         finally:
             for view in views:
                 spark.catalog.dropTempView(view)
-
-    def _stream(self, scan: Scan, parallelism: int, catalog: RegionCatalog):
-        from storage.spark_source import spark_schema
-
-        request = scan.request()
-        schema = spark_schema(plan_scan(request, scan.info.schema).schema)
-        return (
-            self.spark.read.format("cxg")
-            .schema(schema)
-            .option("nodes", ",".join(catalog.urls(scan.info)))
-            .option("table", scan.table)
-            .option("request", json.dumps(request))
-            .option("partitions", str(parallelism))
-            .load()
-        )
+            exchange.close()
 
     def cancel(self, query_id: str) -> bool:
         """Stop a running query: its scans end at the next batch, its Spark jobs are cancelled.

@@ -52,6 +52,22 @@ def split_or(node: exp.Expression) -> list[exp.Expression]:
     return [node]
 
 
+def factor_or(node: exp.Expression) -> list[exp.Expression]:
+    """Conjuncts equivalent to `node`, with what every branch of a disjunction shares taken out:
+    (a AND b) OR (a AND c) -> [a, b OR c]. TPC-H Q19 repeats its join condition and two filters in
+    each branch; taken out, they become a join edge and filters the nodes evaluate first."""
+    branches = [split_and(branch) for branch in split_or(node)]
+    if len(branches) < 2:
+        return [node]
+    common = [c for c in branches[0] if all(any(c == d for d in other) for other in branches[1:])]
+    if not common:
+        return [node]
+    rest = [[d for d in branch if not any(d == c for c in common)] for branch in branches]
+    if any(not parts for parts in rest):  # (a) OR (a AND b) is a
+        return common
+    return [*common, exp.or_(*(and_all(parts) for parts in rest), copy=False)]
+
+
 def and_all(parts: list[exp.Expression]) -> exp.Expression | None:
     """AND of the parts, keeping the nodes themselves (subqueries inside stay the same objects)."""
     return exp.and_(*parts, copy=False) if parts else None
@@ -111,9 +127,6 @@ class Scan:
             lines.append(f"    rows: {self.rows:,}")
         return lines
 
-    def delivery(self, inline: bool) -> str:
-        return "handed to Spark as a local relation" if inline else "streamed to Spark through the cxg data source"
-
 
 @dataclass
 class LocalQuery:
@@ -156,7 +169,8 @@ class Plan:
     local: LocalQuery | None = None
     edges: list[Edge] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what was evaluated before planning
-    inputs: dict[int, Any] = field(default_factory=dict, repr=False)  # small sub-queries' rows, by scan
+    inputs: dict[int, Any] = field(default_factory=dict, repr=False)  # rows fetched before Spark runs, by scan
+    deliveries: dict[int, str] = field(default_factory=dict)  # how each sub-query reaches Spark, by scan
 
     @property
     def spark_sql(self) -> str | None:
@@ -174,8 +188,8 @@ class Plan:
             lines.append("select-project sub-queries (on compressed data):")
             for scan in self.scans:
                 lines += ["  " + line for line in scan.explain()]
-                if self.engine == "spark":
-                    lines.append(f"      {scan.delivery(scan.index in self.inputs)}")
+                if scan.index in self.deliveries:
+                    lines.append(f"      {self.deliveries[scan.index]}")
         if self.local is not None:
             local = self.local
             if local.aggregating:
@@ -350,7 +364,7 @@ class Planner:
         where = select.args.get("where")
         if where is not None:
             remaining = []
-            for conjunct in split_and(where.this):
+            for conjunct in (part for c in split_and(where.this) for part in factor_or(c)):
                 owner = _single_owner(conjunct, base)
                 if owner is not None and owner not in nullable and _push_filter(base[owner], conjunct):
                     continue

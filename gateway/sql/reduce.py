@@ -11,7 +11,8 @@ Two steps, both evaluated on the storage nodes:
   turns out small is fetched whole, and the distinct values of its join columns become
   ``key IN (values)`` on the sub-query at the other end of an inner equi-join (or inside a
   correlated subquery). Along a chain of joins (region -> nation -> customer -> orders ->
-  lineitem) each step shrinks the next. The small ones reach Spark as local relations.
+  lineitem) each step shrinks the next. What was fetched is handed to Spark as is
+  (`gateway.sql.exchange`).
 
 Spark still executes every join; it only receives fewer rows.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import json
 from typing import Any
 
 import pyarrow as pa
@@ -35,8 +37,8 @@ from gateway.sql.plan import Plan, Planner, Scan
 
 MAX_SUBSTITUTED = 10_000  # values an IN subquery may become
 MAX_KEYS = 500_000  # values a semi-join filter may carry
-PROBE_ROWS = 500_000  # sub-queries up to this size are fetched for their join keys
-INLINE_ROWS = 100_000  # up to this size they reach Spark as local relations (beyond, streaming is faster)
+PROBE_ROWS = 500_000  # sub-queries up to this size are fetched for their join keys (default)
+SMALL_TABLE = 100_000  # an unfiltered table this small is fetched anyway (it is needed whole)
 MAX_PROBES = 2  # fetch attempts per sub-query (a reduction earns it a second one)
 
 
@@ -139,33 +141,38 @@ def _values(keys: pa.Array) -> dict[str, Any] | None:
     return None
 
 
-def _probe(catalog: RegionCatalog, scan: Scan) -> pa.Table | None:
-    """The sub-query's rows if there are at most PROBE_ROWS of them, else None."""
-    data = scan_nodes(catalog, scan.info, {**scan.request(), "limit": PROBE_ROWS + 1})
-    return data if data.num_rows <= PROBE_ROWS else None
+def _probe(catalog: RegionCatalog, scan: Scan, limit: int, seen: dict[str, pa.Table | None]) -> pa.Table | None:
+    """The sub-query's rows if there are at most `limit` of them, else None; an identical request
+    (the same table in a subquery and outside it) is answered from `seen`."""
+    request = {**scan.request(), "limit": limit + 1}
+    key = json.dumps(request, sort_keys=True, default=str)
+    if key not in seen:
+        data = scan_nodes(catalog, scan.info, request)
+        seen[key] = data if data.num_rows <= limit else None
+    return seen[key]
 
 
-def reduce_and_fetch(plan: Plan, catalog: RegionCatalog) -> dict[int, pa.Table]:
-    """Semi-join reduction, from the smallest sub-queries up; returns the tiny sub-queries' rows,
-    which Spark receives as local relations (index -> rows). The others stream through the data
-    source.
+def reduce_and_fetch(plan: Plan, catalog: RegionCatalog, probe_rows: int = PROBE_ROWS) -> dict[int, pa.Table]:
+    """Semi-join reduction, from the smallest sub-queries up; returns the rows of the sub-queries
+    it fetched (index -> rows). The others are scanned again when Spark needs them.
 
-    A sub-query with filters (its own, or a reduction) is fetched when it has at most PROBE_ROWS
+    A sub-query with filters (its own, or a reduction) is fetched when it has at most `probe_rows`
     rows, and the distinct values of its join columns then filter the sub-queries at the other end
     of its edges; one that receives a reduction is visited again. An unfiltered table's join keys
     are the whole domain and filter nothing.
     """
     fetched: dict[int, pa.Table] = {}
+    seen: dict[str, pa.Table | None] = {}
     probes: dict[int, int] = {}
     pending = {scan.index: scan for scan in plan.scans}
     sources_done: set[tuple[int, str, int]] = set()
     while pending:
         scan = min(pending.values(), key=lambda s: (s.rows if s.rows is not None else s.info.rows, s.index))
         del pending[scan.index]
-        worth = scan.filters or scan.info.rows <= INLINE_ROWS
+        worth = scan.filters or scan.info.rows <= SMALL_TABLE
         if scan.index not in fetched and worth and probes.get(scan.index, 0) < MAX_PROBES:
             probes[scan.index] = probes.get(scan.index, 0) + 1
-            data = _probe(catalog, scan)
+            data = _probe(catalog, scan, probe_rows, seen)
             if data is not None:
                 fetched[scan.index] = data
         scan.rows = fetched[scan.index].num_rows if scan.index in fetched else None if scan.filters else scan.info.rows
@@ -192,4 +199,4 @@ def reduce_and_fetch(plan: Plan, catalog: RegionCatalog) -> dict[int, pa.Table]:
                     )
                     target.rows = None
                 pending[target.index] = target  # visit again: it may now be small
-    return {index: rows for index, rows in fetched.items() if rows.num_rows <= INLINE_ROWS}
+    return fetched

@@ -1,0 +1,99 @@
+"""How sub-query rows reach Spark: Parquet files or the cxg data source give the same answers,
+say so in EXPLAIN, and leave no files behind."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from gateway.sql import exchange
+from gateway.sql.engine import Engine
+from gateway.sql.errors import ExecutionError
+from loadtests.compare import rows, rows_match
+from loadtests.tpch_queries import query
+
+JOINS = [
+    "select p.name, e.at, e.weight, e.ok, e.kind, p.score, p.joined from people p join events e "
+    "on p.id = e.person_id order by p.id, e.at nulls first",
+    "select e.kind, count(*), sum(e.weight), min(e.at), max(p.score) from events e left join people p "
+    "on p.id = e.person_id group by e.kind order by e.kind nulls last",
+    "select p.name from people p where exists (select 1 from events e where e.person_id = p.id and e.ok) order by p.id",
+    "select v.note, p.city from visits v join people p on p.id = v.person_id where p.city <> 'Lima' "
+    "order by v.note nulls first",
+    "select p.name from people p join empty_people e on p.id = e.id",
+    query(3),
+    query(13),
+    query(18),
+    query(21),
+]
+
+WAYS = {
+    "files": ("files", {"LOCAL_ROWS": 0}),  # every sub-query as Parquet, however small
+    "files+local": ("files", {}),
+    "source": ("source", {"INLINE_ROWS": 0}),  # every sub-query through the data source
+    "source+local": ("source", {}),
+}
+
+
+@pytest.fixture(params=list(WAYS), scope="module")
+def way(request, region, spark, spark_settings, tmp_path_factory):
+    mode, limits = WAYS[request.param]
+    directory = tmp_path_factory.mktemp(f"exchange-{request.param}")
+    settings = dataclasses.replace(spark_settings, exchange=mode, exchange_dir=str(directory))
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in limits.items():
+            patch.setattr(exchange, name, value)
+        yield Engine(region, settings), directory
+
+
+@pytest.mark.parametrize("sql", JOINS, ids=range(len(JOINS)))
+def test_every_way_to_spark_gives_duckdbs_answer(way, duck, sql: str) -> None:
+    engine, directory = way
+    result = engine.execute(sql)
+    assert result.engine == "spark"
+    expected = duck.sql(sql).fetchall()
+    assert rows_match(rows(result.table), expected, ordered="order by" in sql.lower()), (
+        rows(result.table)[:5],
+        expected[:5],
+    )
+    assert not any(directory.iterdir()), "the query's exchange files are removed"
+
+
+def test_a_failing_query_leaves_no_files(way) -> None:
+    engine, directory = way
+    with pytest.raises(ExecutionError):  # ANSI casts fail at run time, inside Spark
+        engine.execute("select cast(p.name as int) from people p join visits v on p.id = v.person_id")
+    assert not any(directory.iterdir())
+
+
+def test_explain_says_how_each_subquery_reaches_spark(way) -> None:
+    engine, _ = way
+    plan = engine.plan(query(3))
+    text = "\n".join(plan.explain())
+    mode = engine.spark_settings.exchange
+    for scan in plan.scans:
+        fetched = plan.inputs.get(scan.index)
+        if fetched is not None and fetched.num_rows <= exchange.local_rows(mode):
+            expected = "as a local relation"
+        else:
+            expected = "as Parquet files" if mode == "files" else "through the cxg data source"
+        assert expected in plan.deliveries[scan.index] and plan.deliveries[scan.index] in text
+    if exchange.local_rows(mode) == 0:
+        assert "local relation" not in text
+
+
+def test_the_same_subquery_is_handed_over_once(engine) -> None:
+    plan = engine.plan(query(2))  # the correlated subquery reads partsupp, supplier, nation, region again
+    handed = exchange.Exchange(engine.spark, engine.catalog, "files")
+    try:
+        frames = [handed.frame(scan, plan.inputs.get(scan.index)) for scan in plan.scans]
+    finally:
+        handed.close()
+    assert len({id(f) for f in frames}) < len(frames)
+
+
+def test_auto_exchange_follows_the_master(spark_settings) -> None:
+    assert dataclasses.replace(spark_settings, master="local[2]").exchange_mode() == "files"
+    assert dataclasses.replace(spark_settings, master="spark://spark:7077").exchange_mode() == "source"
+    assert dataclasses.replace(spark_settings, master="yarn", exchange="files").exchange_mode() == "files"
