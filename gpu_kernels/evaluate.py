@@ -420,6 +420,11 @@ class BlockEvaluator:
         if e.op == "between":
             low, high = Call(">=", (e.args[0], e.args[1])), Call("<=", (e.args[0], e.args[2]))
             return self._and((low, high), within)
+        if e.op == "in" and all(isinstance(v, Lit) and isinstance(v.value, str) for v in e.args[1:]):
+            left = self.vec(e.args[0], within)  # e.g. substring(c_phone, 1, 2) IN (...): computed once
+            if not left.is_scalar and left.type.kind is Kind.STR:
+                lut = self.backend.asarray(_string_predicate("in", [v.value for v in e.args[1:]])(left.dictionary))
+                return self._truth_of(Vec(Type(Kind.BOOL), lut[left.data], left.valid), within)
         if e.op == "in":
             equalities = tuple(Call("=", (e.args[0], v)) for v in e.args[1:])
             return self._or(equalities, within) if len(equalities) > 1 else self.truth(equalities[0], within)
@@ -760,8 +765,7 @@ def _membership_of(backend: NumpyBackend, members: np.ndarray) -> ValuePredicate
     """A lookup table over the members' range when it is small enough (one gather per row), a
     sorted search otherwise."""
     xp = backend.xp
-    members = np.unique(members)
-    low, high = int(members[0]), int(members[-1])
+    low, high = int(members.min()), int(members.max())
     if high - low < _TABLE_SPAN:
         table = np.zeros(high - low + 1, dtype=bool)
         table[members - low] = True
@@ -774,7 +778,7 @@ def _membership_of(backend: NumpyBackend, members: np.ndarray) -> ValuePredicate
             return hit
 
         return lookup
-    sorted_members = backend.asarray(members)
+    sorted_members = backend.asarray(np.unique(members))
 
     def search(v: Array) -> Array:
         position = xp.clip(xp.searchsorted(sorted_members, v), 0, len(sorted_members) - 1)

@@ -115,6 +115,8 @@ SEMANTICS = [
     "select name from people where name like 'Z%' order by name",
     "select name from people where name like '%ö%' or name like '%東%' order by id",
     "select substring(name, 1, 2) as head, name from people where name is not null order by id",
+    "select id from people where substring(name, 1, 1) in ('Z', 'J', '東') order by id",
+    "select id from people where substring(name, 1, 1) not in ('Z', 'J', '東') order by id",
     "select name, upper(name) from people where id < 4 order by id",
     "select city, count(*) from people where city >= 'T' group by city order by city",
     "select note from visits where note like '%é' or note = '日本語' order by note",
