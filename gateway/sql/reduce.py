@@ -166,9 +166,17 @@ def reduce_and_fetch(plan: Plan, catalog: RegionCatalog, probe_rows: int = PROBE
     probes: dict[int, int] = {}
     pending = {scan.index: scan for scan in plan.scans}
     sources_done: set[tuple[int, str, int]] = set()
+    # a correlated subquery's scan only receives values from the outer query: visit it after them
+    outer_of: dict[int, set[int]] = {}
+    for edge in plan.edges:
+        if not edge.both_ways:
+            outer_of.setdefault(edge.right.index, set()).add(edge.left.index)
+    visited: set[int] = set()
     while pending:
-        scan = min(pending.values(), key=lambda s: (s.rows if s.rows is not None else s.info.rows, s.index))
+        ready = [s for s in pending.values() if outer_of.get(s.index, set()) <= visited] or list(pending.values())
+        scan = min(ready, key=lambda s: (s.rows if s.rows is not None else s.info.rows, s.index))
         del pending[scan.index]
+        visited.add(scan.index)
         worth = scan.filters or scan.info.rows <= SMALL_TABLE
         if scan.index not in fetched and worth and probes.get(scan.index, 0) < MAX_PROBES:
             probes[scan.index] = probes.get(scan.index, 0) + 1
