@@ -62,7 +62,7 @@ class SparkConfig:
             adaptive=self.adaptive,
             conf=dict(self.conf),
             exchange=self.exchange,
-            exchange_dir=self.exchange_dir,
+            exchange_dir=self.exchange_dir or None,  # "" in a file: the temp dir
         )
 
 

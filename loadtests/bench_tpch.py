@@ -206,7 +206,7 @@ def report(figures: dict[str, Any]) -> None:
         "same answer",
     ]
     print_table(f"TPC-H SF {figures['sf']:g}, best of warm runs", headers, rows_out)
-    singles = ", ".join(f"Q{q}: {x:.0f}x" for q, x in s["single_table_speedup_vs_spark"].items())
+    singles = ", ".join(f"Q{q}: {x:.1f}x" for q, x in s["single_table_speedup_vs_spark"].items())
     console.print(f"single-table queries vs plain Spark: {singles} (goal >= 10x)")
     console.print(f"geometric mean vs plain Spark: {s['speedup_vs_spark']:.2f}x faster (goal >= 3x)")
     console.print(f"geometric mean vs DuckDB: {s['ratio_to_duckdb']:.1f}x slower")

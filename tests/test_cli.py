@@ -143,5 +143,6 @@ def test_parse_size() -> None:
 def test_spark_exchange_is_checked_and_reaches_the_settings() -> None:
     settings = load_config(None, ["spark.exchange=source", "spark.exchange_dir=/shared/x"]).spark.settings()
     assert settings.exchange_mode() == "source" and settings.exchange_dir == "/shared/x"
+    assert load_config(None, ['spark.exchange_dir=""']).spark.settings().exchange_dir is None  # the temp dir
     with pytest.raises(ConfigError, match="exchange must be auto, files or source"):
         load_config(None, ["spark.exchange=carrier-pigeon"])

@@ -57,7 +57,7 @@ class Exchange:
         self.catalog = catalog
         self.mode = mode
         self.parallelism = spark.sparkContext.defaultParallelism
-        self.root = Path(tempfile.mkdtemp(prefix="cxg-exchange-", dir=directory)) if mode == "files" else None
+        self.root = Path(tempfile.mkdtemp(prefix="cxg-exchange-", dir=directory or None)) if mode == "files" else None
         self.local_rows = local_rows(mode)
         self._frames: dict[str, Any] = {}
 
