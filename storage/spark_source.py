@@ -176,7 +176,9 @@ class CxgReader(DataSourceReader):
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         columns = set(self.request.get("columns") or [])
-        if not (self.request.get("columns") or self.request.get("select")):
+        if self.request.get("aggregates"):  # a filter on a plain group key holds before grouping too
+            columns = {k["name"] for k in self.request.get("group_by", []) if k["expr"] == {"col": k["name"]}}
+        elif not (self.request.get("columns") or self.request.get("select")):
             columns = set(TableSchema.from_json(NodeClient(self.nodes[0]).get(f"/v1/tables/{self.table}")).column_names)
         for f in filters:
             expression = filter_to_expr(f, columns)
@@ -197,7 +199,7 @@ class CxgReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         url, start, stop = partition.value
         request = {"table": self.table, **self.request, "block_range": [start, stop]}
-        if not (request.get("columns") or request.get("select")):
+        if not (request.get("columns") or request.get("select") or request.get("aggregates")):
             definition = TableSchema.from_json(NodeClient(url).get(f"/v1/tables/{self.table}"))
             request["columns"] = definition.column_names
         conjuncts = ([request["filter"]] if request.get("filter") else []) + self.pushed

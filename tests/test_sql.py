@@ -32,9 +32,48 @@ def test_q3_is_split_into_select_project_subqueries_and_a_spark_join(engine) -> 
     assert set(scans["lineitem"].columns) == {"l_orderkey"}, "only the join key travels; the revenue is computed"
     [(name, (expression, _))] = scans["lineitem"].computed.items()
     assert expression.sql() == "lineitem.l_extendedprice * (1 - lineitem.l_discount)"
-    assert "c_mktsegment" not in plan.spark_sql and name in plan.spark_sql
+    # revenue is summed per order on the nodes (eager aggregation); Spark sums the partial sums
+    assert [k["name"] for k in scans["lineitem"].group_by] == ["l_orderkey"]
+    assert scans["lineitem"].partials == [f"SUM(lineitem.{name}) AS __a0"]
+    assert "c_mktsegment" not in plan.spark_sql and "SUM(lineitem.__a0) AS revenue" in plan.spark_sql
     text = "\n".join(plan.explain())
     assert "Spark: joins" in text and "filter: lineitem.l_shipdate >" in text and "hash(l_orderkey) x16" in text
+    assert "pre-aggregated on the nodes: group by l_orderkey" in text
+
+
+PREAGGREGATED = [
+    # COUNT over the NULL-extended side of a LEFT JOIN: customers without visits count 0
+    "select p.id, count(v.amount), sum(v.amount), min(v.note), max(v.amount) from people p "
+    "left join visits v on p.id = v.person_id group by p.id order by p.id",
+    # no GROUP BY, and a filter on the aggregated table that stays above the join
+    "select count(v.person_id), sum(v.amount) from visits v join people p on p.id = v.person_id "
+    "where v.amount > p.score",
+    "select p.city, count(e.weight), sum(e.weight), max(e.at) from people p join events e "
+    "on p.id = e.person_id group by p.city order by p.city nulls first",
+]
+
+
+@pytest.mark.parametrize("sql", PREAGGREGATED)
+def test_aggregates_over_one_joined_table_are_taken_on_the_nodes_first(engine, duck, sql: str) -> None:
+    plan = engine.plan(sql)
+    assert any(s.aggregates for s in plan.scans), "\n".join(plan.explain())
+    result = engine.execute(sql)
+    expected = duck.sql(sql).fetchall()
+    assert rows_match(rows(result.table), expected, ordered="order by" in sql), (rows(result.table), expected)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "select count(*) from people p join visits v on p.id = v.person_id",  # COUNT(*) counts joined rows
+        "select count(distinct v.note) from people p join visits v on p.id = v.person_id",
+        "select sum(v.amount + p.score) from people p join visits v on p.id = v.person_id",  # two tables
+        "select avg(v.amount) from people p join visits v on p.id = v.person_id",
+    ],
+)
+def test_aggregates_that_cannot_be_split_stay_with_spark(engine, duck, sql: str) -> None:
+    assert not any(s.aggregates for s in engine.plan(sql).scans)
+    assert rows_match(rows(engine.execute(sql).table), duck.sql(sql).fetchall(), ordered=False)
 
 
 def test_single_table_queries_run_on_the_nodes_only(engine) -> None:

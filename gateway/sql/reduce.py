@@ -34,6 +34,8 @@ from gateway.sql.errors import SqlError
 from gateway.sql.local import run_local, scan_nodes
 from gateway.sql.parse import Statement
 from gateway.sql.plan import Plan, Planner, Scan
+from gpu_kernels.aggregate import final_aggregate
+from storage.scan import plan_scan
 
 MAX_SUBSTITUTED = 10_000  # values an IN subquery may become
 MAX_KEYS = 500_000  # values a semi-join filter may carry
@@ -143,11 +145,21 @@ def _values(keys: pa.Array) -> dict[str, Any] | None:
 
 def _probe(catalog: RegionCatalog, scan: Scan, limit: int, seen: dict[str, pa.Table | None]) -> pa.Table | None:
     """The sub-query's rows if there are at most `limit` of them, else None; an identical request
-    (the same table in a subquery and outside it) is answered from `seen`."""
-    request = {**scan.request(), "limit": limit + 1}
+    (the same table in a subquery and outside it) is answered from `seen`. A pre-aggregated
+    sub-query (no row limit applies to one) is fetched when its table is at most 4 x `limit` rows,
+    and the partial groups of every block and node are merged here."""
+    request = scan.request()
+    if scan.aggregates and scan.info.rows > 4 * limit:
+        return None
+    if not scan.aggregates:
+        request["limit"] = limit + 1
     key = json.dumps(request, sort_keys=True, default=str)
     if key not in seen:
         data = scan_nodes(catalog, scan.info, request)
+        if scan.aggregates:
+            task = plan_scan(request, scan.info.schema)
+            keys = [k["name"] for k in scan.group_by]
+            data = final_aggregate(data, keys, list(task.task.aggregates)).select(task.schema.names).cast(task.schema)
         seen[key] = data if data.num_rows <= limit else None
     return seen[key]
 
@@ -199,8 +211,10 @@ def reduce_and_fetch(plan: Plan, catalog: RegionCatalog, probe_rows: int = PROBE
                 target.reductions.append(f"{target_column} IN ({len(keys):,} values of {scan.alias}.{column})")
                 if target.index in fetched:  # already here: filter it locally
                     rows = fetched[target.index]
-                    fetched[target.index] = rows.filter(pc.is_in(rows.column(target_column), value_set=keys))
-                    target.rows = fetched[target.index].num_rows
+                    kept = rows.filter(pc.is_in(rows.column(target_column), value_set=keys))
+                    if kept.num_rows < rows.num_rows:  # unchanged stays the same object (shared by equal scans)
+                        fetched[target.index] = kept
+                    target.rows = kept.num_rows
                 else:
                     target.filters.append(
                         {"op": "in", "args": [{"col": target_column}, values]} if len(keys) else {"lit": False}
