@@ -616,9 +616,7 @@ def _correlated_edges(scope: Scope, scans: dict[tuple[int, str], Scan]) -> list[
             continue
         for inner, outer in ((condition.this, condition.expression), (condition.expression, condition.this)):
             inner_scan = scans.get((id(select), inner.table))
-            owner = scope.parent
-            while owner is not None and outer.table not in owner.sources:
-                owner = owner.parent
+            owner = _owner(scope.parent, outer) if scope.parent is not None else None
             outer_scan = scans.get((id(owner.expression), outer.table)) if owner is not None else None
             if inner_scan is not None and outer_scan is not None and outer.table not in scope.sources:
                 edges.append(Edge(outer_scan, outer.name, inner_scan, inner.name, both_ways=False))
@@ -683,13 +681,16 @@ def _used_by_inner_scopes(scope: Scope, alias: str, scopes: list[Scope]) -> bool
     for inner in scopes:
         if inner is scope:
             continue
-        for column in inner.columns:
-            owner = inner
-            while owner is not None and column.table not in owner.sources:
-                owner = owner.parent
-            if owner is scope and column.table == alias:
-                return True
+        if any(column.table == alias and _owner(inner, column) is scope for column in inner.columns):
+            return True
     return False
+
+
+def _owner(scope: Scope, column: exp.Column) -> Scope | None:
+    """The scope (this one or an enclosing one) whose FROM names the column's table."""
+    while scope is not None and column.table not in scope.sources:
+        scope = scope.parent
+    return scope
 
 
 def _columns_by_source(tree: exp.Expression) -> dict[tuple[int, str], set[str]]:
@@ -697,9 +698,7 @@ def _columns_by_source(tree: exp.Expression) -> dict[tuple[int, str], set[str]]:
     used: dict[tuple[int, str], set[str]] = {}
     for scope in traverse_scope(tree):
         for column in scope.columns:
-            owner = scope
-            while owner is not None and column.table not in owner.sources:
-                owner = owner.parent
+            owner = _owner(scope, column)
             if owner is not None:
                 used.setdefault((id(owner.expression), column.table), set()).add(column.name)
     return used
