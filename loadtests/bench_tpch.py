@@ -153,6 +153,7 @@ def run(sf: float, repeat: int, adaptive: bool = False) -> dict[str, Any]:
     summary["floor_bound_speedup_vs_spark"] = summary["geomean_spark_s"] / bound
     summary["ratio_to_duckdb"] = summary["geomean_ours_s"] / summary["geomean_duckdb_s"]
     spark_settings = {"master": settings.master, "adaptive": adaptive, "shuffle_partitions": os.cpu_count()}
+    spark_settings["page_size"] = settings.options()["spark.buffer.pageSize"]
     return {
         "benchmark": "tpch",
         "sf": sf,

@@ -4,7 +4,10 @@ say so in EXPLAIN, and leave no files behind."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import decimal
 
+import pyarrow as pa
 import pytest
 
 from gateway.sql import exchange
@@ -29,9 +32,10 @@ JOINS = [
 ]
 
 WAYS = {
-    "files": ("files", {"LOCAL_ROWS": 0}),  # every sub-query as Parquet, however small
+    "files": ("files", {"LOCAL_ROWS": 0, "VALUES_ROWS": 0}),  # every sub-query as Parquet, however small
     "files+local": ("files", {}),
-    "source": ("source", {"INLINE_ROWS": 0}),  # every sub-query through the data source
+    "values": ("files", {"VALUES_ROWS": 2_000}),  # every fetched sub-query of up to 2,000 rows as VALUES
+    "source": ("source", {"INLINE_ROWS": 0, "VALUES_ROWS": 0}),  # every sub-query through the data source
     "source+local": ("source", {}),
 }
 
@@ -58,6 +62,7 @@ def test_every_way_to_spark_gives_duckdbs_answer(way, duck, sql: str) -> None:
         expected[:5],
     )
     assert not any(directory.iterdir()), "the query's exchange files are removed"
+    assert not [t for t in engine.spark.catalog.listTables() if t.name.startswith("__cxg")], "and its views"
 
 
 def test_a_failing_query_leaves_no_files(way) -> None:
@@ -74,13 +79,17 @@ def test_explain_says_how_each_subquery_reaches_spark(way) -> None:
     mode = engine.spark_settings.exchange
     for scan in plan.scans:
         fetched = plan.inputs.get(scan.index)
-        if fetched is not None and fetched.num_rows <= exchange.local_rows(mode):
+        if fetched is not None and exchange.inlinable(fetched):
+            expected = "as VALUES"
+        elif fetched is not None and fetched.num_rows <= exchange.local_rows(mode):
             expected = "as a local relation"
         else:
             expected = "as Parquet files" if mode == "files" else "through the cxg data source"
         assert expected in plan.deliveries[scan.index] and plan.deliveries[scan.index] in text
     if exchange.local_rows(mode) == 0:
         assert "local relation" not in text
+    if exchange.VALUES_ROWS == 0:
+        assert "VALUES" not in text
 
 
 def test_the_same_subquery_is_handed_over_once(engine) -> None:
@@ -97,3 +106,33 @@ def test_auto_exchange_follows_the_master(spark_settings) -> None:
     assert dataclasses.replace(spark_settings, master="local[2]").exchange_mode() == "files"
     assert dataclasses.replace(spark_settings, master="spark://spark:7077").exchange_mode() == "source"
     assert dataclasses.replace(spark_settings, master="yarn", exchange="files").exchange_mode() == "files"
+
+
+def test_values_relation_round_trips_every_plain_type(spark) -> None:
+    rows = pa.table(
+        {
+            "id": pa.array([1, None, -(2**62)], pa.int64()),
+            "small": pa.array([7, 0, None], pa.int32()),
+            "text": ["x'y \\ z", "Ünïcödé 日本", None],
+            "price": pa.array([decimal.Decimal("1.50"), None, decimal.Decimal("-99999.99")], pa.decimal128(15, 2)),
+            "day": [dt.date(1998, 12, 1), None, dt.date(1, 1, 1)],
+            "at": pa.array([dt.datetime(2020, 1, 1, 3, 4, 5, 6), None, dt.datetime(1970, 1, 1)], pa.timestamp("us")),
+            "ok": [True, None, False],
+            "ratio": [float("inf"), 0.1, float("nan")],
+        }
+    )
+    assert exchange.inlinable(rows)
+    sql = exchange.values_relation(rows).sql(dialect="spark")
+    back = spark.sql(sql).toArrow()
+    assert back.schema.names == rows.schema.names
+    assert back.schema.types == rows.schema.types
+    got, want = back.to_pylist(), rows.to_pylist()
+    assert got[:2] == want[:2]
+    assert got[2]["ratio"] != got[2]["ratio"] and {**got[2], "ratio": 0} == {**want[2], "ratio": 0}  # NaN
+
+
+def test_only_small_plain_inputs_travel_as_values() -> None:
+    assert not exchange.inlinable(pa.table({"a": pa.array([], pa.int64())}))
+    assert not exchange.inlinable(pa.table({"a": range(exchange.VALUES_ROWS + 1)}))
+    assert not exchange.inlinable(pa.table({"a": pa.array([1], pa.timestamp("us", tz="UTC"))}))
+    assert exchange.inlinable(pa.table({"a": range(exchange.VALUES_ROWS)}))

@@ -107,15 +107,9 @@ class Engine:
         spark.sparkContext.setJobGroup(query_id, plan.statement.text[:200], interruptOnCancel=True)
         settings = self.spark_settings
         exchange = Exchange(spark, catalog, settings.exchange_mode(), settings.exchange_dir)
-        views = []
         try:
-            for scan in plan.scans:
-                exchange.frame(scan, plan.inputs.get(scan.index)).createOrReplaceTempView(scan.view)
-                views.append(scan.view)
-            return spark.sql(plan.spark_sql).toArrow()
+            return spark.sql(exchange.spark_sql(plan)).toArrow()
         finally:
-            for view in views:
-                spark.catalog.dropTempView(view)
             exchange.close()
 
     def cancel(self, query_id: str) -> bool:
