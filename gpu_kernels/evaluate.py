@@ -218,13 +218,15 @@ class BlockEvaluator:
         if isinstance(encoding, RunLength):
             self.stats.values_decoded += sel.count()
             return Vec(t, self._run_index(encoding.run_ends, sel), valid, dictionary=encoding.values)
-        strings = encoding.decode()  # Plain or Zstd: on the host
+        # Plain or Zstd (chosen for mostly distinct strings): on the host, each row its own entry
+        # (hashing them into a distinct dictionary cost as much as a LIKE on them; grouping
+        # makes a dictionary distinct when it needs one)
+        strings = encoding.decode()
         self.stats.values_decoded += sel.count()
         if not sel.is_all:
             strings = strings.filter(pa.array(self.backend.to_host(sel.as_mask())))
-        encoded = pc.dictionary_encode(strings)
-        codes = self.backend.asarray(encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64))
-        return Vec(t, codes, valid, dictionary=encoded.dictionary)
+        codes = self.backend.xp.arange(len(strings), dtype=np.int64)
+        return Vec(t, codes, valid, dictionary=strings)
 
     # ---- predicates ---------------------------------------------------------------------------
 
