@@ -119,6 +119,8 @@ def test_values_relation_round_trips_every_plain_type(spark) -> None:
             "at": pa.array([dt.datetime(2020, 1, 1, 3, 4, 5, 6), None, dt.datetime(1970, 1, 1)], pa.timestamp("us")),
             "ok": [True, None, False],
             "ratio": [float("inf"), 0.1, float("nan")],
+            "order": [1, 2, 3],  # a reserved word
+            "two words": ["a", "b", "c"],
         }
     )
     assert exchange.inlinable(rows)

@@ -191,7 +191,10 @@ def values_relation(rows: pa.Table) -> exp.Select:
     spark_types = spark_schema(rows.schema)
     return exp.select(
         *(
-            exp.alias_(exp.cast(exp.column(n), exp.DataType.build(f.dataType.simpleString(), dialect="spark")), f.name)
+            exp.alias_(
+                exp.cast(exp.column(n), exp.DataType.build(f.dataType.simpleString(), dialect="spark")),
+                exp.to_identifier(f.name, quoted=True),  # any column name, reserved words too
+            )
             for n, f in zip(names, spark_types.fields, strict=True)
         )
     ).from_(values)
