@@ -1,10 +1,9 @@
 """How the rows of a join query's select-project sub-queries reach Spark.
 
-Two ways, chosen by `SparkSettings.exchange`:
+Tiny fetched sub-queries (at most `VALUES_ROWS` rows) are written into Spark's SQL as a common
+table expression over ``VALUES``: no DataFrame to create and register (about 15 ms each). The
+others go one of two ways, chosen by `SparkSettings.exchange`:
 
-- tiny fetched sub-queries (at most `VALUES_ROWS` rows) are written into Spark's SQL as a common
-  table expression over ``VALUES``: no DataFrame to create and register (about 15 ms each) and
-  nothing to broadcast;
 - ``files`` (the default with a local master): the coordinator writes each sub-query's rows as
   uncompressed Parquet in a directory of its own for the query, and Spark reads them with its
   native vectorized reader; a sub-query already fetched for semi-join reduction is written from
