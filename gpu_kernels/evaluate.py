@@ -425,8 +425,7 @@ class BlockEvaluator:
         if e.op == "in" and all(isinstance(v, Lit) and isinstance(v.value, str) for v in e.args[1:]):
             left = self.vec(e.args[0], within)  # e.g. substring(c_phone, 1, 2) IN (...): computed once
             if not left.is_scalar and left.type.kind is Kind.STR:
-                lut = self.backend.asarray(_string_predicate("in", [v.value for v in e.args[1:]])(left.dictionary))
-                return self._truth_of(Vec(Type(Kind.BOOL), lut[left.data], left.valid), within)
+                return self._truth_of(self._string_flags(left, "in", [v.value for v in e.args[1:]]), within)
         if e.op == "in":
             equalities = tuple(Call("=", (e.args[0], v)) for v in e.args[1:])
             return self._or(equalities, within) if len(equalities) > 1 else self.truth(equalities[0], within)
@@ -437,8 +436,7 @@ class BlockEvaluator:
                 matched = None if left.scalar is None else pc.match_like(pa.array([left.scalar]), pattern)[0].as_py()
                 result = Vec(Type(Kind.BOOL), scalar=None if matched is None else matched == (e.op == "like"))
             else:
-                lut = self.backend.asarray(_string_predicate(e.op, [pattern])(left.dictionary))
-                result = Vec(Type(Kind.BOOL), lut[left.data], left.valid)
+                result = self._string_flags(left, e.op, [pattern])
             return self._truth_of(result, within)
         right = self.vec(e.args[1], within)
         return self._truth_of(self.compare(e.op, left, right), within)
@@ -460,6 +458,11 @@ class BlockEvaluator:
             return Vec(boolean, scalar=bool(data))
         return Vec(boolean, xp.asarray(data), and_valid(self.backend, a, b))
 
+    def _string_flags(self, vec: Vec, op: str, values: list[str]) -> Vec:
+        """A string predicate on a STR vector: evaluated once per dictionary entry, then gathered."""
+        lut = self.backend.asarray(_string_predicate(op, values)(vec.dictionary))
+        return Vec(Type(Kind.BOOL), lut[vec.data], vec.valid)
+
     def _compare_strings(self, op: str, left: Vec, right: Vec) -> Vec:
         boolean = Type(Kind.BOOL)
         if left.is_scalar and right.is_scalar:
@@ -467,8 +470,7 @@ class BlockEvaluator:
         if right.is_scalar or left.is_scalar:
             vec, literal = (left, right.scalar) if right.is_scalar else (right, left.scalar)
             flipped = op if right.is_scalar else _FLIP[op]
-            lut = self.backend.asarray(_string_predicate(flipped, [literal])(vec.dictionary))
-            return Vec(boolean, lut[vec.data], vec.valid)
+            return self._string_flags(vec, flipped, [literal])
         result = _ARROW_COMPARE[op](strings_of(self.backend, left), strings_of(self.backend, right))
         data = self.backend.asarray(result.fill_null(False).to_numpy(zero_copy_only=False))
         return Vec(boolean, data, and_valid(self.backend, left, right))
