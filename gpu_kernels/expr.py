@@ -155,7 +155,7 @@ def from_json(data: Any) -> Expr:
         return Col(data["col"])
     if "values" in data:
         items, type_name = data["values"], data.get("type")
-        if not isinstance(items, list) or not items or any(v is None for v in items):
+        if not isinstance(items, list) or not items or None in items:
             raise ExprError("values must be a non-empty list without NULLs")
         literals = [_literal(v, type_name) for v in items[:1]]
         kind = literals[0].type

@@ -76,6 +76,31 @@ def test_aggregates_that_cannot_be_split_stay_with_spark(engine, duck, sql: str)
     assert rows_match(rows(engine.execute(sql).table), duck.sql(sql).fetchall(), ordered=False)
 
 
+@pytest.mark.parametrize(
+    "sql, gathered",
+    [
+        # ORDER BY on a column the select list does not show, and on an aggregate
+        (
+            "select p.name, v.amount from people p join visits v on p.id = v.person_id "
+            "order by v.note desc nulls last, p.id",
+            True,
+        ),
+        (
+            "select p.city, count(*) as n from people p join visits v on p.id = v.person_id "
+            "group by p.city order by n desc, p.city nulls first",
+            True,
+        ),
+        ("select p.name from people p join visits v on p.id = v.person_id order by v.amount limit 2", False),
+        ("select p.name from people p join visits v on p.id = v.person_id", False),
+    ],
+)
+def test_spark_sorts_an_unlimited_result_in_one_partition(engine, duck, sql: str, gathered: bool) -> None:
+    plan = engine.plan(sql)
+    assert ("REPARTITION(1)" in plan.spark_sql) is gathered, plan.spark_sql
+    expected = duck.sql(sql).fetchall()
+    assert rows_match(rows(engine.execute(sql).table), expected, ordered="order by" in sql)
+
+
 def test_single_table_queries_run_on_the_nodes_only(engine) -> None:
     plan = engine.plan(query(1))
     assert plan.engine == "nodes" and plan.spark_sql is None

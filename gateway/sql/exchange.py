@@ -36,7 +36,7 @@ from sqlglot import exp
 
 from gateway.sql.catalog import RegionCatalog
 from gateway.sql.local import CANCELLED
-from gateway.sql.plan import Plan, Scan
+from gateway.sql.plan import Plan, Scan, request_key
 from storage.node_client import NodeClient, ScanCancelled
 from storage.scan import plan_scan
 from storage.spark_source import spark_schema
@@ -65,7 +65,7 @@ class Exchange:
         self.parallelism = spark.sparkContext.defaultParallelism
         self.root = Path(tempfile.mkdtemp(prefix="cxg-exchange-", dir=directory or None)) if mode == "files" else None
         self.local_rows = local_rows(mode)
-        self._frames: dict[str, Any] = {}
+        self._frames: dict[tuple, Any] = {}
         self._views: list[str] = []
 
     def spark_sql(self, plan: Plan) -> str:
@@ -91,7 +91,7 @@ class Exchange:
     def frame(self, scan: Scan, rows: pa.Table | None):
         """A DataFrame of the sub-query's rows; `rows` when the coordinator already holds them."""
         request = scan.request()
-        key = json.dumps([request, id(rows) if rows is not None else None], sort_keys=True, default=str)
+        key = (request_key(request), id(rows) if rows is not None else None)
         if key not in self._frames:
             schema = plan_scan(request, scan.info.schema).schema
             if rows is not None and rows.num_rows <= self.local_rows:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import json
+from collections.abc import Hashable
 from typing import Any
 
 import pyarrow as pa
@@ -33,7 +33,7 @@ from gateway.sql.catalog import RegionCatalog
 from gateway.sql.errors import SqlError
 from gateway.sql.local import run_local, scan_nodes
 from gateway.sql.parse import Statement
-from gateway.sql.plan import Plan, Planner, Scan
+from gateway.sql.plan import Plan, Planner, Scan, request_key
 from gpu_kernels.aggregate import final_aggregate
 from storage.scan import plan_scan
 
@@ -143,7 +143,7 @@ def _values(keys: pa.Array) -> dict[str, Any] | None:
     return None
 
 
-def _probe(catalog: RegionCatalog, scan: Scan, limit: int, seen: dict[str, pa.Table | None]) -> pa.Table | None:
+def _probe(catalog: RegionCatalog, scan: Scan, limit: int, seen: dict[Hashable, pa.Table | None]) -> pa.Table | None:
     """The sub-query's rows if there are at most `limit` of them, else None; an identical request
     (the same table in a subquery and outside it) is answered from `seen`. A pre-aggregated
     sub-query (no row limit applies to one) is fetched when its table is at most 4 x `limit` rows,
@@ -153,7 +153,7 @@ def _probe(catalog: RegionCatalog, scan: Scan, limit: int, seen: dict[str, pa.Ta
         return None
     if not scan.aggregates:
         request["limit"] = limit + 1
-    key = json.dumps(request, sort_keys=True, default=str)
+    key = request_key(request)
     if key not in seen:
         data = scan_nodes(catalog, scan.info, request)
         if scan.aggregates:
@@ -174,7 +174,7 @@ def reduce_and_fetch(plan: Plan, catalog: RegionCatalog, probe_rows: int = PROBE
     are the whole domain and filter nothing.
     """
     fetched: dict[int, pa.Table] = {}
-    seen: dict[str, pa.Table | None] = {}
+    seen: dict[Hashable, pa.Table | None] = {}
     probes: dict[int, int] = {}
     pending = {scan.index: scan for scan in plan.scans}
     sources_done: set[tuple[int, str, int]] = set()
