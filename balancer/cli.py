@@ -102,7 +102,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--slots", type=int, help="K, queries at once (default region.slots, else the cores)")
     p.add_argument("--data", metavar="DIR", help="native: the data directory (default: the first storage.data)")
     p.add_argument("--scan-slots", type=int, help="native: concurrent scans (default: the cores)")
-    p.add_argument("--threads", type=int, default=1, help="native: worker threads per scan (default 1)")
+    p.add_argument(
+        "--threads", type=int, help="native: worker threads per scan (default: the cores shared by the running scans)"
+    )
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), help="native: kernels (default storage.backend)")
     p.add_argument("--mysql-url", metavar="URL", help="mysql: the database (default region.mysql_url)")
     p.add_argument("--time-scale", type=float, help="simulation: real seconds per simulated second")

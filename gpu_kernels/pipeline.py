@@ -1,6 +1,7 @@
 """Running the per-block operator over a scan's blocks.
 
-On the CPU, blocks are processed in order by `threads` worker threads. On GPUs the block
+On the CPU, blocks are processed in order, on one thread until the scan has run for
+`SPREAD_AFTER_S`, then on `threads` worker threads. On GPUs the block
 pipeline of seed 004 (§5.1, Fig. 5.1): each device's memory is split into three equal pools
 (compressed input, decoded data, results); while block i is evaluated on the compute stream,
 block i+1's encoded parts are copied in on a second stream from pinned host memory, and results
@@ -11,6 +12,7 @@ round-robin: blocks 0, 2, 4 to GPU 0, blocks 1, 3 to GPU 1.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -23,6 +25,7 @@ from storage.encodings import BitPacked, DeltaRunLength, Dictionary, Encoding, P
 
 Job = TypeVar("Job")
 Result = TypeVar("Result")
+SPREAD_AFTER_S = 0.05  # a CPU scan still running after this long goes on with `threads` threads
 DeviceParts = dict[int, tuple[np.ndarray, Any]]
 Work = Callable[[Any, DeviceParts | None], Any]
 
@@ -59,23 +62,29 @@ class BlockPipeline:
         """work(job, prefetched device parts or None) for every job, results in job order."""
         if self.backend.name == "cupy":
             yield from self._gpu_map(jobs, work, parts_of, cancel)
-        elif self.threads == 1:
-            for job in jobs:
-                if cancel.is_set():
-                    return
-                yield work(job, None)
-        else:
-            with ThreadPoolExecutor(self.threads) as pool:
-                pending = [pool.submit(lambda j=job: None if cancel.is_set() else work(j, None)) for job in jobs]
-                try:
-                    for future in pending:
-                        result = future.result()
-                        if cancel.is_set():
-                            return
-                        yield result
-                finally:
-                    for future in pending:
-                        future.cancel()
+            return
+        # a short scan stays on one thread (a pool costs it more than it saves); a long one spreads
+        started = time.perf_counter()
+        for i, job in enumerate(jobs):
+            if cancel.is_set():
+                return
+            if self.threads > 1 and i + 1 < len(jobs) and time.perf_counter() - started > SPREAD_AFTER_S:
+                yield from self._pooled(jobs[i:], work, cancel)
+                return
+            yield work(job, None)
+
+    def _pooled(self, jobs: Sequence[Job], work: Work, cancel: threading.Event) -> Iterator[Result]:
+        with ThreadPoolExecutor(self.threads) as pool:
+            pending = [pool.submit(lambda j=job: None if cancel.is_set() else work(j, None)) for job in jobs]
+            try:
+                for future in pending:
+                    result = future.result()
+                    if cancel.is_set():
+                        return
+                    yield result
+            finally:
+                for future in pending:
+                    future.cancel()
 
     def _gpu_map(self, jobs, work, parts_of, cancel) -> Iterator[Result]:
         import cupy

@@ -96,13 +96,13 @@ class ArrowStreamEncoder:
 
 
 class Node:
-    def __init__(self, store: Store, backend: NumpyBackend, slots: int | None = None, threads: int = 1):
+    def __init__(self, store: Store, backend: NumpyBackend, slots: int | None = None, threads: int | None = None):
         self.store = store
         self.cache = TableCache(store)
         self.backend = backend
         self.cores = os.cpu_count() or 1
         self.slots = slots or self.cores
-        self.threads = threads
+        self.threads = threads  # per scan; None: the cores shared by the scans running when it starts
         self.running = 0
         self.counters: Counter = Counter()
         self._slots = asyncio.Semaphore(self.slots)
@@ -182,7 +182,7 @@ class Node:
             return error_response(400, "invalid_json", f"the scan request is not valid JSON: {e}")
         loop = asyncio.get_running_loop()
         try:
-            scan = await loop.run_in_executor(None, scan_table, self.cache, body, self.backend, self.threads)
+            scan = await loop.run_in_executor(None, scan_table, self.cache, body, self.backend)
         except TableNotFoundError as e:
             return error_response(404, e.code, str(e))
         except ScanRequestError as e:
@@ -192,6 +192,7 @@ class Node:
         async with self._slots:
             self.running += 1
             self.counters["started"] += 1
+            scan.threads = self.threads or max(1, self.cores // self.running)
             try:
                 return await self._stream(request, scan)
             finally:

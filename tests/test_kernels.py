@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpu_kernels import pipeline
 from gpu_kernels.aggregate import AggSpec, final_aggregate
-from gpu_kernels.backend import BackendUnavailable, cuda_available, get_backend
+from gpu_kernels.backend import BackendUnavailable, NumpyBackend, cuda_available, get_backend
 from gpu_kernels.selection import Selection
 from storage.partitioning import buckets_of
 from storage.scan import ScanRequestError, scan_table
@@ -410,3 +413,23 @@ def test_values_lists_are_only_for_in(cache) -> None:
             {"table": "t", "columns": ["rid"], "filter": call("in", col("rid"), {"values": []})},
             get_backend("numpy"),
         )
+
+
+@pytest.mark.parametrize("spread_after", [0.0, 3600.0])
+def test_cpu_block_pipeline_keeps_block_order_on_one_thread_or_several(monkeypatch, spread_after: float) -> None:
+    monkeypatch.setattr(pipeline, "SPREAD_AFTER_S", spread_after)
+    threads = set()
+
+    def work(job: int, parts) -> int:
+        time.sleep(0.001 * (4 - job % 4))  # later blocks would finish first
+        threads.add(threading.get_ident())
+        return job * 2
+
+    blocks = pipeline.BlockPipeline(NumpyBackend(), threads=3)
+    assert list(blocks.map(list(range(24)), work, lambda job: [], threading.Event())) == [2 * j for j in range(24)]
+    assert (len(threads) > 1) is (spread_after == 0), "a scan spreads over threads only once it has run long"
+    cancel = threading.Event()
+    results = blocks.map(list(range(24)), work, lambda job: [], cancel)
+    assert [next(results) for _ in range(3)] == [0, 2, 4]
+    cancel.set()
+    assert list(results) == [], "a cancelled scan stops at the next block"
