@@ -62,6 +62,16 @@ def test_aggregates_over_one_joined_table_are_taken_on_the_nodes_first(engine, d
     assert rows_match(rows(result.table), expected, ordered="order by" in sql), (rows(result.table), expected)
 
 
+def test_the_same_aggregate_twice_is_one_partial_state(engine, duck) -> None:
+    sql = (
+        "select p.city, sum(v.amount) as s, sum(v.amount) * 2 as twice, max(v.amount) as m from people p "
+        "join visits v on p.id = v.person_id group by p.city having sum(v.amount) > 1 order by p.city nulls first"
+    )
+    [visits] = [s for s in engine.plan(sql).scans if s.table == "visits"]
+    assert [a["func"] for a in visits.aggregates] == ["sum", "max"], visits.aggregates
+    assert rows_match(rows(engine.execute(sql).table), duck.sql(sql).fetchall(), ordered=True)
+
+
 @pytest.mark.parametrize(
     "sql",
     [

@@ -681,15 +681,20 @@ def _preaggregate(scope: Scope, scans: dict[tuple[int, str], Scan], scopes: list
     def ir(column: exp.Column) -> dict[str, Any]:
         return scan.computed[column.name][1] if column.name in scan.computed else {"col": column.name}
 
+    states: dict[Hashable, dict[str, Any]] = {}  # the same aggregate twice (Q11) is taken once
     try:
         partial = [
-            {"name": f"__a{i}", "func": _PARTIAL[type(a)], "arg": to_ir(a.this, ir)} for i, a in enumerate(aggregates)
+            states.setdefault(request_key(state), {"name": f"__a{len(states)}", **state})
+            for state in ({"func": _PARTIAL[type(a)], "arg": to_ir(a.this, ir)} for a in aggregates)
         ]
     except NotTranslatable:
         return
+    described: dict[str, str] = {}
+    for aggregate, state in zip(aggregates, partial, strict=True):
+        described.setdefault(state["name"], f"{aggregate.sql()} AS {state['name']}")
     scan.group_by = [{"name": key, "expr": ir(exp.column(key, table=alias))} for key in keys]
-    scan.aggregates = partial
-    scan.partials = [f"{a.sql()} AS {state['name']}" for a, state in zip(aggregates, partial, strict=True)]
+    scan.aggregates = list(states.values())
+    scan.partials = list(described.values())
     for aggregate, state in zip(aggregates, partial, strict=True):
         column = exp.column(state["name"], table=alias)
         merged = exp.Sum(this=column) if state["func"] in ("count", "sum") else type(aggregate)(this=column)
