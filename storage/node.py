@@ -46,7 +46,8 @@ from storage.store import Store
 
 log = logging.getLogger("cxg.node")
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
-IN_FLIGHT = 4  # batches produced ahead of the network
+IN_FLIGHT = 4  # chunks produced ahead of the network
+CHUNK_BYTES = 1 << 16  # encoded batches are written to the network in chunks of at least this size
 METADATA_STATS = b"cxg.stats"
 METADATA_ERROR = b"cxg.error"
 
@@ -227,10 +228,19 @@ class Node:
         return response
 
     def _produce(self, scan: Scan, chunks: asyncio.Queue, credits: threading.Semaphore, loop) -> str:
-        """Worker thread: run the scan, hand over one encoded chunk per piece, then the trailer."""
+        """Worker thread: run the scan and encode one batch per piece, then the trailer; encoded
+        batches are handed to the network together once they reach `CHUNK_BYTES` (a scan of many
+        one-row partial aggregates costs one write, not one per block)."""
         encoder = ArrowStreamEncoder(scan.plan.schema)
+        pending = bytearray()
 
-        def hand_over(data: bytes) -> bool:
+        def hand_over(data: bytes, last: bool = False) -> bool:
+            if pending or (not last and len(data) < CHUNK_BYTES):
+                pending.extend(data)
+                if not last and len(pending) < CHUNK_BYTES:
+                    return True
+                data = bytes(pending)
+                pending.clear()
             while not credits.acquire(timeout=0.2):
                 if scan.cancel.is_set():
                     return False
@@ -256,7 +266,7 @@ class Node:
         finally:
             if scan.cancel.is_set():
                 loop.call_soon_threadsafe(chunks.put_nowait, None)
-        hand_over(encoder.trailer(trailer))
+        hand_over(encoder.trailer(trailer), last=True)
         loop.call_soon_threadsafe(chunks.put_nowait, None)
         return outcome
 
