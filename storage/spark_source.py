@@ -84,10 +84,13 @@ def scan_schema(node_url: str, table: str, request: dict[str, Any]) -> pa.Schema
     return plan_scan({"table": table, **_with_columns(request, definition)}, definition).schema
 
 
+def _whole_rows(request: dict[str, Any]) -> bool:
+    """Whether a request names no columns, computed values, groups or aggregates: it reads every column."""
+    return not any(request.get(k) for k in ("columns", "select", "group_by", "aggregates"))
+
+
 def _with_columns(request: dict[str, Any], definition: TableSchema) -> dict[str, Any]:
-    if request.get("columns") or request.get("select") or request.get("aggregates"):
-        return request
-    return {**request, "columns": definition.column_names}
+    return {**request, "columns": definition.column_names} if _whole_rows(request) else request
 
 
 def _nodes(options: Any) -> list[str]:
@@ -176,9 +179,10 @@ class CxgReader(DataSourceReader):
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         columns = set(self.request.get("columns") or [])
-        if self.request.get("aggregates"):  # a filter on a plain group key holds before grouping too
+        if self.request.get("group_by") or self.request.get("aggregates"):
+            # a filter on a plain group key holds before grouping too
             columns = {k["name"] for k in self.request.get("group_by", []) if k["expr"] == {"col": k["name"]}}
-        elif not (self.request.get("columns") or self.request.get("select")):
+        elif _whole_rows(self.request):
             columns = set(TableSchema.from_json(NodeClient(self.nodes[0]).get(f"/v1/tables/{self.table}")).column_names)
         for f in filters:
             expression = filter_to_expr(f, columns)
@@ -199,7 +203,7 @@ class CxgReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         url, start, stop = partition.value
         request = {"table": self.table, **self.request, "block_range": [start, stop]}
-        if not (request.get("columns") or request.get("select") or request.get("aggregates")):
+        if _whole_rows(request):
             definition = TableSchema.from_json(NodeClient(url).get(f"/v1/tables/{self.table}"))
             request["columns"] = definition.column_names
         conjuncts = ([request["filter"]] if request.get("filter") else []) + self.pushed

@@ -62,6 +62,42 @@ def test_aggregates_over_one_joined_table_are_taken_on_the_nodes_first(engine, d
     assert rows_match(rows(result.table), expected, ordered="order by" in sql), (rows(result.table), expected)
 
 
+@pytest.mark.parametrize(
+    "sql, distinct",
+    [
+        ("select p.name from people p where exists (select * from visits v where v.person_id = p.id) order by 1", True),
+        (
+            "select p.name from people p where not exists (select * from visits v where v.person_id = p.id "
+            "and v.amount > 5) order by 1 nulls first",
+            True,
+        ),
+        # NOT IN over a column holding NULL: no row qualifies, however many times the NULL is sent
+        (
+            "select p.name from people p where p.id not in (select v.person_id from visits v, people q "
+            "where q.id = 1) order by 1",
+            False,
+        ),
+        ("select p.name from people p where p.id not in (select v.person_id from visits v) order by 1", True),
+        (
+            "select p.name from people p where p.id in (select e.person_id from events e where e.at is not null) "
+            "order by 1",
+            True,
+        ),
+        # two columns: the pairs are sent as they are
+        (
+            "select p.name from people p where exists (select * from visits v where v.person_id = p.id "
+            "and v.note <> p.name) order by 1",
+            False,
+        ),
+    ],
+)
+def test_subqueries_only_tested_read_each_key_once(engine, duck, sql: str, distinct: bool) -> None:
+    plan = engine.plan(sql)
+    grouped = [s for s in plan.scans if s.group_by and not s.aggregates]
+    assert bool(grouped) is distinct, "\n".join(plan.explain())
+    assert rows_match(rows(engine.execute(sql).table), duck.sql(sql).fetchall(), ordered=True)
+
+
 def test_the_same_aggregate_twice_is_one_partial_state(engine, duck) -> None:
     sql = (
         "select p.city, sum(v.amount) as s, sum(v.amount) * 2 as twice, max(v.amount) as m from people p "

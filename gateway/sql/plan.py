@@ -124,12 +124,12 @@ class Scan:
     reductions: list[str] = field(default_factory=list)  # semi-join filters added at run time
     rows: int | None = None  # rows the sub-query returns, when counted before Spark runs
     view: str = ""
-    group_by: list[dict[str, Any]] = field(default_factory=list)  # pre-aggregated: its group keys
+    group_by: list[dict[str, Any]] = field(default_factory=list)  # pre-aggregated or distinct: its keys
     aggregates: list[dict[str, Any]] = field(default_factory=list)  # ... and partial aggregates
     partials: list[str] = field(default_factory=list)  # the partial aggregates, for EXPLAIN
 
     def request(self) -> dict[str, Any]:
-        if self.aggregates:
+        if self.group_by:
             request: dict[str, Any] = {"table": self.table, "group_by": self.group_by, "aggregates": self.aggregates}
         else:
             request = {"table": self.table, "columns": self.columns}
@@ -148,9 +148,11 @@ class Scan:
             lines.append(f"    filter: {conjunct.sql()}")
         for implied in self.implied:
             lines.append(f"    implied filter: {implied.sql()}")
+        keys = ", ".join(k["name"] for k in self.group_by)
         if self.aggregates:
-            keys = ", ".join(k["name"] for k in self.group_by)
             lines.append(f"    pre-aggregated on the nodes: group by {keys}; {', '.join(self.partials)}")
+        elif self.group_by:
+            lines.append(f"    distinct on the nodes: {keys} (the subquery's rows are only tested)")
         for reduction in self.reductions:
             lines.append(f"    semi-join filter: {reduction}")
         if self.rows is not None:
@@ -381,6 +383,8 @@ class Planner:
             if not scan.columns and not scan.computed:
                 scan.columns = [scan.info.schema.columns[0].name]
             scan.view = f"__cxg_{query_id}_{scan.index}"
+        for scope in scopes:
+            _distinct_if_only_tested(scope, scans)
         for scope in traverse_scope(tree):
             for alias, source in scope.sources.items():
                 scan = scans.get((id(scope.expression), alias))
@@ -701,6 +705,29 @@ def _preaggregate(scope: Scope, scans: dict[tuple[int, str], Scan], scopes: list
         aggregate.replace(
             exp.Coalesce(this=merged, expressions=[exp.Literal.number(0)]) if state["func"] == "count" else merged
         )
+
+
+def _distinct_if_only_tested(scope: Scope, scans: dict[tuple[int, str], Scan]) -> None:
+    """A subquery over one table whose rows are only tested (``EXISTS (...)``, ``x [NOT] IN
+    (SELECT ...)``) and that reads one column of it, its join key: duplicates change no answer,
+    so the nodes send each value once per block (TPC-H Q22: 190,000 orders rows become 13,000
+    customer keys). With more columns the combinations are mostly distinct already (Q21's
+    order and supplier pairs) and grouping would cost the nodes more than it saves Spark."""
+    select = scope.expression
+    holder = select.parent if isinstance(select, exp.Select) else None
+    tested = isinstance(holder, exp.Exists) or (
+        isinstance(holder, exp.Subquery) and isinstance(holder.parent, exp.In) and holder.arg_key == "query"
+    )
+    if not tested or len(scope.sources) != 1 or scope.subquery_scopes:
+        return
+    if any(select.args.get(k) for k in ("joins", "group", "having", "order", "limit", "offset", "with_")):
+        return
+    if any(isinstance(node, (exp.AggFunc, exp.Window)) for node in walk_in_scope(select)):
+        return
+    [alias] = scope.sources
+    scan = scans.get((id(select), alias))
+    if scan is not None and not scan.group_by and not scan.computed and len(scan.columns) == 1:
+        scan.group_by = [{"name": scan.columns[0], "expr": {"col": scan.columns[0]}}]
 
 
 def _used_by_inner_scopes(scope: Scope, alias: str, scopes: list[Scope]) -> bool:

@@ -145,18 +145,18 @@ def _values(keys: pa.Array) -> dict[str, Any] | None:
 
 def _probe(catalog: RegionCatalog, scan: Scan, limit: int, seen: dict[Hashable, pa.Table | None]) -> pa.Table | None:
     """The sub-query's rows if there are at most `limit` of them, else None; an identical request
-    (the same table in a subquery and outside it) is answered from `seen`. A pre-aggregated
-    sub-query (no row limit applies to one) is fetched when its table is at most 4 x `limit` rows,
-    and the partial groups of every block and node are merged here."""
+    (the same table in a subquery and outside it) is answered from `seen`. A grouped (pre-aggregated
+    or distinct) sub-query, to which no row limit applies, is fetched when its table is at most
+    4 x `limit` rows, and the partial groups of every block and node are merged here."""
     request = scan.request()
-    if scan.aggregates and scan.info.rows > 4 * limit:
+    if scan.group_by and scan.info.rows > 4 * limit:
         return None
-    if not scan.aggregates:
+    if not scan.group_by:
         request["limit"] = limit + 1
     key = request_key(request)
     if key not in seen:
         data = scan_nodes(catalog, scan.info, request)
-        if scan.aggregates:
+        if scan.group_by:
             task = plan_scan(request, scan.info.schema)
             keys = [k["name"] for k in scan.group_by]
             data = final_aggregate(data, keys, list(task.task.aggregates)).select(task.schema.names).cast(task.schema)
