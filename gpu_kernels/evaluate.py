@@ -10,6 +10,8 @@ of the projected columns.
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -243,6 +245,10 @@ class BlockEvaluator:
                 return Truth(Selection.none(self.backend, self.n), within)
             return Truth(within if e.value else Selection.none(self.backend, self.n))
         if isinstance(e, Call):
+            if e.op in ("and", "or", "not"):
+                one = self._one_column(e)
+                if one is not None:
+                    return self._apply(*one, within)
             if e.op == "and":
                 return self._and(e.args, within)
             if e.op == "or":
@@ -260,6 +266,33 @@ class BlockEvaluator:
                 return self._generic_comparison(e, within)
         vec = self.vec(e, within)  # a boolean-valued column or expression
         return self._truth_of(vec, within)
+
+    def _one_column(self, e: E.Expr) -> tuple[str, Type, ValuePredicate] | None:
+        """An AND/OR/NOT of comparisons of one numeric or date column with literals (Q19's
+        ``l_quantity >= 1 AND l_quantity <= 11 OR l_quantity >= 10 AND ...``) as one predicate on
+        its values: the column is decoded once, not once per comparison. A NULL value leaves every
+        comparison unknown, and so the whole combination, as `_apply` reports it."""
+        if not isinstance(e, Call):
+            return None
+        if e.op in ("and", "or", "not"):
+            parts = [self._one_column(a) for a in e.args]
+            if any(p is None for p in parts) or len({p[0] for p in parts}) != 1:
+                return None
+            name, t, _ = parts[0]
+            predicates = [p[2] for p in parts]
+            if e.op == "not":
+                return name, t, lambda v: ~predicates[0](v)
+            if e.op == "and":
+                return name, t, lambda v: functools.reduce(operator.and_, (p(v) for p in predicates))
+            return name, t, lambda v: functools.reduce(operator.or_, (p(v) for p in predicates))
+        column, literals = e.args[0], e.args[1:]
+        if e.op not in (*E.COMPARISONS, "between", "in") or not isinstance(column, Col) or not literals:
+            return None
+        t = self.types[column.name]
+        if t.kind in (Kind.STR, Kind.FLOAT) or not all(isinstance(a, Lit) and a.value is not None for a in literals):
+            return None
+        predicate = self._value_predicate(t, e.op, list(literals))
+        return None if predicate is None else (column.name, t, predicate)
 
     def _truth_of(self, vec: Vec, within: Selection) -> Truth:
         if vec.is_scalar:

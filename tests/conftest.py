@@ -1,15 +1,21 @@
-"""Shared fixtures: TPC-H SF 0.01 generated once per session, temporary stores, the gpu marker."""
+"""Shared fixtures: TPC-H SF 0.01 generated once per session, temporary stores, the gpu marker,
+derandomized property tests."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from gpu_kernels.backend import cuda_available
 from storage import tpch
 
 TPCH_SF = 0.01
+
+# property tests draw the same examples on every run: a failure in CI is a failure on every machine
+settings.register_profile("deterministic", derandomize=True, database=None)
+settings.load_profile("deterministic")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -124,16 +124,31 @@ def leaves(draw: st.DrawFn) -> dict:
     return call(draw(st.sampled_from(E.COMPARISONS)), arithmetic, draw(LITERALS["n"]))
 
 
-def predicates(depth: int = 3) -> st.SearchStrategy:
-    return st.recursive(
-        leaves(),
-        lambda children: st.one_of(
-            st.lists(children, min_size=2, max_size=3).map(lambda xs: call("and", *xs)),
-            st.lists(children, min_size=2, max_size=3).map(lambda xs: call("or", *xs)),
-            children.map(lambda x: call("not", x)),
-        ),
-        max_leaves=6,
+def _combined(children: st.SearchStrategy) -> st.SearchStrategy:
+    return st.one_of(
+        st.lists(children, min_size=2, max_size=3).map(lambda xs: call("and", *xs)),
+        st.lists(children, min_size=2, max_size=3).map(lambda xs: call("or", *xs)),
+        children.map(lambda x: call("not", x)),
     )
+
+
+def predicates(depth: int = 3) -> st.SearchStrategy:
+    return st.recursive(leaves(), _combined, max_leaves=6)
+
+
+def _comparison(column: str) -> st.SearchStrategy:
+    values = LITERALS[column]
+    return st.one_of(
+        st.tuples(st.sampled_from(E.COMPARISONS), values).map(lambda a: call(a[0], col(column), a[1])),
+        st.tuples(values, values).map(lambda a: call("between", col(column), *a)),
+        st.lists(values, min_size=1, max_size=4).map(lambda vs: call("in", col(column), *vs)),
+    )
+
+
+def one_column_predicates() -> st.SearchStrategy:
+    """AND/OR/NOT of comparisons of a single column with literals (Q19's quantity ranges)."""
+    columns = st.sampled_from(["k", "n", "amt", "d", "flag", "f", "grp"])
+    return columns.flatmap(lambda column: st.recursive(_comparison(column), _combined, max_leaves=6))
 
 
 # ---- the oracle: pyarrow on the decoded table ------------------------------------------------
