@@ -804,15 +804,15 @@ def _membership_of(backend: NumpyBackend, members: np.ndarray) -> ValuePredicate
     xp = backend.xp
     low, high = int(members.min()), int(members.max())
     if high - low < _TABLE_SPAN:
-        table = np.zeros(high - low + 1, dtype=bool)
-        table[members - low] = True
+        # one False slot on each side: a value outside [low, high] is clipped onto one (a clip and
+        # a gather, no masks: a quarter faster than gathering only the values inside)
+        span = high - low + 2
+        table = np.zeros(span + 1, dtype=bool)
+        table[members - (low - 1)] = True
         table = backend.asarray(table)
 
         def lookup(v: Array) -> Array:
-            inside = (v >= low) & (v <= high)
-            hit = xp.zeros(len(v), dtype=bool)
-            hit[inside] = table[v[inside] - low]
-            return hit
+            return table[xp.clip(v.astype(xp.int64, copy=False) - (low - 1), 0, span)]
 
         return lookup
     sorted_members = backend.asarray(np.unique(members))
