@@ -133,7 +133,8 @@ def _combined(children: st.SearchStrategy) -> st.SearchStrategy:
 
 
 def predicates(depth: int = 3) -> st.SearchStrategy:
-    return st.recursive(leaves(), _combined, max_leaves=6)
+    """Random predicates over every column, or combinations of comparisons of one column."""
+    return st.one_of(st.recursive(leaves(), _combined, max_leaves=6), one_column_predicates())
 
 
 def _comparison(column: str) -> st.SearchStrategy:

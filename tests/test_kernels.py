@@ -29,14 +29,13 @@ from tests.kernel_cases import (
     lit,
     load,
     make_table,
-    one_column_predicates,
     plain_strings,
     predicates,
     run_scan,
 )
 
 BACKENDS = [pytest.param("numpy"), pytest.param("cupy", marks=pytest.mark.gpu)]
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @pytest.fixture(scope="module")
@@ -115,15 +114,6 @@ def test_selection_keeps_the_smaller_form() -> None:
 @SETTINGS
 @given(predicate=predicates())
 def test_random_predicates_select_the_same_rows_as_pyarrow(cache, table, backend_name, predicate) -> None:
-    backend = get_backend(backend_name)
-    result = run_scan(cache, {"columns": ["rid"], "filter": predicate}, backend)
-    assert sorted(result.column("rid").to_pylist()) == expected_rows(table, predicate)
-
-
-@pytest.mark.parametrize("backend_name", BACKENDS)
-@SETTINGS
-@given(predicate=one_column_predicates())
-def test_combinations_on_one_column_select_the_same_rows_as_pyarrow(cache, table, backend_name, predicate) -> None:
     backend = get_backend(backend_name)
     result = run_scan(cache, {"columns": ["rid"], "filter": predicate}, backend)
     assert sorted(result.column("rid").to_pylist()) == expected_rows(table, predicate)
