@@ -14,7 +14,7 @@ from gpu_kernels.backend import Array, NumpyBackend
 class Selection:
     """The selected rows of a block of `n` rows: ranges, or a bitmap over a window."""
 
-    __slots__ = ("_count", "backend", "lo", "mask", "n", "starts", "stops")
+    __slots__ = ("_count", "_indices", "backend", "lo", "mask", "n", "starts", "stops")
 
     def __init__(
         self,
@@ -30,6 +30,7 @@ class Selection:
         self.starts, self.stops = starts, stops
         self.mask, self.lo = mask, lo
         self._count: int | None = None
+        self._indices: Array | None = None  # a selection is read-only: every column it gathers shares them
 
     # -- construction -----------------------------------------------------------------------
 
@@ -147,6 +148,11 @@ class Selection:
         return xp.flatnonzero(edges > 0) + self.lo, xp.flatnonzero(edges < 0) + self.lo
 
     def indices(self) -> Array:
+        if self._indices is None:
+            self._indices = self._positions()
+        return self._indices
+
+    def _positions(self) -> Array:
         xp = self.backend.xp
         if self.mask is not None:
             return xp.flatnonzero(self.mask) + self.lo
