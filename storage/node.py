@@ -215,13 +215,14 @@ class Node:
                 credits.release()
             outcome = await done
             await response.write_eof()
-        except (ConnectionResetError, asyncio.CancelledError) as e:
+        except (ConnectionError, asyncio.CancelledError) as e:  # reset, broken pipe, aborted: gone
             outcome = "cancelled"
-            scan.cancel.set()
-            credits.release()
             if isinstance(e, asyncio.CancelledError):
                 raise
         finally:
+            if not done.done():  # the handler stopped first, whatever stopped it: so does the scan
+                scan.cancel.set()
+                credits.release()
             self.counters[outcome] += 1
             if outcome == "cancelled":
                 log.info("scan of %s cancelled: the client went away", scan.plan.table)
