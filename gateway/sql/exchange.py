@@ -82,7 +82,7 @@ class Exchange:
                 )
             else:
                 handed.setdefault(self._key(scan, rows), []).append((scan, rows))
-        self._register(list(handed.values()))
+        self._register(handed)
         tree = plan.statement.tree
         if inline:  # before the query's own common table expressions, which may read them
             tree = tree.copy()
@@ -90,31 +90,33 @@ class Exchange:
             tree.set("with_", exp.With(expressions=inline + (own.expressions if own is not None else [])))
         return tree.sql(dialect="spark", pretty=True)
 
-    def _register(self, groups: list[list[tuple[Scan, pa.Table | None]]]) -> None:
-        """One DataFrame per group of identical sub-queries, registered under each one's view name;
-        up to `HANDOVER_THREADS` groups at a time: Spark plans each for 20-50 ms, mostly in the JVM
-        (TPC-H SF 1 Q9's six sub-queries: 0.28 -> 0.15 s)."""
-        self._views += [scan.view for group in groups for scan, _ in group]
+    def _register(self, groups: dict[tuple, list[tuple[Scan, pa.Table | None]]]) -> None:
+        """One DataFrame per group of identical sub-queries (by key), registered under each one's
+        view name; up to `HANDOVER_THREADS` groups at a time: Spark plans each for 20-50 ms, mostly
+        in the JVM (TPC-H SF 1 Q9's six sub-queries: 0.28 -> 0.15 s)."""
+        self._views += [scan.view for group in groups.values() for scan, _ in group]
 
-        def one(group: list[tuple[Scan, pa.Table | None]]) -> None:
-            frame = self.frame(*group[0])
+        def one(key: tuple, group: list[tuple[Scan, pa.Table | None]]) -> None:
+            frame = self._frame(key, *group[0])
             for scan, _ in group:
                 frame.createOrReplaceTempView(scan.view)
 
         if len(groups) <= 1:
-            for group in groups:
-                one(group)
+            for key, group in groups.items():
+                one(key, group)
             return
         contexts = [contextvars.copy_context() for _ in groups]  # the query's cancellation event
         with ThreadPoolExecutor(min(HANDOVER_THREADS, len(groups))) as pool:
-            list(pool.map(lambda pair: pair[0].run(one, pair[1]), zip(contexts, groups, strict=True)))
+            list(pool.map(lambda c, item: c.run(one, *item), contexts, groups.items()))
 
     def _key(self, scan: Scan, rows: pa.Table | None) -> tuple:
         return request_key(scan.request()), id(rows) if rows is not None else None
 
     def frame(self, scan: Scan, rows: pa.Table | None):
         """A DataFrame of the sub-query's rows; `rows` when the coordinator already holds them."""
-        key = self._key(scan, rows)
+        return self._frame(self._key(scan, rows), scan, rows)
+
+    def _frame(self, key: tuple, scan: Scan, rows: pa.Table | None):
         if key not in self._frames:
             request = scan.request()
             schema = plan_scan(request, scan.info.schema).schema
