@@ -310,6 +310,22 @@ def test_semi_join_reduction_follows_the_chain_of_joins(engine) -> None:
     assert "semi-join filter: l_orderkey IN" in text and "handed to Spark as" in text
 
 
+@pytest.mark.parametrize("number", [3, 5, 7, 8, 10, 21])
+def test_fetched_sub_queries_keep_only_rows_with_a_partner(engine, number: int) -> None:
+    # a sub-query reduced after it sent its keys (orders by lineitem in Q3) sends the smaller set
+    # again: at the end every fetched sub-query's keys are among those of each one that filters it
+    plan = engine.plan(query(number))
+    pairs = 0
+    for edge in plan.edges:
+        for source, column, target, target_column in edge.directions():
+            sent, received = plan.inputs.get(source.index), plan.inputs.get(target.index)
+            if sent is None or received is None:
+                continue
+            assert set(received.column(target_column).to_pylist()) <= set(sent.column(column).to_pylist())
+            pairs += 1
+    assert pairs
+
+
 def test_uncorrelated_one_table_subqueries_run_first_on_the_nodes(engine) -> None:
     plan = engine.plan(query(18))
     assert plan.notes and plan.notes[0].startswith("evaluated first on the nodes")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 from collections.abc import Hashable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -164,20 +165,32 @@ def _probe(catalog: RegionCatalog, scan: Scan, limit: int, seen: dict[Hashable, 
     return seen[key]
 
 
+@dataclass
+class _Received:
+    """The semi-join filter on one column of a sub-query: the keys every source sent it, intersected."""
+
+    keys: pa.Array | None = None  # (None for a fetched sub-query, filtered where it is)
+    sources: list[str] = field(default_factory=list)  # those whose keys are in the filter
+    notes: dict[str, int] = field(default_factory=dict)  # source or "" -> position among its reductions
+    filter: int | None = None  # position among the target's filters (None: it was filtered locally)
+
+
 def reduce_and_fetch(plan: Plan, catalog: RegionCatalog, probe_rows: int = PROBE_ROWS) -> dict[int, pa.Table]:
     """Semi-join reduction, from the smallest sub-queries up; returns the rows of the sub-queries
     it fetched (index -> rows). The others are scanned again when Spark needs them.
 
     A sub-query with filters (its own, or a reduction) is fetched when it has at most `probe_rows`
     rows, and the distinct values of its join columns then filter the sub-queries at the other end
-    of its edges; one that receives a reduction is visited again. An unfiltered table's join keys
-    are the whole domain and filter nothing.
+    of its edges; one that receives a reduction is visited again, and sends its keys again if it
+    shrank. An unfiltered table's join keys are the whole domain and filter nothing.
     """
     fetched: dict[int, pa.Table] = {}
     seen: dict[Hashable, pa.Table | None] = {}
     probes: dict[int, int] = {}
     pending = {scan.index: scan for scan in plan.scans}
-    sources_done: set[tuple[int, str, int]] = set()
+    sent: dict[tuple[int, str, int], int] = {}  # (source, column, target) -> the source's rows when it sent
+    received: dict[tuple[int, str], _Received] = {}  # (target, column) -> its filter
+    uniques: dict[tuple[int, str], tuple[int, pa.Array]] = {}  # (source, column) -> (rows, distinct keys)
     # a correlated subquery's scan only receives values from the outer query: visit it after them
     outer_of: dict[int, set[int]] = {}
     for edge in plan.edges:
@@ -196,29 +209,69 @@ def reduce_and_fetch(plan: Plan, catalog: RegionCatalog, probe_rows: int = PROBE
             if data is not None:
                 fetched[scan.index] = data
         scan.rows = fetched[scan.index].num_rows if scan.index in fetched else None if scan.filters else scan.info.rows
-        if scan.index not in fetched or not scan.filters:
-            continue
+        if scan.index not in fetched or not (scan.filters or scan.reductions):
+            continue  # an unreduced table's join keys are the whole domain
         data = fetched[scan.index]
         for edge in plan.edges:
             for source, column, target, target_column in edge.directions():
-                if source is not scan or (scan.index, column, target.index) in sources_done:
+                if source is not scan:
                     continue
-                sources_done.add((scan.index, column, target.index))
-                keys = pc.unique(data.column(column).combine_chunks()).drop_null()
-                values = _values(keys) if len(keys) <= MAX_KEYS else None
-                if values is None:
-                    continue
-                target.reductions.append(f"{target_column} IN ({len(keys):,} values of {scan.alias}.{column})")
-                if target.index in fetched:  # already here: filter it locally
-                    rows = fetched[target.index]
-                    kept = rows.filter(pc.is_in(rows.column(target_column), value_set=keys))
-                    if kept.num_rows < rows.num_rows:  # unchanged stays the same object (shared by equal scans)
-                        fetched[target.index] = kept
-                    target.rows = kept.num_rows
-                else:
-                    target.filters.append(
-                        {"op": "in", "args": [{"col": target_column}, values]} if len(keys) else {"lit": False}
-                    )
-                    target.rows = None
-                pending[target.index] = target  # visit again: it may now be small
+                if sent.get((scan.index, column, target.index)) == data.num_rows:
+                    continue  # sent already, and it has not shrunk since
+                sent[(scan.index, column, target.index)] = data.num_rows
+                if uniques.get((scan.index, column), (None,))[0] != data.num_rows:
+                    uniques[(scan.index, column)] = data.num_rows, pc.unique(data.column(column)).drop_null()
+                keys = uniques[(scan.index, column)][1]
+                if _send(f"{scan.alias}.{column}", keys, target, target_column, fetched, received):
+                    pending[target.index] = target  # visit again: it may now be small
     return fetched
+
+
+def _send(
+    source: str,
+    keys: pa.Array,
+    target: Scan,
+    column: str,
+    fetched: dict[int, pa.Table],
+    received: dict[tuple[int, str], _Received],
+) -> bool:
+    """Filter `target` by `keys` of `source`: a fetched one where it is, another by one filter per
+    column (the keys intersected with what the column received before); whether that reduced it."""
+    if len(keys) > MAX_KEYS:
+        return False
+    slot = received.setdefault((target.index, column), _Received())
+    if target.index in fetched:  # already here: filter it locally
+        rows = fetched[target.index]
+        kept = rows.filter(pc.is_in(rows.column(column), value_set=keys))
+        if kept.num_rows == rows.num_rows:  # unchanged stays the same object (shared by equal scans)
+            return False
+        fetched[target.index] = kept
+        target.rows = kept.num_rows
+        _note(target, slot, source, f"{column} IN ({len(keys):,} values of {source})")
+        return True
+    if slot.keys is not None:
+        keys = keys.filter(pc.is_in(keys, value_set=slot.keys))
+        if len(keys) >= len(slot.keys):
+            return False
+    values = _values(keys)
+    if values is None:
+        return False
+    slot.keys = keys
+    slot.sources += [] if source in slot.sources else [source]
+    _note(target, slot, "", f"{column} IN ({len(keys):,} values of {' and '.join(slot.sources)})")
+    condition = {"op": "in", "args": [{"col": column}, values]} if len(keys) else {"lit": False}
+    if slot.filter is None:
+        slot.filter = len(target.filters)
+        target.filters.append(condition)
+    target.filters[slot.filter] = condition
+    target.rows = None
+    return True
+
+
+def _note(target: Scan, slot: _Received, key: str, text: str) -> None:
+    """Say what reduced `target` in its explanation: one line per source for a fetched sub-query
+    (filtered by each in turn), one for the filter of a column sent to the nodes (key "")."""
+    if key not in slot.notes:
+        slot.notes[key] = len(target.reductions)
+        target.reductions.append(text)
+    target.reductions[slot.notes[key]] = text
