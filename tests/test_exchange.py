@@ -138,3 +138,22 @@ def test_only_small_plain_inputs_travel_as_values() -> None:
     assert not exchange.inlinable(pa.table({"a": range(exchange.VALUES_ROWS + 1)}))
     assert not exchange.inlinable(pa.table({"a": pa.array([1], pa.timestamp("us", tz="UTC"))}))
     assert exchange.inlinable(pa.table({"a": range(exchange.VALUES_ROWS)}))
+
+
+def test_a_fetched_sub_query_is_shared_between_the_cores(engine, monkeypatch) -> None:
+    # Spark gives a file smaller than openCostInBytes one task: a fetched sub-query is written as
+    # one file per core (of at least SHARE_ROWS rows each)
+    assert [exchange.shares(rows, 2) for rows in (0, 32_767, 65_535, 65_536, 10**6)] == [1, 1, 1, 2, 2]
+    monkeypatch.setattr(exchange, "SHARE_ROWS", 50)
+    monkeypatch.setattr(exchange, "LOCAL_ROWS", 0)
+    plan = engine.plan(query(3))
+    scan = max(plan.scans, key=lambda s: plan.inputs[s.index].num_rows)
+    fetched = plan.inputs[scan.index]
+    assert fetched.num_rows >= 100
+    handed = exchange.Exchange(engine.spark, engine.catalog, "files")
+    try:
+        frame = handed.frame(scan, fetched)
+        assert frame.rdd.getNumPartitions() == engine.spark.sparkContext.defaultParallelism == 2
+        assert frame.count() == fetched.num_rows
+    finally:
+        handed.close()
