@@ -72,7 +72,8 @@ def spark_floor(engine: Engine, sql: str, repeat: int) -> float | None:
     if plan.engine != "spark":
         return None
     spark = engine.spark
-    for scan in plan.scans:
+    handed = [scan for scan in plan.scans if scan.index not in plan.dropped]
+    for scan in handed:
         fetched = plan.inputs.get(scan.index)
         if fetched is None:
             fetched = scan_nodes(engine.catalog, scan.info, {**scan.request(), "limit": 1})
@@ -81,7 +82,7 @@ def spark_floor(engine: Engine, sql: str, repeat: int) -> float | None:
     try:
         return _best(lambda: spark.sql(plan.spark_sql).toArrow(), repeat)[0]
     finally:
-        for scan in plan.scans:
+        for scan in handed:
             spark.catalog.dropTempView(scan.view)
 
 

@@ -326,6 +326,24 @@ def test_fetched_sub_queries_keep_only_rows_with_a_partner(engine, number: int) 
     assert pairs
 
 
+def test_joins_the_reduction_already_did_are_left_out_of_spark(engine, duck) -> None:
+    # Q21: orders (o_orderstatus = 'F', filtered on the nodes) only joins l1 on its unique key,
+    # and every l1 row kept has its order: the join changes nothing and Spark never sees orders
+    plan = engine.plan(query(21))
+    dropped = {s.alias for s in plan.scans if s.index in plan.dropped}
+    assert "orders" in dropped and "l1" not in dropped
+    orders = next(s for s in plan.scans if s.alias == "orders")
+    assert orders.view not in plan.spark_sql and "not handed to Spark" in "\n".join(plan.explain())
+    # a key that is not unique joins a row more than once: that join stays
+    sql = (
+        "select e.kind, count(*) from events e, visits v where e.person_id = v.person_id and v.amount > 3 "
+        "group by e.kind order by e.kind nulls first"
+    )
+    plan = engine.plan(sql)
+    assert not plan.dropped
+    assert rows_match(rows(engine.execute(sql).table), duck.sql(sql).fetchall(), ordered=True)
+
+
 def test_uncorrelated_one_table_subqueries_run_first_on_the_nodes(engine) -> None:
     plan = engine.plan(query(18))
     assert plan.notes and plan.notes[0].startswith("evaluated first on the nodes")

@@ -78,6 +78,8 @@ class Exchange:
         the statement Spark runs."""
         inline, handed = [], {}
         for scan in plan.scans:
+            if scan.index in plan.dropped:
+                continue
             rows = plan.inputs.get(scan.index)
             if rows is not None and inlinable(rows):
                 inline.append(

@@ -203,6 +203,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)  # what was evaluated before planning
     inputs: dict[int, Any] = field(default_factory=dict, repr=False)  # rows fetched before Spark runs, by scan
     deliveries: dict[int, str] = field(default_factory=dict)  # how each sub-query reaches Spark, by scan
+    dropped: dict[int, str] = field(default_factory=dict)  # sub-queries Spark need not join, and why
 
     @property
     def spark_sql(self) -> str | None:
