@@ -21,56 +21,52 @@ from gateway.sql.plan import Plan, Scan, and_all, split_and
 def drop_finished_joins(plan: Plan) -> None:
     """Take every join that can no longer change the answer out of `plan`'s statement; the
     dropped sub-queries' indexes go to `plan.dropped` with the reason."""
+    by_view = {scan.view: scan for scan in plan.scans}
     for scan in plan.scans:
         rows = plan.inputs.get(scan.index)
-        if rows is None or scan.group_by or scan.index in plan.dropped:
+        if rows is None or scan.group_by:
             continue
         found = _place(plan.statement.tree, scan)
         if found is None:
             continue
         select, table = found
         partners = _only_joined(plan.statement.tree, select, scan.alias)
-        if partners is None:
+        if partners is None or len({own.name for _, own, _ in partners}) != 1:
             continue
-        key = {c.this.name if c.this.table == scan.alias else c.expression.name for c, _ in partners}
-        if len(key) != 1:
-            continue
-        column = key.pop()
+        column = partners[0][1].name
         if not _unique(rows.column(column)):
             continue
-        by_alias = {s.alias: s for s in plan.scans if _place(plan.statement.tree, s, select) is not None}
-        if not all(_covered(plan, by_alias.get(other.table), other.name, rows.column(column)) for _, other in partners):
+        views = {t.alias_or_name: t.name for t in select.find_all(exp.Table) if t.parent_select is select}
+        if not all(
+            _covered(plan, by_view.get(views.get(other.table, "")), other.name, rows.column(column))
+            for _, _, other in partners
+        ):
             continue
-        _rewrite(select, table, [c for c, _ in partners], [other for _, other in partners])
+        _rewrite(select, table, [c for c, _, _ in partners], [other for _, _, other in partners])
         plan.dropped[scan.index] = (
             f"not handed to Spark: {column} is unique here and every row joined to it has its match "
-            f"({', '.join(sorted(other.sql() for _, other in partners))}), so the join changes nothing"
+            f"({', '.join(sorted(other.sql() for _, _, other in partners))}), so the join changes nothing"
         )
 
 
-def _place(tree: exp.Expression, scan: Scan, within: exp.Select | None = None):
-    """(the SELECT whose FROM holds the scan's view, the table node), if it is there as a plain
-    inner join; None otherwise. With `within`, only that SELECT counts."""
+def _place(tree: exp.Expression, scan: Scan):
+    """(the SELECT whose FROM holds the scan's view, the table node) when every join of that
+    SELECT is a plain inner one (commas, no ON); None otherwise."""
     tables = [t for t in tree.find_all(exp.Table) if t.name == scan.view]
-    if len(tables) != 1:
+    if len(tables) != 1 or not isinstance(tables[0].parent, (exp.From, exp.Join)):
         return None
     table = tables[0]
-    holder = table.parent
-    select = holder.parent if holder is not None else None
-    if not isinstance(select, exp.Select) or (within is not None and select is not within):
+    select = table.parent.parent
+    if not isinstance(select, exp.Select):
         return None
-    if isinstance(holder, exp.Join):
-        if holder.side or holder.kind or holder.args.get("on") is not None or holder.args.get("using"):
-            return None
-    elif not isinstance(holder, exp.From):
-        return None
-    if any(j.side or j.kind or j.args.get("using") for j in select.args.get("joins") or []):
-        return None  # outer, semi, anti or cross joins around it: left alone
+    joins = select.args.get("joins") or []
+    if any(j.side or j.kind or j.args.get("using") or j.args.get("on") is not None for j in joins):
+        return None  # outer, semi, anti, cross or ON joins around it: left alone
     return select, table
 
 
 def _only_joined(tree: exp.Expression, select: exp.Select, alias: str):
-    """The `alias.k = other.m` conjuncts of `select`'s WHERE, as (conjunct, other column), when
+    """The `alias.k = other.m` conjuncts of `select`'s WHERE, as (conjunct, alias.k, other.m), when
     they are the only places in the whole statement that name `alias`; else None."""
     where = select.args.get("where")
     if where is None or any(e.find(exp.Star) for e in select.expressions if not e.find(exp.AggFunc)):
@@ -84,8 +80,8 @@ def _only_joined(tree: exp.Expression, select: exp.Select, alias: str):
             return None
         if not isinstance(conjunct.expression, exp.Column) or len(names) != 2:
             return None
-        other = conjunct.expression if conjunct.this.table == alias else conjunct.this
-        found.append((conjunct, other))
+        left, right = conjunct.this, conjunct.expression
+        found.append((conjunct, left, right) if left.table == alias else (conjunct, right, left))
     mentions = sum(1 for c in tree.find_all(exp.Column) if c.table == alias)
     if not found or mentions != len(found):
         return None
