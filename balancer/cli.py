@@ -48,7 +48,8 @@ def cmd_node(args: argparse.Namespace, config: Config) -> int:
         from storage.store import Store
 
         store = Store(args.data or config.storage.data[0], node=args.name)
-        node = Node(store, get_backend(args.backend or config.storage.backend), args.scan_slots, args.threads)
+        backend = get_backend(args.backend or config.storage.backend)
+        node = Node(store, backend, args.scan_slots, args.threads, args.processes)
         server = NodeServer(args.name, NativeBackend(store), slots, url, journal)
         node.on_commit.append(server.announce)
         app = node.app()
@@ -103,7 +104,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", metavar="DIR", help="native: the data directory (default: the first storage.data)")
     p.add_argument("--scan-slots", type=int, help="native: concurrent scans (default: the cores)")
     p.add_argument(
-        "--threads", type=int, help="native: worker threads per scan (default: the cores shared by the running scans)"
+        "--threads",
+        type=int,
+        help="native, --processes 0: worker threads per scan (default: the cores shared by the running scans)",
+    )
+    p.add_argument(
+        "--processes",
+        type=int,
+        help="native, CPU kernels: worker processes for long scans (default: the cores; 0: threads instead)",
     )
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), help="native: kernels (default storage.backend)")
     p.add_argument("--mysql-url", metavar="URL", help="mysql: the database (default region.mysql_url)")

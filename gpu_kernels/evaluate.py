@@ -790,8 +790,11 @@ def _membership(backend: NumpyBackend, values: E.Values) -> ValuePredicate:
     cached = _MEMBERSHIPS.get(key)
     if cached is not None and cached[0] is values:
         return cached[1]
-    items = values.items if values.type.kind is not Kind.DATE else [(v - EPOCH).days for v in values.items]
-    predicate = _membership_of(backend, np.asarray(items, dtype=np.int64))
+    if values.type.kind is Kind.DATE:
+        members = np.asarray([(v - EPOCH).days for v in values.items], dtype=np.int64)
+    else:
+        members = values.integers
+    predicate = _membership_of(backend, members)
     if len(_MEMBERSHIPS) > 64:
         _MEMBERSHIPS.clear()
     _MEMBERSHIPS[key] = (values, predicate)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from storage.types import parse_type
@@ -66,6 +67,23 @@ class Values:
     def bounds(self) -> tuple[Any, Any]:
         """The smallest and the largest item (for pruning blocks by their min/max)."""
         return (min(self.items), max(self.items)) if self.items else (None, None)
+
+    @functools.cached_property
+    def integers(self) -> np.ndarray:
+        """The items of an INT list as int64 (what membership tests look up)."""
+        return np.asarray(self.items, dtype=np.int64)
+
+    def __reduce__(self):
+        # an INT list travels to a scan worker as one int64 array, not as many Python ints
+        if self.type.kind is Kind.INT and self.items:
+            return _int_values, (self.integers, self.type)
+        return Values, (self.items, self.type)
+
+
+def _int_values(integers: np.ndarray, type_: Type) -> Values:
+    values = Values(tuple(integers.tolist()), type_)
+    values.__dict__["integers"] = integers  # what the sender had computed
+    return values
 
 
 @dataclass(frozen=True)
@@ -226,6 +244,13 @@ def conjuncts(expr: Expr | None) -> list[Expr]:
     if isinstance(expr, Call) and expr.op == "and":
         return [c for a in expr.args for c in conjuncts(a)]
     return [expr]
+
+
+def conjoin(parts: list[Expr]) -> Expr | None:
+    """The AND of `parts` (None for none)."""
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else Call("and", tuple(parts))
 
 
 # ---- typing ---------------------------------------------------------------------------------

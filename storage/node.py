@@ -12,7 +12,8 @@
     DELETE /v1/tables/{name}/loads/{load}              drop a failed load's uploads
 
 Each scan holds one of the node's K slots (K = cores unless configured) while it runs; its
-blocks are processed on a worker thread and written as they finish. A client that goes away
+blocks are processed on a worker thread (a long CPU scan's on the node's worker processes, one per
+core: storage.scan_workers) and written as they finish. A client that goes away
 mid-stream cancels its scan: the worker stops at the next block and the slot is freed.
 Errors are JSON ``{"error": {"code": ..., "message": ...}}`` (400 malformed or unsupported
 request, 404 unknown table); an error after the stream started ends it with a trailer batch
@@ -41,6 +42,7 @@ from storage.errors import StorageError, TableNotFoundError
 from storage.ingest import DirectoryTarget
 from storage.manifest import Sizing
 from storage.scan import Scan, ScanRequestError, TableCache, scan_table
+from storage.scan_workers import ScanWorkers
 from storage.stats import summarize
 from storage.store import Store
 
@@ -97,13 +99,24 @@ class ArrowStreamEncoder:
 
 
 class Node:
-    def __init__(self, store: Store, backend: NumpyBackend, slots: int | None = None, threads: int | None = None):
+    def __init__(
+        self,
+        store: Store,
+        backend: NumpyBackend,
+        slots: int | None = None,
+        threads: int | None = None,
+        processes: int | None = None,
+    ):
         self.store = store
         self.cache = TableCache(store)
         self.backend = backend
         self.cores = os.cpu_count() or 1
         self.slots = slots or self.cores
         self.threads = threads  # per scan; None: the cores shared by the scans running when it starts
+        # CPU kernels: long scans spread over worker processes (default: one per core; 0: threads)
+        if processes is None:
+            processes = self.cores if self.cores > 1 else 0
+        self.workers = ScanWorkers(processes) if processes and backend.name == "numpy" else None
         self.running = 0
         self.counters: Counter = Counter()
         self._slots = asyncio.Semaphore(self.slots)
@@ -125,6 +138,8 @@ class Node:
                 "free_slots": self.slots - self.running,
                 "running": self.running,
                 "backend": self.backend.name,
+                "scan_processes": self.workers.processes if self.workers is not None else 0,
+                "chunks_on_processes": self.workers.chunks if self.workers is not None else 0,
                 "tables": self.cache.names(),
                 "scans": dict(self.counters),
             }
@@ -194,6 +209,7 @@ class Node:
             self.running += 1
             self.counters["started"] += 1
             scan.threads = self.threads or max(1, self.cores // self.running)
+            scan.workers = self.workers
             try:
                 return await self._stream(request, scan)
             finally:
@@ -334,3 +350,5 @@ class Node:
 
     async def _shutdown(self, app: web.Application) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+        if self.workers is not None:
+            self.workers.close()

@@ -16,6 +16,7 @@ A scan request (JSON)::
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Iterator
@@ -37,6 +38,7 @@ from storage.blockfile import BlockEntry
 from storage.catalog import TableSchema
 from storage.errors import StorageError, TableNotFoundError
 from storage.manifest import MANIFEST
+from storage.scan_workers import ScanWorkers
 from storage.store import Store, Table
 from storage.types import working_type
 
@@ -221,16 +223,17 @@ def fold(e: E.Expr) -> E.Expr:
 # ---- pruning by block statistics ---------------------------------------------------------------
 
 
-def prune(conjuncts: list[E.Expr], entry: BlockEntry, types: dict[str, Type]) -> list[E.Expr] | None:
-    """The conjuncts still to evaluate on a block, or None when its min/max rule out every row."""
+def prune(conjuncts: list[E.Expr], entry: BlockEntry, types: dict[str, Type]) -> tuple[int, ...] | None:
+    """The positions of the conjuncts still to evaluate on a block, or None when its min/max rule
+    out every row."""
     remaining = []
-    for conjunct in conjuncts:
+    for position, conjunct in enumerate(conjuncts):
         verdict = _decide(conjunct, entry, types)
         if verdict is False:
             return None
         if verdict is None:
-            remaining.append(conjunct)
-    return remaining
+            remaining.append(position)
+    return tuple(remaining)
 
 
 def _decide(e: E.Expr, entry: BlockEntry, types: dict[str, Type]) -> bool | None:
@@ -342,6 +345,7 @@ class Scan:
     backend: NumpyBackend
     threads: int = 1
     cancel: threading.Event = field(default_factory=threading.Event)
+    workers: ScanWorkers | None = None  # the node's worker processes (CPU kernels only)
     stats: ScanStats = field(default_factory=ScanStats)
 
     def pieces(self) -> Iterator[Piece]:
@@ -357,21 +361,25 @@ class Scan:
             if remaining is None:
                 self.stats.blocks_skipped += 1
                 continue
-            predicate = (
-                None if not remaining else remaining[0] if len(remaining) == 1 else Call("and", tuple(remaining))
-            )
-            jobs.append((entry, block, predicate))
+            jobs.append((entry, block, remaining))
         needed = sorted(self._columns_needed())
 
         def work(job, device_parts):
-            entry, block, predicate = job
+            entry, block, remaining = job
             stats = ScanStats()
+            predicate = E.conjoin([conjuncts[i] for i in remaining])
             pieces = run_block(task, block, self.backend, stats, predicate, device_parts)
             return entry, pieces, stats
 
         emitted = 0
-        pipeline = BlockPipeline(self.backend, self.threads)
-        for entry, pieces, stats in pipeline.map(jobs, work, lambda job: block_parts(job[1], needed), self.cancel):
+        if self.workers is not None and self.backend.name == "numpy":
+            directory = self.loaded.table.store.table_dir(self.plan.table)
+            local = functools.partial(work, device_parts=None)
+            results = self.workers.map(directory, self.loaded.stamp, task, jobs, local, self.cancel)
+        else:
+            pipeline = BlockPipeline(self.backend, self.threads)
+            results = pipeline.map(jobs, work, lambda job: block_parts(job[1], needed), self.cancel)
+        for entry, pieces, stats in results:
             self.stats.add(stats)
             for batch, partition in pieces:
                 if self.plan.limit is not None:

@@ -1,0 +1,96 @@
+"""A node's worker processes give the same scan results as its own process, whatever goes wrong
+with them: a block file gone, a worker killed."""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from gpu_kernels.backend import get_backend
+from storage import scan_workers
+from storage.scan import TableCache, scan_table
+from storage.scan_workers import ScanWorkers
+from tests.kernel_cases import call, col, lit, load, make_table
+
+REQUESTS = [
+    {"columns": ["rid", "grp", "amt"], "filter": call("in", col("rid"), *[lit(i) for i in range(0, 3000, 3)])},
+    {"columns": ["rid", "d"], "select": [{"name": "x", "expr": call("*", col("amt"), col("n"))}]},
+    {
+        "group_by": ["grp", "k"],
+        "aggregates": [
+            {"name": "c", "func": "count"},
+            {"name": "s", "func": "sum", "arg": col("amt")},
+            {"name": "a", "func": "avg", "arg": col("f")},
+        ],
+        "filter": call(">", col("n"), lit(0)),
+    },
+    {"columns": ["rid", "k"], "partition": {"keys": ["k"], "buckets": 4}},
+]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> TableCache:
+    return load(tmp_path_factory.mktemp("workers"), make_table(11))
+
+
+@pytest.fixture
+def always_spread(monkeypatch) -> None:
+    monkeypatch.setattr(scan_workers, "SPREAD_AFTER_S", 0.0)
+    monkeypatch.setattr(scan_workers, "SPREAD_COST_S", -1.0)
+
+
+def scan(cache: TableCache, request: dict, workers: ScanWorkers | None) -> tuple[pa.Table, list, dict]:
+    s = scan_table(cache, {"table": "t", **request}, get_backend("numpy"))
+    s.workers = workers
+    pieces = list(s.pieces())
+    table = pa.Table.from_batches([p.batch for p in pieces], schema=s.plan.schema)
+    return table, [(p.block, p.partition) for p in pieces], s.stats.to_json()
+
+
+def test_worker_processes_return_what_the_node_computes_itself(cache, always_spread) -> None:
+    assert len(cache.get("t").blocks) >= 6
+    workers = ScanWorkers(2)
+    try:
+        for shared_bytes in (scan_workers.SHARED_BYTES, 0):  # pickled through the pipe, or a shared file
+            workers.shared_bytes = shared_bytes
+            for request in REQUESTS:
+                assert scan(cache, request, workers) == scan(cache, request, None), request
+        assert workers.chunks > 0, "the blocks were run by the workers"
+        assert not glob.glob(os.path.join(scan_workers.SHARED_DIR, "cxg-scan-*")), "shared files are removed"
+    finally:
+        workers.close()
+
+
+def test_a_block_file_gone_or_a_worker_killed_costs_no_result(tmp_path, always_spread) -> None:
+    cache = load(tmp_path, make_table(12))
+    expected = scan(cache, REQUESTS[2], None)
+    loaded = cache.get("t")  # the node holds its blocks in memory; a worker reads the files
+    entry = loaded.blocks[-1][0]
+    Path(loaded.table.store.table_dir("t"), entry.file).unlink()
+    workers = ScanWorkers(2)
+    try:
+        assert scan(cache, REQUESTS[2], workers) == expected
+        for pid in list(workers._executor()._processes):
+            os.kill(pid, signal.SIGKILL)
+        assert scan(cache, REQUESTS[2], workers) == expected, "a dead pool: the blocks run in the node"
+        chunks = workers.chunks
+        assert scan(cache, REQUESTS[2], workers) == expected
+        assert workers.chunks > chunks, "the pool is started again"
+    finally:
+        workers.close()
+
+
+def test_a_scan_the_workers_would_not_shorten_stays_in_the_node(cache, monkeypatch) -> None:
+    monkeypatch.setattr(scan_workers, "SPREAD_AFTER_S", 0.0)
+    monkeypatch.setattr(scan_workers, "SPREAD_COST_S", 3600.0)  # more than any scan here saves
+    workers = ScanWorkers(2)
+    try:
+        assert scan(cache, REQUESTS[0], workers) == scan(cache, REQUESTS[0], None)
+        assert workers.chunks == 0
+    finally:
+        workers.close()
