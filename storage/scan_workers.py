@@ -104,9 +104,9 @@ class ScanWorkers:
         local: Callable[[Job], Result],
         cancel: threading.Event,
     ) -> Iterator[Result]:
-        """`local(job)` for every job, in job order: in this process until the scan has run
-        `spread_after` seconds, then on the workers (`version` names the table's version, so a
-        worker never mixes blocks of two)."""
+        """`local(job)` for every job, in job order: in this process, or once the scan has run
+        `SPREAD_AFTER_S` and if it pays, the rest on the workers (`version` names the table's
+        version, so a worker never mixes blocks of two)."""
         started = first = time.perf_counter()
         spread_after = SPREAD_AFTER_S
         for i, job in enumerate(jobs):
@@ -138,17 +138,19 @@ class ScanWorkers:
         except (BrokenProcessPool, RuntimeError):  # a worker died earlier, or the pool was shut down
             self._broken(pool)
             futures += [None] * (len(chunks) - len(futures))
+        taken = 0
         try:
             for chunk, future in zip(chunks, futures, strict=True):
                 if cancel.is_set():
                     return
+                taken += 1
                 outcomes = self._outcomes(pool, future, chunk)
                 for job, outcome in zip(chunk, outcomes or [None] * len(chunk), strict=True):
                     if cancel.is_set():
                         return
                     yield (job[0], *outcome) if outcome is not None else local(job)
         finally:
-            for future in futures:
+            for future in futures[taken:]:
                 if future is not None and not future.cancel():
                     future.add_done_callback(_discard)  # a chunk finished but not taken: its file goes
 
