@@ -30,7 +30,7 @@ from gpu_kernels.aggregate import FUNCTIONS, AggSpec, NamedExpr
 from gpu_kernels.backend import NumpyBackend
 from gpu_kernels.evaluate import BlockEvaluator, ScanStats
 from gpu_kernels.expr import Call, Col, Kind, Lit, Type
-from gpu_kernels.operators import BlockTask, run_block
+from gpu_kernels.operators import BlockTask
 from gpu_kernels.pipeline import BlockPipeline, block_parts
 from gpu_kernels.vectors import arrow_type, exact_fraction, scalar_literal
 from storage.block import EncodedBlock
@@ -38,7 +38,7 @@ from storage.blockfile import BlockEntry
 from storage.catalog import TableSchema
 from storage.errors import StorageError, TableNotFoundError
 from storage.manifest import MANIFEST
-from storage.scan_workers import ScanWorkers
+from storage.scan_workers import ScanWorkers, run_job
 from storage.store import Store, Table
 from storage.types import working_type
 
@@ -366,10 +366,7 @@ class Scan:
 
         def work(job, device_parts):
             entry, block, remaining = job
-            stats = ScanStats()
-            predicate = E.conjoin([conjuncts[i] for i in remaining])
-            pieces = run_block(task, block, self.backend, stats, predicate, device_parts)
-            return entry, pieces, stats
+            return entry, *run_job(task, conjuncts, block, remaining, self.backend, device_parts)
 
         emitted = 0
         if self.workers is not None and self.backend.name == "numpy":

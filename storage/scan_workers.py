@@ -170,6 +170,21 @@ class ScanWorkers:
         return None
 
 
+def run_job(
+    task: BlockTask,
+    conjuncts: list[Expr],
+    block: EncodedBlock,
+    remaining: tuple[int, ...],
+    backend: NumpyBackend,
+    device_parts: dict | None = None,
+) -> tuple[Pieces, ScanStats]:
+    """One block of a scan, in whichever process: `remaining` are the positions of the task's
+    conjuncts its statistics left to evaluate."""
+    stats = ScanStats()
+    predicate = E.conjoin([conjuncts[i] for i in remaining])
+    return run_block(task, block, backend, stats, predicate, device_parts), stats
+
+
 def _received(sent: tuple[str | None, list]) -> list[tuple[Pieces, ScanStats]]:
     """A chunk's results as `_run_chunk` sent them: pieces in a shared-memory file are mapped, not
     copied (the file is removed at once; the mapping lives as long as the batches)."""
@@ -231,9 +246,7 @@ def _run_chunk(
         block = blocks.get(entry.file)
         if block is None:
             block = blocks[entry.file] = read_block(Path(directory) / entry.file, entry)
-        stats = ScanStats()
-        predicate = E.conjoin([conjuncts[i] for i in remaining])
-        results.append((run_block(task, block, _BACKEND, stats, predicate), stats))
+        results.append(run_job(task, conjuncts, block, remaining, _BACKEND))
     batches = [batch for pieces, _ in results for batch, _ in pieces]
     if sum(b.nbytes for b in batches) < shared_bytes or len({b.schema for b in batches}) != 1:
         return None, results
