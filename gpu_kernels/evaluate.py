@@ -794,14 +794,14 @@ def _membership(backend: NumpyBackend, values: E.Values) -> ValuePredicate:
         members = np.asarray([(v - EPOCH).days for v in values.items], dtype=np.int64)
     else:
         members = values.integers
-    predicate = _membership_of(backend, members)
+    predicate = membership_of(backend, members)
     if len(_MEMBERSHIPS) > 64:
         _MEMBERSHIPS.clear()
     _MEMBERSHIPS[key] = (values, predicate)
     return predicate
 
 
-def _membership_of(backend: NumpyBackend, members: np.ndarray) -> ValuePredicate:
+def membership_of(backend: NumpyBackend, members: np.ndarray) -> ValuePredicate:
     """A lookup table over the members' range when it is small enough (one gather per row), a
     sorted search otherwise."""
     xp = backend.xp

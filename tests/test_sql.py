@@ -344,6 +344,52 @@ def test_joins_the_reduction_already_did_are_left_out_of_spark(engine, duck) -> 
     assert rows_match(rows(engine.execute(sql).table), duck.sql(sql).fetchall(), ordered=True)
 
 
+@pytest.mark.parametrize(
+    "sql, answered",
+    [
+        ("select p.name from people p where exists (select * from visits v where v.person_id = p.id) order by 1", True),
+        # NOT EXISTS keeps the visits whose person_id is NULL (9 and NULL match no person)
+        (
+            "select v.note from visits v where not exists (select 1 from people p where p.id = v.person_id) "
+            "order by 1 nulls first",
+            True,
+        ),
+        (
+            "select v.note, p.name from visits v, people p where p.id = v.person_id and p.city = 'Berlin' "
+            "and not exists (select 1 from events e where e.person_id = p.id and e.ok) order by 1 nulls first",
+            True,
+        ),
+        # two conditions, an OR around it, an aggregate inside (always one row), an outer join around it
+        (
+            "select p.name from people p where exists (select * from visits v where v.person_id = p.id "
+            "and v.note <> p.name) order by 1",
+            False,
+        ),
+        (
+            "select p.name from people p where p.age > 40 or exists (select * from visits v "
+            "where v.person_id = p.id) order by 1 nulls first",
+            False,
+        ),
+        (
+            "select p.name from people p where exists (select count(*) from visits v where v.person_id = p.id) "
+            "order by 1 nulls first",
+            False,
+        ),
+        (
+            "select v.note from visits v left join people p on p.id = v.person_id "
+            "where not exists (select 1 from events e where e.person_id = p.id) order by 1 nulls first",
+            False,
+        ),
+    ],
+)
+def test_exists_on_one_key_is_answered_at_the_coordinator(engine, duck, sql: str, answered: bool) -> None:
+    plan = engine.plan(sql)
+    text = "\n".join(plan.explain())
+    assert ("EXISTS answered here" in text) is answered, text
+    assert ("EXISTS" in plan.spark_sql) is not answered, plan.spark_sql
+    assert rows_match(rows(engine.execute(sql).table), duck.sql(sql).fetchall(), ordered=True)
+
+
 def test_uncorrelated_one_table_subqueries_run_first_on_the_nodes(engine) -> None:
     plan = engine.plan(query(18))
     assert plan.notes and plan.notes[0].startswith("evaluated first on the nodes")

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from gateway.sql.catalog import RegionCatalog
-from gateway.sql.eliminate import drop_finished_joins
+from gateway.sql.eliminate import answer_exists, drop_finished_joins
 from gateway.sql.errors import ExecutionError, QueryCancelled, SqlError
 from gateway.sql.exchange import FETCH_ROWS, Exchange, describe
 from gateway.sql.local import CANCELLED, run_local
@@ -65,6 +65,7 @@ class Engine:
         if plan.engine == "spark":
             mode = self.spark_settings.exchange_mode()
             plan.inputs = reduce_and_fetch(plan, catalog, FETCH_ROWS[mode])
+            answer_exists(plan)
             drop_finished_joins(plan)
             plan.deliveries = {
                 s.index: plan.dropped.get(s.index) or describe(mode, s, plan.inputs.get(s.index)) for s in plan.scans

@@ -121,7 +121,7 @@ class Scan:
     filters: list[dict[str, Any]] = field(default_factory=list)
     computed: dict[str, tuple[exp.Expression, dict[str, Any]]] = field(default_factory=dict)
     columns: list[str] = field(default_factory=list)
-    reductions: list[str] = field(default_factory=list)  # semi-join filters added at run time
+    reductions: list[str] = field(default_factory=list)  # semi- and anti-join filters added at run time
     rows: int | None = None  # rows the sub-query returns, when counted before Spark runs
     view: str = ""
     group_by: list[dict[str, Any]] = field(default_factory=list)  # pre-aggregated or distinct: its keys
@@ -154,7 +154,7 @@ class Scan:
         elif self.group_by:
             lines.append(f"    distinct on the nodes: {keys} (the subquery's rows are only tested)")
         for reduction in self.reductions:
-            lines.append(f"    semi-join filter: {reduction}")
+            lines.append(f"    {reduction}")
         if self.rows is not None:
             lines.append(f"    rows: {self.rows:,}")
         return lines
@@ -348,7 +348,8 @@ class Planner:
         tree = statement.tree
         for exists in tree.find_all(exp.Exists):  # EXISTS needs no columns of its subquery
             inner = exists.this
-            if isinstance(inner, exp.Select):
+            # (an aggregate is kept: without GROUP BY it makes the one row EXISTS always finds)
+            if isinstance(inner, exp.Select) and not any(e.find(exp.AggFunc) for e in inner.expressions):
                 inner.set("expressions", [exp.Literal.number(1)])
         scans: dict[tuple[int, str], Scan] = {}
         scopes = traverse_scope(tree)

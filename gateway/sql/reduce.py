@@ -32,6 +32,7 @@ from sqlglot.optimizer.scope import traverse_scope
 
 from gateway.sql.catalog import RegionCatalog
 from gateway.sql.errors import SqlError
+from gateway.sql.keysets import distinct, is_in
 from gateway.sql.local import run_local, scan_nodes
 from gateway.sql.parse import Statement
 from gateway.sql.plan import Plan, Planner, Scan, request_key
@@ -144,6 +145,14 @@ def _values(keys: pa.Array) -> dict[str, Any] | None:
     return None
 
 
+def membership_filter(column: str, keys: pa.Array) -> dict[str, Any] | None:
+    """``column IN keys`` as a scan filter; None for key types not worth it."""
+    if not len(keys):
+        return {"lit": False}
+    values = _values(keys)
+    return None if values is None else {"op": "in", "args": [{"col": column}, values]}
+
+
 def _probe(catalog: RegionCatalog, scan: Scan, limit: int, seen: dict[Hashable, pa.Table | None]) -> pa.Table | None:
     """The sub-query's rows if there are at most `limit` of them, else None; an identical request
     (the same table in a subquery and outside it) is answered from `seen`. A grouped (pre-aggregated
@@ -220,7 +229,7 @@ def reduce_and_fetch(plan: Plan, catalog: RegionCatalog, probe_rows: int = PROBE
                     continue  # sent already, and it has not shrunk since
                 sent[(scan.index, column, target.index)] = data.num_rows
                 if uniques.get((scan.index, column), (None,))[0] != data.num_rows:
-                    uniques[(scan.index, column)] = data.num_rows, pc.unique(data.column(column)).drop_null()
+                    uniques[(scan.index, column)] = data.num_rows, distinct(data.column(column))
                 keys = uniques[(scan.index, column)][1]
                 if _send(f"{scan.alias}.{column}", keys, target, target_column, fetched, received):
                     pending[target.index] = target  # visit again: it may now be small
@@ -242,24 +251,23 @@ def _send(
     slot = received.setdefault((target.index, column), _Received())
     if target.index in fetched:  # already here: filter it locally
         rows = fetched[target.index]
-        kept = rows.filter(pc.is_in(rows.column(column), value_set=keys))
+        kept = rows.filter(is_in(rows.column(column), keys))
         if kept.num_rows == rows.num_rows:  # unchanged stays the same object (shared by equal scans)
             return False
         fetched[target.index] = kept
         target.rows = kept.num_rows
-        _note(target, slot, source, f"{column} IN ({len(keys):,} values of {source})")
+        _note(target, slot, source, f"semi-join filter: {column} IN ({len(keys):,} values of {source})")
         return True
     if slot.keys is not None:
-        keys = keys.filter(pc.is_in(keys, value_set=slot.keys))
+        keys = keys.filter(is_in(keys, slot.keys))
         if len(keys) >= len(slot.keys):
             return False
-    values = _values(keys)
-    if values is None:
+    condition = membership_filter(column, keys)
+    if condition is None:
         return False
     slot.keys = keys
     slot.sources += [] if source in slot.sources else [source]
-    _note(target, slot, "", f"{column} IN ({len(keys):,} values of {' and '.join(slot.sources)})")
-    condition = {"op": "in", "args": [{"col": column}, values]} if len(keys) else {"lit": False}
+    _note(target, slot, "", f"semi-join filter: {column} IN ({len(keys):,} values of {' and '.join(slot.sources)})")
     if slot.filter is None:
         slot.filter = len(target.filters)
         target.filters.append(condition)
