@@ -9,9 +9,15 @@ A scan request (JSON)::
      "filter": {...},                                             # predicate (gpu_kernels.expr)
      "group_by": ["l_returnflag", {"name": "y", "expr": {...}}],  # with aggregates: partial
      "aggregates": [{"name": "n", "func": "count"}, {"name": "s", "func": "sum", "arg": {...}}],
+     "having": {...},                                             # with aggregates: final groups
      "partition": {"keys": ["l_orderkey"], "buckets": 8},         # hash-partitioned output
      "buckets": [0, 3],                                           # only these storage buckets
      "limit": 100}
+
+An aggregating scan sends partial states, one row per group and block. With ``having`` (a
+predicate over the output names) the node merges its groups and sends those where it holds: the
+client asserts that every group lives on this node alone (the group keys include the table's
+hash keys, or the table is read on one node), and only count, sum, min and max are merged here.
 """
 
 from __future__ import annotations
@@ -26,14 +32,14 @@ from typing import Any
 import pyarrow as pa
 
 from gpu_kernels import expr as E
-from gpu_kernels.aggregate import FUNCTIONS, AggSpec, NamedExpr
+from gpu_kernels.aggregate import FUNCTIONS, AggSpec, NamedExpr, final_aggregate
 from gpu_kernels.backend import NumpyBackend
 from gpu_kernels.evaluate import BlockEvaluator, ScanStats
 from gpu_kernels.expr import Call, Col, Kind, Lit, Type
 from gpu_kernels.operators import BlockTask
 from gpu_kernels.pipeline import BlockPipeline, block_parts
 from gpu_kernels.vectors import arrow_type, exact_fraction, scalar_literal
-from storage.block import EncodedBlock
+from storage.block import EncodedBlock, plain_block
 from storage.blockfile import BlockEntry
 from storage.catalog import TableSchema
 from storage.errors import StorageError, TableNotFoundError
@@ -49,6 +55,7 @@ REQUEST_KEYS = {
     "filter",
     "group_by",
     "aggregates",
+    "having",
     "partition",
     "buckets",
     "block_range",
@@ -69,6 +76,7 @@ class ScanPlan:
     buckets: frozenset[int] | None = None
     limit: int | None = None
     block_range: tuple[int, int] | None = None  # [start, stop) among the blocks kept by `buckets`
+    having: E.Expr | None = None  # merge the groups, keep those where it holds
 
     @property
     def schema(self) -> pa.Schema:
@@ -163,6 +171,18 @@ def _plan(request: dict, schema: TableSchema, columns: dict, arrow_types: dict) 
             raise ScanRequestError(f"partition buckets must be an integer in 1..65536, not {buckets!r}")
         task = replace(task, partition_keys=tuple(partition["keys"]), partition_buckets=buckets)
 
+    having = request.get("having")
+    if having is not None:
+        if not aggregating or partition is not None:
+            raise ScanRequestError("having needs group_by/aggregates, and no partition")
+        merged_here = ("count", "sum", "min", "max")
+        if any(a.func not in merged_here for a in task.aggregates):
+            raise ScanRequestError(f"with having, the aggregates are {', '.join(merged_here)} (merged on the node)")
+        having = fold(E.from_json(having))
+        outputs_types = {f.name: E.arrow_kind(f.type) for f in task.schema()}
+        if E.check(having, outputs_types).kind not in (Kind.BOOL, Kind.NULL):
+            raise ScanRequestError("having must be a boolean expression over the output columns")
+
     storage_buckets = request.get("buckets")
     if storage_buckets is not None:
         if not isinstance(storage_buckets, list) or not all(isinstance(b, int) for b in storage_buckets):
@@ -178,7 +198,7 @@ def _plan(request: dict, schema: TableSchema, columns: dict, arrow_types: dict) 
         ):
             raise ScanRequestError("block_range is [start, stop], two block numbers")
         block_range = (block_range[0], block_range[1])
-    return ScanPlan(schema.name, task, storage_buckets, limit, block_range)
+    return ScanPlan(schema.name, task, storage_buckets, limit, block_range, having)
 
 
 def _aggregate(item: Any, columns: dict, arrow_types: dict) -> AggSpec:
@@ -203,7 +223,8 @@ def _aggregate(item: Any, columns: dict, arrow_types: dict) -> AggSpec:
 
 
 _FOLDABLE = (*E.ARITHMETIC, "neg", "extract_year", "extract_month", "extract_day")
-_SCALARS = BlockEvaluator(EncodedBlock(0, {}), NumpyBackend())
+_HOST = NumpyBackend()
+_SCALARS = BlockEvaluator(EncodedBlock(0, {}), _HOST)
 
 
 def fold(e: E.Expr) -> E.Expr:
@@ -349,6 +370,20 @@ class Scan:
     stats: ScanStats = field(default_factory=ScanStats)
 
     def pieces(self) -> Iterator[Piece]:
+        if self.plan.having is None:
+            yield from self._blocks()
+            return
+        schema = self.plan.schema
+        partials = pa.Table.from_batches([p.batch for p in self._blocks()], schema=schema)
+        task = self.plan.task
+        merged = final_aggregate(partials, [k.name for k in task.keys], list(task.aggregates))
+        merged = merged.select(schema.names).cast(schema)
+        evaluator = BlockEvaluator(plain_block(merged), _HOST)
+        kept = merged.take(pa.array(evaluator.filter(self.plan.having).indices()))
+        for batch in kept.combine_chunks().to_batches():
+            yield Piece(batch, "merged")
+
+    def _blocks(self) -> Iterator[Piece]:
         task = self.plan.task
         types = {c.name: E.arrow_kind(c.arrow_type) for c in self.loaded.table.schema.columns}
         conjuncts = E.conjuncts(task.predicate)

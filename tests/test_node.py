@@ -93,6 +93,23 @@ def test_partial_aggregates_over_http_merge_correctly(client: NodeClient, store:
         assert row["s"] == pa.compute.sum(table.filter(mask)["amt"]).as_py()
 
 
+def test_having_merges_the_nodes_groups_and_keeps_those_that_qualify(client: NodeClient, store: Store) -> None:
+    aggregates = [{"name": "n", "func": "count"}, {"name": "s", "func": "sum", "arg": col("amt")}]
+    request = {"table": "t", "group_by": ["k"], "aggregates": aggregates}
+    partials, _ = client.scan_table(request)
+    plan = scan_table(TableCache(store), request, get_backend("numpy")).plan
+    merged = final_aggregate(partials, ["k"], list(plan.task.aggregates))
+    assert partials.num_rows > merged.num_rows  # groups span blocks: the node merges them
+    threshold = sorted(merged.column("n").to_pylist())[merged.num_rows // 2]
+    having = call(">=", col("n"), lit(threshold))
+    finished, _ = client.scan_table({**request, "having": having})
+    expected = merged.filter(pa.compute.greater_equal(merged["n"], threshold))
+    assert 0 < finished.num_rows < merged.num_rows and finished.schema == partials.schema
+    assert finished.sort_by("k").equals(expected.cast(partials.schema).sort_by("k"))
+    nothing, _ = client.scan_table({**request, "having": call(">", col("n"), lit(10**9))})
+    assert nothing.num_rows == 0 and nothing.schema == partials.schema
+
+
 def test_partitioned_scan_labels_each_batch(client: NodeClient) -> None:
     request = {"table": "t", "columns": ["rid", "k"], "partition": {"keys": ["k"], "buckets": 4}}
     with client.scan(request) as stream:
@@ -113,6 +130,26 @@ def test_partitioned_scan_labels_each_batch(client: NodeClient) -> None:
         (json.dumps({"table": "t"}).encode(), 400, "invalid_scan", "needs columns"),
         (json.dumps({"columns": ["k"]}).encode(), 400, "invalid_scan", "names its table"),
         (json.dumps({"table": "missing", "columns": ["k"]}).encode(), 404, "table_not_found", "missing"),
+        (json.dumps({"table": "t", "columns": ["k"], "having": lit(True)}).encode(), 400, "invalid_scan", "having"),
+        (
+            json.dumps(
+                {
+                    "table": "t",
+                    "group_by": ["k"],
+                    "aggregates": [{"name": "a", "func": "avg", "arg": col("amt")}],
+                    "having": call(">", col("a"), lit(1)),
+                }
+            ).encode(),
+            400,
+            "invalid_scan",
+            "merged on the node",
+        ),
+        (
+            json.dumps({"table": "t", "group_by": ["k"], "aggregates": [], "having": col("k")}).encode(),
+            400,
+            "invalid_scan",
+            "boolean",
+        ),
     ],
 )
 def test_bad_scans_get_a_json_error(node_url: str, body: bytes, status: int, code: str, fragment: str) -> None:

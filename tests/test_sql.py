@@ -390,6 +390,27 @@ def test_exists_on_one_key_is_answered_at_the_coordinator(engine, duck, sql: str
     assert rows_match(rows(engine.execute(sql).table), duck.sql(sql).fetchall(), ordered=True)
 
 
+@pytest.mark.parametrize(
+    "sql, on_nodes",
+    [
+        # grouped by the hash key (lineitem: l_orderkey; people: id): every group lives on one node
+        (
+            "select l_orderkey, sum(l_quantity) from lineitem group by l_orderkey having sum(l_quantity) > 250 "
+            "order by 1",
+            True,
+        ),
+        ("select id, count(*), min(name) from people group by id, city having count(*) = 1 order by id", True),
+        # a group spread over both nodes, and an average (its partial state is not the answer)
+        ("select city, count(*) from people group by city having count(*) > 1 order by city nulls first", False),
+        ("select id, avg(score) from people group by id having avg(score) > 1 order by id", False),
+    ],
+)
+def test_having_runs_on_the_nodes_when_every_group_lives_on_one(engine, duck, sql: str, on_nodes: bool) -> None:
+    plan = engine.plan(sql)
+    assert plan.engine == "nodes" and ("having" in plan.local.request) is on_nodes, plan.local.request
+    assert rows_match(rows(engine.execute(sql).table), duck.sql(sql).fetchall(), ordered=True)
+
+
 def test_uncorrelated_one_table_subqueries_run_first_on_the_nodes(engine) -> None:
     plan = engine.plan(query(18))
     assert plan.notes and plan.notes[0].startswith("evaluated first on the nodes")
