@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import sqlglot
+from sqlglot import exp
 
 from gateway.sql.errors import (
     ReadOnlyViolation,
@@ -408,12 +409,18 @@ def test_exists_on_one_key_is_answered_at_the_coordinator(engine, duck, sql: str
 def test_having_runs_on_the_nodes_when_every_group_lives_on_one(engine, duck, sql: str, on_nodes: bool) -> None:
     plan = engine.plan(sql)
     assert plan.engine == "nodes" and ("having" in plan.local.request) is on_nodes, plan.local.request
+    assert ("HAVING (every group lives on one node)" in "\n".join(plan.explain())) is on_nodes
     assert rows_match(rows(engine.execute(sql).table), duck.sql(sql).fetchall(), ordered=True)
 
 
 def test_uncorrelated_one_table_subqueries_run_first_on_the_nodes(engine) -> None:
     plan = engine.plan(query(18))
     assert plan.notes and plan.notes[0].startswith("evaluated first on the nodes")
+    # Q20's part keys become a long IN list on partsupp; EXPLAIN shows a few and the count
+    [partsupp] = [s for s in engine.plan(query(20)).scans if s.table == "partsupp"]
+    [line] = [line for line in partsupp.explain() if "ps_partkey IN" in line]
+    values = partsupp.conjuncts[0].find(exp.In).expressions
+    assert len(values) > 8 and line.endswith(f"... ({len(values):,} values))") and line.count(",") < 12
     orders = next(s for s in plan.scans if s.table == "orders")
     assert any("o_orderkey IN" in c.sql() for c in orders.conjuncts)
     plan = engine.plan(query(22))

@@ -74,6 +74,21 @@ def and_all(parts: list[exp.Expression]) -> exp.Expression | None:
     return exp.and_(*parts, copy=False) if parts else None
 
 
+BRIEF_VALUES = 8  # EXPLAIN shows this many values of a longer IN list
+
+
+def brief(node: exp.Expression) -> str:
+    """The SQL text of `node` with long IN lists cut short (for EXPLAIN)."""
+    if not any(len(n.expressions) > BRIEF_VALUES for n in node.find_all(exp.In)):
+        return node.sql()
+    node = node.copy()
+    for found in list(node.find_all(exp.In)):
+        values = found.expressions
+        if len(values) > BRIEF_VALUES:
+            found.set("expressions", [*values[:BRIEF_VALUES], exp.var(f"... ({len(values):,} values)")])
+    return node.sql()
+
+
 def has_subquery(node: exp.Expression) -> bool:
     return any(isinstance(n, (exp.Select, exp.Subquery, exp.Exists)) for n in node.walk())
 
@@ -145,9 +160,9 @@ class Scan:
         for name, (expression, _) in self.computed.items():
             lines.append(f"    computed: {name} = {expression.sql()}")
         for conjunct in self.conjuncts:
-            lines.append(f"    filter: {conjunct.sql()}")
+            lines.append(f"    filter: {brief(conjunct)}")
         for implied in self.implied:
-            lines.append(f"    implied filter: {implied.sql()}")
+            lines.append(f"    implied filter: {brief(implied)}")
         keys = ", ".join(k["name"] for k in self.group_by)
         if self.aggregates:
             lines.append(f"    pre-aggregated on the nodes: group by {keys}; {', '.join(self.partials)}")
@@ -231,7 +246,9 @@ class Plan:
                 aggs = ", ".join(f"{a['func']}() AS {a['name']}" for a in request.get("aggregates", []))
                 lines.append(f"partial aggregates on each node: group by {keys}; {aggs}")
                 lines.append("coordinator: reduce/final of the partial states")
-            if local.having is not None:
+            if "having" in local.request:
+                lines.append("each node: its groups merged, HAVING (every group lives on one node)")
+            elif local.having is not None:
                 lines.append("coordinator: HAVING")
             if local.order:
                 lines.append("coordinator: ORDER BY")
