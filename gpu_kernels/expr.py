@@ -9,6 +9,7 @@ any block is read.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import decimal
 import functools
@@ -66,7 +67,11 @@ class Values:
     @functools.cached_property
     def bounds(self) -> tuple[Any, Any]:
         """The smallest and the largest item (for pruning blocks by their min/max)."""
-        return (min(self.items), max(self.items)) if self.items else (None, None)
+        if not self.items:
+            return None, None
+        if self.type.kind is Kind.INT:
+            return int(self.integers.min()), int(self.integers.max())
+        return min(self.items), max(self.items)
 
     @functools.cached_property
     def integers(self) -> np.ndarray:
@@ -171,6 +176,14 @@ def from_json(data: Any) -> Expr:
         if not isinstance(data["col"], str):
             raise ExprError(f"column name must be a string, not {data['col']!r}")
         return Col(data["col"])
+    if "int64" in data:  # a long integer list as base64 of little-endian int64: no JSON numbers to parse
+        try:
+            integers = np.frombuffer(base64.b64decode(data["int64"], validate=True), dtype="<i8")
+        except (TypeError, ValueError) as e:
+            raise ExprError(f"int64 must be base64 of little-endian 64-bit integers: {e}") from None
+        if not len(integers):
+            raise ExprError("int64 must hold at least one value")
+        return _int_values(integers.astype(np.int64), Type(Kind.INT))
     if "values" in data:
         items, type_name = data["values"], data.get("type")
         if not isinstance(items, list) or not items or None in items:
@@ -198,35 +211,9 @@ def from_json(data: Any) -> Expr:
     raise ExprError(f"an expression needs 'col', 'lit' or 'op': {data!r}")
 
 
-def to_json(expr: Expr) -> dict[str, Any]:
-    if isinstance(expr, Col):
-        return {"col": expr.name}
-    if isinstance(expr, Values):
-        sample = _literal_json(Lit(expr.items[0], expr.type))
-        items = [
-            v.isoformat() if isinstance(v, dt.date) else str(v) if isinstance(v, decimal.Decimal) else v
-            for v in expr.items
-        ]
-        return {"values": items, **({"type": sample["type"]} if "type" in sample else {})}
-    if isinstance(expr, Lit):
-        return _literal_json(expr)
-    return {"op": expr.op, "args": [to_json(a) for a in expr.args]}
-
-
-def _literal_json(lit: Lit) -> dict[str, Any]:
-    kind, value = lit.type.kind, lit.value
-    if kind is Kind.NULL:
-        return {"lit": None}
-    if kind is Kind.INTERVAL:
-        return {"lit": value, "type": "interval_month" if lit.type.scale else "interval_day"}
-    if kind is Kind.DEC:
-        return {"lit": str(value), "type": f"decimal(38,{lit.type.scale})"}
-    if kind is Kind.DATE:
-        return {"lit": value.isoformat(), "type": "date"}
-    if kind is Kind.TS:
-        return {"lit": value.isoformat(), "type": f"timestamp({lit.type.unit})"}
-    names = {Kind.INT: "int64", Kind.FLOAT: "float64", Kind.BOOL: "bool", Kind.STR: "string"}
-    return {"lit": value, "type": names[kind]}
+def int64_json(integers: np.ndarray) -> dict[str, str]:
+    """An integer list in its compact JSON form (the right side of IN)."""
+    return {"int64": base64.b64encode(np.ascontiguousarray(integers, dtype="<i8").tobytes()).decode("ascii")}
 
 
 def columns_of(expr: Expr) -> set[str]:

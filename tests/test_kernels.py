@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpu_kernels import expr as E
 from gpu_kernels import pipeline
 from gpu_kernels.aggregate import AggSpec, final_aggregate
 from gpu_kernels.backend import BackendUnavailable, NumpyBackend, cuda_available, get_backend
@@ -399,6 +400,9 @@ def test_a_values_list_selects_like_the_equivalent_literals(cache, table, backen
     keys = list(range(0, 3000, 7))
     as_values = run_scan(cache, {"columns": ["rid"], "filter": call("in", col("rid"), {"values": keys})}, backend)
     assert sorted(as_values.column("rid").to_pylist()) == keys
+    packed = E.int64_json(np.array(keys[::-1]))  # the compact form: base64 of int64, any order
+    as_int64 = run_scan(cache, {"columns": ["rid"], "filter": call("in", col("rid"), packed)}, backend)
+    assert sorted(as_int64.column("rid").to_pylist()) == keys
     days = ["1991-12-01", "1992-01-15", "1992-03-01"]
     expected = expected_rows(table, call("in", col("d"), *(lit(d, "date") for d in days)))
     by_date = run_scan(
@@ -417,6 +421,13 @@ def test_values_lists_are_only_for_in(cache) -> None:
             {"table": "t", "columns": ["rid"], "filter": call("=", col("rid"), {"values": [1]})},
             get_backend("numpy"),
         )
+    for bad, message in (({"int64": "AAAA"}, "64-bit integers"), ({"int64": ""}, "at least one value")):
+        with pytest.raises(ScanRequestError, match=message):
+            scan_table(
+                cache,
+                {"table": "t", "columns": ["rid"], "filter": call("in", col("rid"), bad)},
+                get_backend("numpy"),
+            )
     with pytest.raises(ScanRequestError, match="non-empty list without NULLs"):
         scan_table(
             cache,

@@ -36,6 +36,7 @@ from gateway.sql.keysets import distinct, is_in
 from gateway.sql.local import run_local, scan_nodes
 from gateway.sql.parse import Statement
 from gateway.sql.plan import Plan, Planner, Scan, request_key
+from gpu_kernels import expr as E
 from gpu_kernels.aggregate import final_aggregate
 from storage.scan import plan_scan
 
@@ -136,8 +137,8 @@ def _replacement(holder: exp.Expression, user: exp.Expression, answer: pa.Table)
 def _values(keys: pa.Array) -> dict[str, Any] | None:
     """A values list for IN, or None for types not worth it."""
     t = keys.type
-    if pa.types.is_integer(t):
-        return {"values": keys.to_pylist()}
+    if pa.types.is_integer(t):  # as one base64 array (a JSON number list above 2**63 for uint64)
+        return E.int64_json(keys.to_numpy(zero_copy_only=False)) if t != pa.uint64() else {"values": keys.to_pylist()}
     if pa.types.is_date32(t):
         return {"values": [d.isoformat() for d in keys.to_pylist()], "type": "date"}
     if pa.types.is_string(t) or pa.types.is_large_string(t):
