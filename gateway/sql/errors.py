@@ -40,6 +40,13 @@ class UndefinedColumn(SqlError):
     sqlstate = "42703"
 
 
+class InvalidLiteral(SqlError):
+    """A literal that does not read as the type it is used as (a DATE '1995-13-45')."""
+
+    code = "invalid_literal"
+    sqlstate = "22007"
+
+
 class ExecutionError(SqlError):
     status = 500
     code = "execution_error"

@@ -8,6 +8,7 @@ and columns are reported before anything runs.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -15,9 +16,17 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import OptimizeError, ParseError
+from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 
-from gateway.sql.errors import ReadOnlyViolation, SqlSyntaxError, UndefinedColumn, UndefinedTable, UnsupportedSql
+from gateway.sql.errors import (
+    InvalidLiteral,
+    ReadOnlyViolation,
+    SqlSyntaxError,
+    UndefinedColumn,
+    UndefinedTable,
+    UnsupportedSql,
+)
 from gateway.sql.params import bind
 
 # DuckDB's dialect: standard SQL, and NULLs sort last unless NULLS FIRST is written.
@@ -34,23 +43,70 @@ WRITES: dict[type, str] = {
     exp.Alter: "ALTER",
     exp.TruncateTable: "TRUNCATE",
     exp.Into: "SELECT INTO",
+    exp.Copy: "COPY",
+    exp.Grant: "GRANT",
+    exp.Revoke: "REVOKE",
+    exp.Comment: "COMMENT",
+    exp.Attach: "ATTACH",
+    exp.Detach: "DETACH",
+    exp.Install: "INSTALL",
 }
-UNSUPPORTED: dict[type, str] = {
-    exp.Window: "window functions (OVER) are not supported",
-    exp.Union: "set operations (UNION) are not supported",
-    exp.Intersect: "set operations (INTERSECT) are not supported",
-    exp.Except: "set operations (EXCEPT) are not supported",
-    exp.Lateral: "LATERAL is not supported",
-    exp.Unnest: "UNNEST is not supported",
-    exp.Explode: "UNNEST is not supported",
-    exp.Pivot: "PIVOT is not supported",
-    exp.TableSample: "TABLESAMPLE is not supported",
-    exp.Rollup: "ROLLUP is not supported",
-    exp.Cube: "CUBE is not supported",
-    exp.GroupingSets: "GROUPING SETS are not supported",
-    exp.Lock: "FOR UPDATE is not supported",
-    exp.Values: "VALUES lists are not supported",
-}
+# What the engine runs: every node of a query's tree must be one of these (or a function below).
+CLAUSES = (
+    exp.Select,
+    exp.From,
+    exp.Join,
+    exp.Where,
+    exp.Group,
+    exp.Having,
+    exp.Order,
+    exp.Ordered,
+    exp.Limit,
+    exp.Offset,
+    exp.Distinct,
+    exp.With,
+    exp.CTE,
+    exp.Subquery,
+    exp.Table,
+    exp.TableAlias,
+    exp.Alias,
+    exp.Column,
+    exp.Identifier,
+    exp.Star,
+    exp.Literal,
+    exp.Boolean,
+    exp.Null,
+    exp.Var,
+    exp.DataType,
+    exp.DataTypeParam,
+    exp.Paren,
+    exp.Tuple,
+    exp.Neg,
+    exp.Not,
+    exp.And,
+    exp.Or,
+    exp.EQ,
+    exp.NEQ,
+    exp.LT,
+    exp.LTE,
+    exp.GT,
+    exp.GTE,
+    exp.NullSafeEQ,
+    exp.NullSafeNEQ,
+    exp.Add,
+    exp.Sub,
+    exp.Mul,
+    exp.Div,
+    exp.Mod,
+    exp.DPipe,
+    exp.Between,
+    exp.In,
+    exp.Is,
+    exp.Like,
+    exp.ILike,
+    exp.Exists,
+    exp.Filter,
+)
 FUNCTIONS = (
     exp.Sum,
     exp.Avg,
@@ -74,9 +130,35 @@ FUNCTIONS = (
     exp.Concat,
     exp.Nullif,
     exp.Interval,
-    exp.Exists,
-    exp.Distinct,
 )
+# The names users know for constructs refused often; others are named by their SQL keyword.
+NAMES: dict[type, str] = {
+    exp.Window: "window functions (OVER)",
+    exp.Union: "set operations (UNION)",
+    exp.Intersect: "set operations (INTERSECT)",
+    exp.Except: "set operations (EXCEPT)",
+    exp.Lateral: "LATERAL",
+    exp.Unnest: "UNNEST",
+    exp.Explode: "UNNEST",
+    exp.Pivot: "PIVOT",
+    exp.TableSample: "TABLESAMPLE",
+    exp.Rollup: "ROLLUP",
+    exp.Cube: "CUBE",
+    exp.GroupingSets: "GROUPING SETS",
+    exp.Lock: "FOR UPDATE",
+    exp.Values: "VALUES lists",
+    exp.Qualify: "QUALIFY",
+    exp.Collate: "COLLATE",
+    exp.SimilarTo: "SIMILAR TO",
+    exp.Glob: "GLOB",
+    exp.RegexpLike: "regular expressions",
+    exp.Any: "ANY / SOME comparisons",
+    exp.All: "ALL comparisons",
+    exp.Bracket: "subscripts ([...])",
+    exp.Dot: "field access (a.b.c)",
+}
+_JOIN_KINDS = {"", "INNER", "OUTER", "CROSS"}
+_JOIN_SIDES = {"", "LEFT", "RIGHT", "FULL"}
 
 
 @dataclass
@@ -119,7 +201,7 @@ def parse(sql: str) -> tuple[exp.Expression, bool]:
     refuse_writes(statement)
     if not isinstance(statement, exp.Select):
         if isinstance(statement, (exp.Union, exp.Intersect, exp.Except)):
-            raise UnsupportedSql(UNSUPPORTED[type(statement)])
+            raise UnsupportedSql(f"{NAMES[type(statement)]} are not supported")
         raise UnsupportedSql(f"only SELECT queries are supported, not {statement.key.upper()}")
     return statement, explain
 
@@ -139,16 +221,36 @@ def refuse_writes(statement: exp.Expression) -> None:
 
 
 def check_constructs(tree: exp.Expression) -> None:
+    """Refuse, naming it, the first construct of `tree` the engine does not run."""
     for node in tree.walk():
-        for kind, message in UNSUPPORTED.items():
-            if isinstance(node, kind):
-                raise UnsupportedSql(message)
-        if isinstance(node, exp.With) and node.args.get("recursive"):
-            raise UnsupportedSql("recursive WITH is not supported")
         if isinstance(node, exp.Anonymous):
             raise UnsupportedSql(f"function {node.name.upper()} is not supported")
-        if isinstance(node, exp.Func) and not isinstance(node, (*FUNCTIONS, exp.Connector, exp.Binary)):
+        if type(node) in NAMES:
+            what = NAMES[type(node)]
+            raise UnsupportedSql(f"{what} {'are' if what.endswith(('s', ')')) else 'is'} not supported")
+        if isinstance(node, exp.Func) and not isinstance(node, (*FUNCTIONS, *CLAUSES)):
             raise UnsupportedSql(f"function {node.sql_name()} is not supported")
+        if not isinstance(node, (*CLAUSES, *FUNCTIONS)):
+            raise UnsupportedSql(f"{node.key.upper()} is not supported")
+        _check_clause(node)
+
+
+def _check_clause(node: exp.Expression) -> None:
+    """The arguments of an allowed clause that the engine does not run."""
+    if isinstance(node, exp.With) and node.args.get("recursive"):
+        raise UnsupportedSql("recursive WITH is not supported")
+    if isinstance(node, exp.Distinct) and node.args.get("on") is not None:
+        raise UnsupportedSql("DISTINCT ON is not supported")
+    if isinstance(node, (exp.Limit, exp.Offset)):
+        count = node.expression
+        if not (isinstance(count, exp.Literal) and count.is_int and int(count.this) >= 0):
+            raise UnsupportedSql(f"{node.key.upper()} must be a non-negative integer, not {count.sql()}")
+    if isinstance(node, exp.Join):
+        kind, side = node.kind.upper(), node.side.upper()
+        method = node.method.upper()
+        if kind not in _JOIN_KINDS or side not in _JOIN_SIDES or method not in {"", "NATURAL"}:
+            words = " ".join(w for w in (method, side, kind) if w)
+            raise UnsupportedSql(f"{words} JOIN is not supported")
 
 
 def output_names(select: exp.Select) -> list[str]:
@@ -177,6 +279,7 @@ def prepare(sql: str, schema: dict[str, dict[str, str]], params: dict[str, Any] 
         if table.name and table.name not in ctes and table.name.lower() not in schema:
             raise UndefinedTable(f"table {table.name!r} does not exist")
     names = output_names(statement)
+    expand_all(statement)
     try:
         tree = qualify(statement, schema=schema, dialect=DIALECT, quote_identifiers=False, identify=False)
     except OptimizeError as e:
@@ -186,4 +289,55 @@ def prepare(sql: str, schema: dict[str, dict[str, str]], params: dict[str, Any] 
         raise UnsupportedSql(message) from None
     if "*" in names:  # SELECT * expands to the columns' own names
         names = [p.alias_or_name for p in tree.expressions]
+    read_text_as_dates(tree, schema)
     return Statement(tree, names, explain, sql)
+
+
+def expand_all(tree: exp.Expression) -> None:
+    """GROUP BY ALL groups by the select list's items without aggregates; ORDER BY ALL orders by
+    every item of the select list, left to right."""
+    for select in tree.find_all(exp.Select):
+        group = select.args.get("group")
+        if group is not None and group.args.get("all"):
+            keys = [p.unalias().copy() for p in select.expressions if not p.find(exp.AggFunc)]
+            select.set("group", exp.Group(expressions=keys) if keys else None)
+        order = select.args.get("order")
+        if order is not None and len(order.expressions) == 1:
+            [by] = order.expressions
+            if isinstance(by.this, exp.Var) and by.this.name.upper() == "ALL":
+                positions = [exp.Literal.number(i + 1) for i in range(len(select.expressions))]
+                order.set("expressions", [exp.Ordered(**{**by.args, "this": p}) for p in positions])
+
+
+_COMPARED = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Between, exp.In)
+
+
+def _operands(node: exp.Expression) -> list[exp.Expression]:
+    if isinstance(node, exp.Between):
+        return [node.this, node.args["low"], node.args["high"]]
+    if isinstance(node, exp.In):
+        return [node.this, *node.expressions]
+    return [node.left, node.right]
+
+
+def _is_text(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Literal) and node.is_string
+
+
+def read_text_as_dates(tree: exp.Expression, schema: dict[str, dict[str, str]]) -> None:
+    """A string literal compared with a DATE or TIMESTAMP value is read as one (as DuckDB, PostgreSQL
+    and Spark do: `o_orderdate >= '1995-01-01'`); a date literal that is no date is refused."""
+    compared = [n for n in tree.find_all(*_COMPARED) if any(_is_text(a) for a in _operands(n))]
+    if compared:
+        annotate_types(tree, schema=schema, dialect=DIALECT)
+    for node in compared:
+        temporal = [a.type for a in _operands(node) if a.type and a.type.this in exp.DataType.TEMPORAL_TYPES]
+        for operand in _operands(node) if temporal else ():
+            if _is_text(operand):
+                operand.replace(exp.cast(operand.copy(), to=temporal[0].copy()))
+    for cast in tree.find_all(exp.Cast):
+        if _is_text(cast.this) and cast.to.this == exp.DataType.Type.DATE:
+            try:
+                dt.date.fromisoformat(cast.this.this.strip())
+            except ValueError:
+                raise InvalidLiteral(f"{cast.this.this!r} is not a date (YYYY-MM-DD)") from None

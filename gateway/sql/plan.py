@@ -350,8 +350,9 @@ class Planner:
             if not ordered and limit is not None:
                 request["limit"] = limit + offset
             query = LocalQuery(scan, request, False, [], outputs)
+        aliases = [p.alias_or_name for p in tree.expressions]  # ORDER BY count(*) reads `_col_1` once qualified
         for i, o in enumerate(ordered):
-            key = _output_reference(o.this, names, query.outputs)
+            key = _output_reference(o.this, aliases, query.outputs)
             if key is None:
                 if aggregating:
                     key = final(o.this)
