@@ -26,15 +26,13 @@ from storage.catalog import TableSchema
 from storage.ingest import target
 from storage.loader import LoadOptions
 from storage.manifest import Sizing
-from storage.partitioning import buckets_of
-from storage.spark_source import BUCKET_COLUMN
-from storage.types import Domain, decoded_width, to_domain
+from storage.spark_source import BUCKET_COLUMN, with_buckets
+from storage.types import Domain, decoded_width
 
 
 def _add_buckets(keys: tuple[str, ...], buckets: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     for batch in batches:
-        bucket = buckets_of([to_domain(batch.column(k)) for k in keys], buckets)
-        yield batch.append_column(BUCKET_COLUMN, pa.array(bucket, pa.int32()))
+        yield with_buckets(batch, keys, buckets)
 
 
 def record_size(source: DataFrame, schema: TableSchema) -> int:

@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import (
@@ -66,8 +67,10 @@ from storage.catalog import TableSchema
 from storage.ingest import BlockCutter, target
 from storage.manifest import Sizing
 from storage.node_client import NodeClient
+from storage.partitioning import buckets_of
 from storage.planner import PlannerOptions
 from storage.scan import plan_scan
+from storage.types import to_domain
 
 BUCKET_COLUMN = "_bucket"
 
@@ -223,6 +226,18 @@ def _split(blocks: int, parts: int) -> list[tuple[int, int]]:
 # ---- writing ----------------------------------------------------------------------------------
 
 
+def with_buckets(batch: pa.RecordBatch, keys: tuple[str, ...], buckets: int) -> pa.RecordBatch:
+    """`batch` with each row's hash bucket (the placement hash) as column BUCKET_COLUMN."""
+    bucket = buckets_of([to_domain(batch.column(k)) for k in keys], buckets)
+    return batch.append_column(BUCKET_COLUMN, pa.array(bucket, pa.int32()))
+
+
+def _runs(buckets: pa.Array) -> Iterator[tuple[int, int]]:
+    """The [start, stop) ranges of equal consecutive values."""
+    changes = (pc.indices_nonzero(pc.not_equal(buckets[1:], buckets[:-1])).to_numpy() + 1).tolist()
+    return itertools.pairwise([0, *changes, len(buckets)])
+
+
 @dataclass
 class CxgCommit(WriterCommitMessage):
     entries: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # node -> block entries
@@ -242,40 +257,51 @@ class CxgWriter(DataSourceArrowWriter):
         return [target(spec, i) for i, spec in enumerate(self.targets)]
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> CxgCommit:
+        """Rows that carry their bucket (the ingest pipeline: sorted by bucket and sort key), and rows
+        of a replicated table, are cut into blocks as they stream; rows of a hash-placed table without
+        their bucket (a plain ``df.write``) are bucketed here, kept per bucket, sorted by the sort key
+        and written when the task's input ends."""
         targets = {t.node: t for t in self._targets()}
         cutter = BlockCutter(self.schema, self.sizing, self.compression, self.load_id, self.planner)
         part = uuid.uuid4().hex[:8]
         placement = self.schema.placement
         entries: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        pending: list[pa.RecordBatch] = []
+        streaming: list[pa.RecordBatch] = []
         current: int | None = None
+        unbucketed: dict[int, list[pa.RecordBatch]] = defaultdict(list)
 
-        def flush() -> None:
-            if not pending:
+        def flush(bucket: int | None, batches: list[pa.RecordBatch], sort: bool = False) -> None:
+            if not batches:
                 return
-            owners = [targets[placement.owners[current]]] if placement.kind == "hash" else list(targets.values())
-            rows = pa.Table.from_batches(pending)
-            for node, written in cutter.write(rows, current, owners, part).items():
+            owners = [targets[placement.owners[bucket]]] if placement.kind == "hash" else list(targets.values())
+            rows = pa.Table.from_batches(batches)
+            if sort and self.schema.sort_key:
+                rows = rows.sort_by([(k, "ascending") for k in self.schema.sort_key])
+            for node, written in cutter.write(rows, bucket, owners, part).items():
                 entries[node] += [e.to_json() for e in written]
-            pending.clear()
 
         for batch in iterator:
             if not batch.num_rows:
                 continue
-            if BUCKET_COLUMN not in batch.schema.names:
-                current = 0
-                pending.append(batch)
+            if BUCKET_COLUMN not in batch.schema.names and placement.kind != "hash":  # one bucket: streams
+                batch = batch.append_column(BUCKET_COLUMN, pa.array(np.zeros(batch.num_rows, np.int32)))
+            elif BUCKET_COLUMN not in batch.schema.names:
+                batch = with_buckets(batch, placement.keys, placement.buckets)
+                batch = batch.take(pc.sort_indices(batch.column(BUCKET_COLUMN)))
+                for start, stop in _runs(batch.column(BUCKET_COLUMN)):
+                    unbucketed[batch.column(BUCKET_COLUMN)[start].as_py()].append(batch.slice(start, stop - start))
                 continue
             buckets = batch.column(BUCKET_COLUMN)
-            changes = (pc.indices_nonzero(pc.not_equal(buckets[1:], buckets[:-1])).to_numpy() + 1).tolist()
-            edges = [0, *changes, len(batch)]
-            for start, stop in itertools.pairwise(edges):
+            for start, stop in _runs(buckets):
                 bucket = buckets[start].as_py()
                 if bucket != current:
-                    flush()
+                    flush(current, streaming)
+                    streaming = []
                     current = bucket
-                pending.append(batch.slice(start, stop - start))
-        flush()
+                streaming.append(batch.slice(start, stop - start))
+        flush(current, streaming)
+        for bucket, batches in sorted(unbucketed.items()):
+            flush(bucket, batches, sort=True)
         return CxgCommit(dict(entries))
 
     def commit(self, messages: list[CxgCommit]) -> None:

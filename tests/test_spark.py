@@ -13,9 +13,11 @@ from gpu_kernels.backend import get_backend
 from storage import Placement, Store, TableSchema
 from storage.loader import LoadOptions, load_table
 from storage.node import Node
+from storage.partitioning import buckets_of
 from storage.sources import Source
 from storage.spark_ingest import spark_load
 from storage.tpch import schema_for
+from storage.types import to_domain
 from tests.kernel_cases import plain_strings
 
 
@@ -55,6 +57,25 @@ def test_a_request_pushes_columns_expressions_and_predicates(spark, region, duck
         ).fetchall()[0][0]
     )
     assert total == pytest.approx(expected, rel=1e-9)
+
+
+def test_one_input_partition_per_node_or_per_block_range(spark, region, region_stores) -> None:
+    reader = spark.read.format("cxg").option("nodes", _urls(region)).option("table", "lineitem")
+    assert reader.load().rdd.getNumPartitions() == len(region)
+    blocks = min(len(s.table("lineitem").blocks) for s in region_stores)
+    split = reader.option("partitions", str(2 * len(region))).load()
+    assert split.rdd.getNumPartitions() == len(region) * min(2, blocks)
+    assert split.count() == sum(s.table("lineitem").rows for s in region_stores)
+
+
+def test_the_region_session_shares_spark_fairly_with_arrow_and_pushdown(spark) -> None:
+    conf = spark.sparkContext.getConf()
+    assert conf.get("spark.sql.execution.arrow.pyspark.enabled") == "true"
+    assert conf.get("spark.sql.python.filterPushdown.enabled") == "true"
+    assert conf.get("spark.scheduler.mode") == "FAIR"
+    # queries' jobs share the default pool, which shares the cores between their stages
+    pool = spark.sparkContext._jsc.sc().getPoolForName("default").get()
+    assert pool.schedulingMode().toString() == "FAIR"
 
 
 def test_a_replicated_table_is_read_once_across_nodes(spark, region) -> None:
@@ -118,6 +139,31 @@ def test_a_failed_spark_load_changes_nothing_and_leaves_no_files(spark, tmp_path
         referenced = {b.file for b in store.table("t").blocks}
         present = {p.name for p in (store.root / "t").iterdir() if p.suffix in (".zst", ".arrow", ".tmp")}
         assert present == referenced, "the aborted load's uploads are removed"
+
+
+def test_a_plain_dataframe_write_puts_every_row_in_its_bucket(spark, tmp_path: Path) -> None:
+    rows = pa.table({"k": pa.array(range(0, 6000, 3), pa.int64()), "v": pa.array([f"v{i % 17}" for i in range(2000)])})
+    nodes = ["node-0", "node-1"]
+    schema = TableSchema.from_arrow("t", rows.schema, ("v",), Placement.parse("hash(k)", 8).with_owners(nodes))
+    stores = [Store(tmp_path / "spark" / f"n{i}", node=node) for i, node in enumerate(nodes)]
+    local_stores = [Store(tmp_path / "local" / f"n{i}", node=node) for i, node in enumerate(nodes)]
+    load_table(local_stores, schema, rows)
+    frame = spark.createDataFrame(rows.to_pandas()).repartition(3)  # rows of every bucket in every task
+    (
+        frame.write.format("cxg")
+        .mode("overwrite")
+        .option("targets", ",".join(str(s.root) for s in stores))
+        .option("table", "t")
+        .option("definition", json.dumps(schema.to_json()))
+        .option("sizing", json.dumps(vars(local_stores[0].table("t").manifest.sizing)))
+        .save()
+    )
+    for store, local_store in zip(stores, local_stores, strict=True):
+        assert _decoded([store], "t", ["k"]).equals(_decoded([local_store], "t", ["k"])), "the same rows per node"
+        for entry, block in store.table("t").iter_blocks():
+            keys = block.decode(["k", "v"])
+            assert set(buckets_of([to_domain(keys.column("k"))], 8).tolist()) == {entry.bucket}
+            assert keys.column("v").to_pylist() == sorted(keys.column("v").to_pylist()), "sorted by the sort key"
 
 
 def test_csv_through_spark_keeps_types_and_nulls(spark, tmp_path: Path) -> None:
