@@ -19,7 +19,7 @@ def same_value(a: Any, b: Any, tolerance: float = 1e-6) -> bool:
         a, b = float(a), float(b)
         if math.isnan(a) or math.isnan(b):
             return math.isnan(a) and math.isnan(b)
-        return abs(a - b) <= tolerance * max(1.0, abs(b))
+        return math.isclose(a, b, rel_tol=tolerance, abs_tol=1e-12)  # relative; absolute only around 0
     return a == b
 
 

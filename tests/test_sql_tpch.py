@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import decimal
+
 import pytest
 
-from loadtests.compare import rows, rows_match
+from loadtests.compare import rows, rows_match, same_value
 from loadtests.tpch_queries import SINGLE_TABLE, query
 
 
@@ -18,3 +20,10 @@ def test_tpch_query_matches_duckdb(engine, duck, number: int) -> None:
         rows(result.table)[:5],
         expected[:5],
     )
+
+
+def test_numbers_are_compared_with_a_relative_tolerance() -> None:
+    assert same_value(1_000_000.0, 1_000_000.5) and same_value(decimal.Decimal("0.0400000"), 0.04000000001)
+    assert not same_value(0.040000, 0.040001), "a share of 4% off by 2.5e-5 of itself is a different answer"
+    assert not same_value(0.0, 1e-9) and same_value(0.0, 0.0) and not same_value(None, 0)
+    assert rows_match([(1, "a")], [(1, "a")], ordered=True) and not rows_match([(1,), (2,)], [(2,), (1,)], ordered=True)
