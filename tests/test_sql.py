@@ -250,6 +250,9 @@ SEMANTICS = [
     "select city, max(age) from people group by all order by city nulls first",
     "select city, age, count(*) from people group by all order by all desc",
     "select max(age) from people group by all",
+    # `/` gives a DOUBLE in Spark too (its decimal quotient keeps 6 places: 10.00 / 7000 = 0.001429)
+    "select p.id, cast(v.amount as decimal(38, 2)) / 7000 from people p join visits v on p.id = v.person_id "
+    "order by 1, 2",
     # ORDER BY an unnamed aggregate, by position or by its text
     "select city, count(*) from people group by city order by 2, 1 nulls first",
     "select city, age, count(*) from people group by city, age order by count(*) desc, 1, 2",

@@ -37,7 +37,7 @@ from sqlglot import exp
 
 from gateway.sql.catalog import RegionCatalog
 from gateway.sql.local import CANCELLED
-from gateway.sql.plan import Plan, Scan, request_key
+from gateway.sql.plan import Plan, Scan, request_key, spark_text
 from storage.node_client import NodeClient, ScanCancelled
 from storage.scan import plan_scan
 from storage.spark_source import spark_schema
@@ -96,7 +96,7 @@ class Exchange:
             tree = tree.copy()
             own = tree.args.get("with_")
             tree.set("with_", exp.With(expressions=inline + (own.expressions if own is not None else [])))
-        return tree.sql(dialect="spark", pretty=True)
+        return spark_text(tree)
 
     def _register(self, groups: dict[tuple, list[tuple[Scan, pa.Table | None]]]) -> None:
         """One DataFrame per group of identical sub-queries (by key), registered under each one's
