@@ -131,31 +131,31 @@ FUNCTIONS = (
     exp.Nullif,
     exp.Interval,
 )
-# The names users know for constructs refused often; others are named by their SQL keyword.
-NAMES: dict[type, str] = {
-    exp.Window: "window functions (OVER)",
-    exp.Union: "set operations (UNION)",
-    exp.Intersect: "set operations (INTERSECT)",
-    exp.Except: "set operations (EXCEPT)",
-    exp.Lateral: "LATERAL",
-    exp.Unnest: "UNNEST",
-    exp.Explode: "UNNEST",
-    exp.Pivot: "PIVOT",
-    exp.TableSample: "TABLESAMPLE",
-    exp.Rollup: "ROLLUP",
-    exp.Cube: "CUBE",
-    exp.GroupingSets: "GROUPING SETS",
-    exp.Lock: "FOR UPDATE",
-    exp.Values: "VALUES lists",
-    exp.Qualify: "QUALIFY",
-    exp.Collate: "COLLATE",
-    exp.SimilarTo: "SIMILAR TO",
-    exp.Glob: "GLOB",
-    exp.RegexpLike: "regular expressions",
-    exp.Any: "ANY / SOME comparisons",
-    exp.All: "ALL comparisons",
-    exp.Bracket: "subscripts ([...])",
-    exp.Dot: "field access (a.b.c)",
+# The messages for constructs refused often; any other is named by its SQL keyword.
+UNSUPPORTED: dict[type, str] = {
+    exp.Window: "window functions (OVER) are not supported",
+    exp.Union: "set operations (UNION) are not supported",
+    exp.Intersect: "set operations (INTERSECT) are not supported",
+    exp.Except: "set operations (EXCEPT) are not supported",
+    exp.Lateral: "LATERAL is not supported",
+    exp.Unnest: "UNNEST is not supported",
+    exp.Explode: "UNNEST is not supported",
+    exp.Pivot: "PIVOT is not supported",
+    exp.TableSample: "TABLESAMPLE is not supported",
+    exp.Rollup: "ROLLUP is not supported",
+    exp.Cube: "CUBE is not supported",
+    exp.GroupingSets: "GROUPING SETS are not supported",
+    exp.Lock: "FOR UPDATE is not supported",
+    exp.Values: "VALUES lists are not supported",
+    exp.Qualify: "QUALIFY is not supported",
+    exp.Collate: "COLLATE is not supported",
+    exp.SimilarTo: "SIMILAR TO is not supported",
+    exp.Glob: "GLOB is not supported",
+    exp.RegexpLike: "regular expressions are not supported",
+    exp.Any: "ANY / SOME comparisons are not supported",
+    exp.All: "ALL comparisons are not supported",
+    exp.Bracket: "subscripts ([...]) are not supported",
+    exp.Dot: "field access (a.b.c) is not supported",
 }
 _JOIN_KINDS = {"", "INNER", "OUTER", "CROSS"}
 _JOIN_SIDES = {"", "LEFT", "RIGHT", "FULL"}
@@ -201,7 +201,7 @@ def parse(sql: str) -> tuple[exp.Expression, bool]:
     refuse_writes(statement)
     if not isinstance(statement, exp.Select):
         if isinstance(statement, (exp.Union, exp.Intersect, exp.Except)):
-            raise UnsupportedSql(f"{NAMES[type(statement)]} are not supported")
+            raise UnsupportedSql(UNSUPPORTED[type(statement)])
         raise UnsupportedSql(f"only SELECT queries are supported, not {statement.key.upper()}")
     return statement, explain
 
@@ -225,9 +225,8 @@ def check_constructs(tree: exp.Expression) -> None:
     for node in tree.walk():
         if isinstance(node, exp.Anonymous):
             raise UnsupportedSql(f"function {node.name.upper()} is not supported")
-        if type(node) in NAMES:
-            what = NAMES[type(node)]
-            raise UnsupportedSql(f"{what} {'are' if what.endswith(('s', ')')) else 'is'} not supported")
+        if type(node) in UNSUPPORTED:
+            raise UnsupportedSql(UNSUPPORTED[type(node)])
         if isinstance(node, exp.Func) and not isinstance(node, (*FUNCTIONS, *CLAUSES)):
             raise UnsupportedSql(f"function {node.sql_name()} is not supported")
         if not isinstance(node, (*CLAUSES, *FUNCTIONS)):
