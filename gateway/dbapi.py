@@ -74,7 +74,9 @@ class NotSupportedError(DatabaseError):
 
 def _error(e: GatewayError) -> Error:
     if e.status == 400:
-        kind = DataError if e.code == "invalid_parameter" else ProgrammingError
+        # the values are wrong (SQLSTATE class 22: data exception), not the statement
+        data = e.code in ("invalid_parameter", "invalid_literal") or e.sqlstate.startswith("22")
+        kind = DataError if data else ProgrammingError
     elif e.status == 422:
         kind = NotSupportedError
     elif e.status == 500:

@@ -57,6 +57,12 @@ def test_dbapi_errors_follow_pep_249(native_gateway) -> None:
         cur.execute("select * from nation where n_nationkey = :k")
     with pytest.raises(dbapi.ProgrammingError):
         cur.execute("select :k", [1])
+    with pytest.raises(dbapi.DataError) as info:  # the values do not parse: a data exception
+        cur.execute("select cast(n_name as int) from nation n join region r on n_regionkey = r_regionkey")
+    assert info.value.code == "invalid_query" and info.value.sqlstate.startswith("22")
+    with pytest.raises(dbapi.ProgrammingError) as info:  # the types do not fit: the statement is wrong
+        cur.execute("select n_name + 1 from nation")
+    assert info.value.code == "invalid_query" and info.value.sqlstate == "42804"
     assert issubclass(dbapi.ProgrammingError, dbapi.DatabaseError) and issubclass(dbapi.DatabaseError, dbapi.Error)
     conn.close()
     with pytest.raises(dbapi.InterfaceError):

@@ -66,6 +66,9 @@ def test_constant_queries_and_explain(native_gateway) -> None:
         ("select nope from nation", 400, "undefined_column"),
         ("select n_name, rank() over (order by n_name) from nation", 422, "unsupported"),
         ("delete from nation", 422, "read_only"),
+        ("select n_name + 1 from nation", 400, "invalid_query"),  # refused by the nodes' type check
+        ("select cast(n_name as int) from nation n join region r on n_regionkey = r_regionkey", 400, "invalid_query"),
+        ("select n_name from nation where n_name < date '1995-02-29'", 400, "invalid_literal"),
     ],
 )
 def test_native_errors(native_gateway, sql, status, code) -> None:

@@ -8,6 +8,7 @@ from sqlglot import exp
 
 from gateway.sql.errors import (
     InvalidLiteral,
+    QueryFailed,
     ReadOnlyViolation,
     SqlError,
     SqlSyntaxError,
@@ -339,6 +340,11 @@ REFUSED = [
     ("select name from people where joined < date '2021-02-29'", InvalidLiteral, "is not a date"),
     ("select * from people where age = ?", InvalidParameter, "positional parameters"),
     ("select * from people where age = :age", InvalidParameter, "no value for parameter"),
+    # valid SQL that fails on its types or data: the query's fault, not the service's
+    ("select name + 1 from people", QueryFailed, "needs numbers"),
+    ("select sum(p.name) from people p join visits v on p.id = v.person_id", QueryFailed, "numeric"),
+    ("select cast(p.name as int) from people p join visits v on p.id = v.person_id", QueryFailed, "CAST_INVALID_INPUT"),
+    ("select id, (select v.amount from visits v where v.person_id = p.id) from people p", QueryFailed, "TOO_MANY_ROWS"),
     ("select * from nowhere", UndefinedTable, "nowhere"),
     ("select nope from people", UndefinedColumn, "nope"),
     ("selec * from people", SqlSyntaxError, "syntax error"),

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from gateway.sql.catalog import RegionCatalog
 from gateway.sql.eliminate import answer_exists, drop_finished_joins
-from gateway.sql.errors import ExecutionError, QueryCancelled, SqlError
+from gateway.sql.errors import ExecutionError, QueryCancelled, QueryFailed, SqlError
 from gateway.sql.exchange import FETCH_ROWS, Exchange, describe
 from gateway.sql.local import CANCELLED, run_local
 from gateway.sql.parse import Statement, prepare
@@ -21,6 +21,7 @@ from gateway.sql.plan import Plan, Planner
 from gateway.sql.reduce import reduce_and_fetch, substitute_subqueries
 from regions.spark_session import SparkSettings, spark_session
 from storage.errors import StorageError
+from storage.node_client import NodeError
 
 
 @dataclass
@@ -96,9 +97,7 @@ class Engine:
         except Exception as e:
             if cancelled.is_set():
                 raise QueryCancelled("query cancelled") from e
-            if isinstance(e, StorageError):
-                raise ExecutionError(f"{e.code}: {e}") from e
-            raise ExecutionError(_spark_message(e)) from e
+            raise _execution_error(e) from e
         finally:
             CANCELLED.reset(token)
             with self._lock:
@@ -133,7 +132,21 @@ class Engine:
         return True
 
 
-def _spark_message(error: Exception) -> str:
-    text = str(error)
-    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
-    return f"query failed: {first}"
+USER_ERROR_CLASSES = ("21", "22", "42")  # SQLSTATE classes: cardinality, data, syntax or access rule
+
+
+def _execution_error(error: Exception) -> SqlError:
+    """What a failure while running tells the user: a node refusing a scan over the query's types
+    (a string where a number is needed) and Spark failing on the query's data or types are the
+    query's fault (400); anything else is the service's (500)."""
+    if isinstance(error, NodeError) and error.code == "invalid_scan":
+        return QueryFailed(str(error))
+    if isinstance(error, StorageError):
+        return ExecutionError(f"{error.code}: {error}")
+    text = str(error).strip()
+    message = f"query failed: {text.splitlines()[0] if text else type(error).__name__}"
+    sql_state = getattr(error, "getSqlState", None)  # Spark's errors carry one (pyspark is imported lazily)
+    sqlstate = sql_state() if callable(sql_state) else None
+    if sqlstate and sqlstate.startswith(USER_ERROR_CLASSES):
+        return QueryFailed(message, sqlstate)
+    return ExecutionError(message)

@@ -47,6 +47,19 @@ class InvalidLiteral(SqlError):
     sqlstate = "22007"
 
 
+class QueryFailed(SqlError):
+    """Valid SQL whose types or data make it fail: a string added to a number, a cast that does not
+    parse, several rows from a scalar subquery. The SQLSTATE names the class of failure."""
+
+    code = "invalid_query"
+    sqlstate = "42804"  # datatype mismatch
+
+    def __init__(self, message: str, sqlstate: str | None = None):
+        super().__init__(message)
+        if sqlstate:
+            self.sqlstate = sqlstate
+
+
 class ExecutionError(SqlError):
     status = 500
     code = "execution_error"
