@@ -288,8 +288,9 @@ class CxgWriter(DataSourceArrowWriter):
             elif BUCKET_COLUMN not in batch.schema.names:
                 batch = with_buckets(batch, placement.keys, placement.buckets)
                 batch = batch.take(pc.sort_indices(batch.column(BUCKET_COLUMN)))
-                for start, stop in _runs(batch.column(BUCKET_COLUMN)):
-                    unbucketed[batch.column(BUCKET_COLUMN)[start].as_py()].append(batch.slice(start, stop - start))
+                buckets = batch.column(BUCKET_COLUMN)
+                for start, stop in _runs(buckets):
+                    unbucketed[buckets[start].as_py()].append(batch.slice(start, stop - start))
                 continue
             buckets = batch.column(BUCKET_COLUMN)
             for start, stop in _runs(buckets):

@@ -157,8 +157,10 @@ UNSUPPORTED: dict[type, str] = {
     exp.Bracket: "subscripts ([...]) are not supported",
     exp.Dot: "field access (a.b.c) is not supported",
 }
+_ALLOWED = (*CLAUSES, *FUNCTIONS)
 _JOIN_KINDS = {"", "INNER", "OUTER", "CROSS"}
 _JOIN_SIDES = {"", "LEFT", "RIGHT", "FULL"}
+_JOIN_METHODS = {"", "NATURAL"}
 
 
 @dataclass
@@ -227,10 +229,9 @@ def check_constructs(tree: exp.Expression) -> None:
             raise UnsupportedSql(f"function {node.name.upper()} is not supported")
         if type(node) in UNSUPPORTED:
             raise UnsupportedSql(UNSUPPORTED[type(node)])
-        if isinstance(node, exp.Func) and not isinstance(node, (*FUNCTIONS, *CLAUSES)):
-            raise UnsupportedSql(f"function {node.sql_name()} is not supported")
-        if not isinstance(node, (*CLAUSES, *FUNCTIONS)):
-            raise UnsupportedSql(f"{node.key.upper()} is not supported")
+        if not isinstance(node, _ALLOWED):
+            what = f"function {node.sql_name()}" if isinstance(node, exp.Func) else node.key.upper()
+            raise UnsupportedSql(f"{what} is not supported")
         _check_clause(node)
 
 
@@ -245,9 +246,8 @@ def _check_clause(node: exp.Expression) -> None:
         if not (isinstance(count, exp.Literal) and count.is_int and int(count.this) >= 0):
             raise UnsupportedSql(f"{node.key.upper()} must be a non-negative integer, not {count.sql()}")
     if isinstance(node, exp.Join):
-        kind, side = node.kind.upper(), node.side.upper()
-        method = node.method.upper()
-        if kind not in _JOIN_KINDS or side not in _JOIN_SIDES or method not in {"", "NATURAL"}:
+        kind, side, method = node.kind.upper(), node.side.upper(), node.method.upper()
+        if kind not in _JOIN_KINDS or side not in _JOIN_SIDES or method not in _JOIN_METHODS:
             words = " ".join(w for w in (method, side, kind) if w)
             raise UnsupportedSql(f"{words} JOIN is not supported")
 
