@@ -30,8 +30,8 @@ from loadtests.tpch_queries import query
 from regions.launcher import LocalRegion, interrupt_on_sigterm
 from regions.spark_session import stop_all
 from storage import cli as storage_cli
+from storage.encoding_choice import EncodingOptions
 from storage.loader import LoadOptions
-from storage.planner import PlannerOptions
 from storage.stats import summarize as storage_summary
 from storage.store import Store
 
@@ -49,7 +49,7 @@ def cmd_demo(args: argparse.Namespace, config: Config) -> int:
     options = LoadOptions(
         block_budget=config.storage.block_budget,
         compression=config.storage.compression,
-        planner=PlannerOptions(allow_zstd=config.storage.zstd_strings),
+        encoding=EncodingOptions(allow_zstd=config.storage.zstd_strings),
     )
     console.rule(f"Loading TPC-H SF {args.sf:g} into {len(stores)} nodes under {root}")
     storage_cli.load_tpch(stores, args.sf, options, config.storage.buckets, engine=config.storage.ingest, config=config)

@@ -17,11 +17,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpu_kernels.backend import Array
+from gpu_kernels.encodings import Dictionary, RunLength
 from gpu_kernels.evaluate import BlockEvaluator
 from gpu_kernels.expr import Col, Expr, Kind, Type
 from gpu_kernels.selection import Selection
 from gpu_kernels.vectors import Vec, compact_strings, to_arrow
-from storage.encodings import Dictionary, RunLength
 
 FUNCTIONS = ("count", "sum", "min", "max", "avg", "count_distinct")
 

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage import bitpack
+from gpu_kernels import bitpack
 
 Array = Any  # numpy.ndarray or cupy.ndarray
 _EXACT_FLOAT = 1 << 53

@@ -24,6 +24,8 @@ import pyarrow.compute as pc
 
 from gpu_kernels import expr as E
 from gpu_kernels.backend import Array, NumpyBackend
+from gpu_kernels.encoded_block import EncodedBlock
+from gpu_kernels.encodings import BitPacked, DeltaRunLength, Dictionary, Encoding, Plain, RunLength
 from gpu_kernels.expr import Call, Col, Kind, Lit, Type
 from gpu_kernels.selection import Selection
 from gpu_kernels.vectors import (
@@ -41,8 +43,6 @@ from gpu_kernels.vectors import (
     strings_of,
     to_float,
 )
-from storage.block import EncodedBlock
-from storage.encodings import BitPacked, DeltaRunLength, Dictionary, Encoding, Plain, RunLength
 
 # Past this many ranges a bit-packed column is unpacked whole and then filtered.
 _MAX_RANGE_UNPACKS = 16

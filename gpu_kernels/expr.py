@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from storage.types import parse_type
+from gpu_kernels.column_types import parse_type
 
 
 class ExprError(ValueError):

@@ -9,11 +9,11 @@ import pyarrow as pa
 
 from gpu_kernels.aggregate import AggSpec, NamedExpr, partial_aggregate
 from gpu_kernels.backend import Array, NumpyBackend
+from gpu_kernels.encoded_block import EncodedBlock
 from gpu_kernels.evaluate import BlockEvaluator, ScanStats
 from gpu_kernels.expr import Expr
 from gpu_kernels.partition import partition
 from gpu_kernels.vectors import from_arrow, to_arrow
-from storage.block import EncodedBlock
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Hash partitioning of a result for the join level (seed 004 §3.2): H = hash(keys) mod P.
 
-The bucket of every row is computed on the device with the placement hash of
-`storage.partitioning`, then a histogram (rows per bucket), an exclusive scan (where each bucket
+The bucket of every row is computed on the device with the placement hash
+(`gpu_kernels.placement_hash`), then a histogram (rows per bucket), an exclusive scan (where each bucket
 starts) and a scatter (rows reordered bucket by bucket) give the partitioned result.
 """
 
@@ -11,8 +11,8 @@ import numpy as np
 
 from gpu_kernels.backend import Array, NumpyBackend
 from gpu_kernels.expr import Kind
+from gpu_kernels.placement_hash import bucket_ids, string_hashes
 from gpu_kernels.vectors import Vec, compact_strings
-from storage.partitioning import SEED, mix, string_hashes
 
 
 def key_hash(backend: NumpyBackend, vec: Vec) -> Array:
@@ -30,15 +30,8 @@ def key_hash(backend: NumpyBackend, vec: Vec) -> Array:
     return h
 
 
-def bucket_ids(backend: NumpyBackend, keys: list[Vec], buckets: int) -> Array:
-    xp = backend.xp
-    h = xp.full(len(keys[0].data), SEED, dtype=xp.uint64)
-    for vec in keys:
-        h = mix(h, key_hash(backend, vec))
-    return (h % np.uint64(buckets)).astype(xp.int64)
-
-
 def partition(backend: NumpyBackend, keys: list[Vec], buckets: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(row order grouped by bucket, rows per bucket, start of each bucket), on the host."""
-    order, counts, offsets = backend.partition(bucket_ids(backend, keys, buckets), buckets)
+    ids = bucket_ids(backend.xp, [key_hash(backend, vec) for vec in keys], buckets)
+    order, counts, offsets = backend.partition(ids, buckets)
     return backend.to_host(order), backend.to_host(counts), backend.to_host(offsets)

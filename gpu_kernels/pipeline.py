@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from gpu_kernels.backend import NumpyBackend
-from storage.block import EncodedBlock
-from storage.encodings import BitPacked, DeltaRunLength, Dictionary, Encoding, Plain, RunLength
+from gpu_kernels.encoded_block import EncodedBlock
+from gpu_kernels.encodings import BitPacked, DeltaRunLength, Dictionary, Encoding, Plain, RunLength
 
 Job = TypeVar("Job")
 Result = TypeVar("Result")

@@ -21,11 +21,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
+from gpu_kernels.encoded_block import EncodedBlock
+from gpu_kernels.encodings import plain_nbytes
 from loadtests.common import console, mb, parser, print_table, timed, write_json
 from storage import Store, tpch
-from storage.block import EncodedBlock
+from storage.block import block_to_ipc
 from storage.blockfile import ZSTD_LEVEL
-from storage.encodings import plain_nbytes
 from storage.loader import LoadOptions, load_table
 from storage.sources import read_parquet
 
@@ -47,7 +48,7 @@ def measure_ours(source: pa.Table, directory: Path) -> dict[str, Any]:
         for name, column in block.columns.items():
             memory[name] += column.nbytes
             chains[name][column.encoding.chain.split("(")[0]] += 1
-            alone = EncodedBlock(block.rows, {name: column}).to_ipc()
+            alone = block_to_ipc(EncodedBlock(block.rows, {name: column}))
             disk[name] += len(compressor.compress(alone))
     with timed() as decode:
         decoded = table.to_arrow()

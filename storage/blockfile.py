@@ -16,7 +16,8 @@ from typing import Any
 import pyarrow as pa
 import zstandard
 
-from storage.block import EncodedBlock
+from gpu_kernels.encoded_block import EncodedBlock
+from storage.block import ChosenColumn, block_from_ipc, block_to_ipc
 from storage.errors import CorruptBlockError
 
 COMPRESSIONS = ("zstd", "none")
@@ -26,7 +27,7 @@ _MAX_STAT_STRING = 64
 
 @dataclass
 class ColumnEntry:
-    """What the planner chose for one column of one block, and why (see `cxg storage stats`)."""
+    """Which chain one column of one block got, and why (see `cxg storage stats`)."""
 
     chain: str
     runs: int
@@ -98,13 +99,13 @@ def serialize_block(block: EncodedBlock, name: str, bucket: int, compression: st
     """The file bytes of `block` and the manifest entry describing them."""
     if compression not in COMPRESSIONS:
         raise ValueError(f"compression must be one of {COMPRESSIONS}, not {compression!r}")
-    payload = block.to_ipc()
+    payload = block_to_ipc(block)
     if compression == "zstd":
         payload = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(payload)
     payload = bytes(payload)
     columns = {}
     for column in block.columns.values():
-        s = column.stats
+        s = column.stats if isinstance(column, ChosenColumn) else None  # a block read back has none
         columns[column.name] = ColumnEntry(
             chain=column.encoding.chain,
             runs=s.runs if s else 0,
@@ -144,7 +145,7 @@ def read_block(path: Path, entry: BlockEntry) -> EncodedBlock:
     try:
         if entry.compression == "zstd":
             data = zstandard.ZstdDecompressor().decompress(data)
-        block = EncodedBlock.from_ipc(pa.py_buffer(data))
+        block = block_from_ipc(pa.py_buffer(data))
     except (zstandard.ZstdError, pa.ArrowException, ValueError, KeyError) as e:
         raise CorruptBlockError(f"block file {path} cannot be decoded: {e}") from e
     if block.rows != entry.rows:

@@ -13,24 +13,33 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
+from gpu_kernels.column_types import Domain, UnsupportedTypeError, domain_of, parse_type, type_name
 from storage.errors import SchemaError
-from storage.types import Domain, domain_of, parse_type, type_name
 
 TABLE_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _HASH = re.compile(r"hash\((.*)\)")
 DEFAULT_BUCKETS = 16
 
 
+def catalog_type_name(t: pa.DataType | str) -> str:
+    """The catalog's name of an Arrow type, or of a type name (normalized); SchemaError when
+    columns cannot have that type."""
+    try:
+        return type_name(parse_type(t) if isinstance(t, str) else t)
+    except UnsupportedTypeError as e:
+        raise SchemaError(str(e)) from e
+
+
 @dataclass(frozen=True)
 class Column:
     name: str
-    type: str  # catalog type name, see storage.types
+    type: str  # catalog type name, see gpu_kernels.column_types
     nullable: bool = True
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name or any(ord(c) < 32 for c in self.name):
             raise SchemaError(f"invalid column name {self.name!r}")
-        object.__setattr__(self, "type", type_name(parse_type(self.type)))
+        object.__setattr__(self, "type", catalog_type_name(self.type))
 
     @property
     def arrow_type(self) -> pa.DataType:
@@ -132,7 +141,7 @@ class TableSchema:
         sort_key: Iterable[str] = (),
         placement: Placement = Placement(),
     ) -> TableSchema:
-        columns = tuple(Column(f.name, type_name(f.type), f.nullable) for f in schema)
+        columns = tuple(Column(f.name, catalog_type_name(f.type), f.nullable) for f in schema)
         return cls(name, columns, tuple(sort_key), placement)
 
     def to_json(self) -> dict[str, Any]:

@@ -20,9 +20,9 @@ from rich.table import Table as RichTable
 from gateway.config import Config, parse_size
 from storage import tpch
 from storage.catalog import Column, Placement, TableSchema
+from storage.encoding_choice import CHAIN_PREFERENCE, EncodingOptions
 from storage.errors import SchemaError
 from storage.loader import LoadOptions, load_table
-from storage.planner import CHAIN_PREFERENCE, PlannerOptions
 from storage.sources import Source
 from storage.stats import TableSummary, summarize
 from storage.store import Store
@@ -45,7 +45,7 @@ def load_options(args: argparse.Namespace, config: Config) -> LoadOptions:
         block_budget=budget,
         compression=args.compression or config.storage.compression,
         mode=args.mode,
-        planner=PlannerOptions(allow_zstd=config.storage.zstd_strings),
+        encoding=EncodingOptions(allow_zstd=config.storage.zstd_strings),
     )
 
 

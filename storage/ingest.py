@@ -17,9 +17,9 @@ import pyarrow as pa
 from storage.block import conform, encode_block
 from storage.blockfile import BlockEntry, check_file, serialize_block, write_file
 from storage.catalog import TableSchema
+from storage.encoding_choice import EncodingOptions
 from storage.errors import StorageError
 from storage.manifest import Sizing
-from storage.planner import PlannerOptions
 from storage.store import LOAD_ID, Store
 
 BLOCK_FILE = re.compile(r"[0-9a-f]{8,32}-\d{4}-[0-9a-z]+-\d{6}\.arrow(\.zst)?")
@@ -122,7 +122,7 @@ class BlockCutter:
     sizing: Sizing
     compression: str
     load_id: str
-    planner: PlannerOptions
+    encoding: EncodingOptions
 
     def write(self, rows: pa.Table, bucket: int, targets: list[Target], part: str) -> dict[str, list[BlockEntry]]:
         """Upload the bucket's blocks to each target; entries per target node."""
@@ -132,7 +132,7 @@ class BlockCutter:
         for i in range(count):
             start = rows.num_rows * i // count
             stop = rows.num_rows * (i + 1) // count
-            block = encode_block(rows.slice(start, stop - start), self.schema, self.planner)
+            block = encode_block(rows.slice(start, stop - start), self.schema, self.encoding)
             suffix = ".arrow.zst" if self.compression == "zstd" else ".arrow"
             name = f"{self.load_id}-{bucket:04d}-{part}-{i:06d}{suffix}"
             payload, entry = serialize_block(block, name, bucket, self.compression)

@@ -18,15 +18,15 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pyarrow as pa
 
+from gpu_kernels.column_types import to_domain
+from gpu_kernels.encodings import Dictionary
 from storage.block import block_rows, conform, encode_block, record_size
 from storage.catalog import TableSchema
-from storage.encodings import Dictionary
+from storage.encoding_choice import EncodingOptions
 from storage.errors import SchemaError
 from storage.manifest import Manifest, Sizing
 from storage.partitioning import buckets_of
-from storage.planner import PlannerOptions
 from storage.store import Store
-from storage.types import to_domain
 
 DEFAULT_BLOCK_BUDGET = 64 * 1024 * 1024
 
@@ -38,7 +38,7 @@ class LoadOptions:
     block_budget: int = DEFAULT_BLOCK_BUDGET  # BS, bytes
     compression: str = "zstd"
     mode: str = "replace"
-    planner: PlannerOptions = field(default_factory=PlannerOptions)
+    encoding: EncodingOptions = field(default_factory=EncodingOptions)
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
 
 
@@ -131,7 +131,7 @@ def load_table(
 
     def encode_and_write(job: tuple[int, int, int]) -> int:
         bucket, start, stop = job
-        block = encode_block(table.take(pa.array(order[start:stop])), schema, options.planner)
+        block = encode_block(table.take(pa.array(order[start:stop])), schema, options.encoding)
         for node in targets(bucket):
             writers[node].write(block, bucket)
         return stop - start

@@ -34,12 +34,13 @@ import pyarrow as pa
 from gpu_kernels import expr as E
 from gpu_kernels.aggregate import FUNCTIONS, AggSpec, NamedExpr, final_aggregate
 from gpu_kernels.backend import NumpyBackend
+from gpu_kernels.encoded_block import EncodedBlock
 from gpu_kernels.evaluate import BlockEvaluator, ScanStats
 from gpu_kernels.expr import Call, Col, Kind, Lit, Type
 from gpu_kernels.operators import BlockTask
 from gpu_kernels.pipeline import BlockPipeline, block_parts
 from gpu_kernels.vectors import arrow_type, exact_fraction, scalar_literal
-from storage.block import EncodedBlock, plain_block
+from storage.block import plain_block
 from storage.blockfile import BlockEntry
 from storage.catalog import TableSchema
 from storage.errors import StorageError, TableNotFoundError

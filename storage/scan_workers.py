@@ -41,10 +41,10 @@ import pyarrow as pa
 
 from gpu_kernels import expr as E
 from gpu_kernels.backend import NumpyBackend
+from gpu_kernels.encoded_block import EncodedBlock
 from gpu_kernels.evaluate import ScanStats
 from gpu_kernels.expr import Expr
 from gpu_kernels.operators import BlockTask, run_block
-from storage.block import EncodedBlock
 from storage.blockfile import BlockEntry, read_block
 
 log = logging.getLogger("cxg.node")

@@ -21,13 +21,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
 
+from gpu_kernels.column_types import Domain
 from storage.block import block_rows
 from storage.catalog import TableSchema
 from storage.ingest import target
 from storage.loader import LoadOptions
 from storage.manifest import Sizing
 from storage.spark_source import BUCKET_COLUMN, with_buckets
-from storage.types import Domain, decoded_width
+from storage.types import decoded_width
 
 
 def _add_buckets(keys: tuple[str, ...], buckets: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -75,7 +76,7 @@ def spark_load(
         .option("compression", options.compression)
         .option("mode", options.mode)
         .option("load_id", uuid.uuid4().hex[:12])
-        .option("zstd_strings", "true" if options.planner.allow_zstd else "false")
+        .option("zstd_strings", "true" if options.encoding.allow_zstd else "false")
         .save()
     )
     return sizing

@@ -62,15 +62,15 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from gpu_kernels.column_types import to_domain
 from storage.blockfile import BlockEntry
 from storage.catalog import TableSchema
+from storage.encoding_choice import EncodingOptions
 from storage.ingest import BlockCutter, target
 from storage.manifest import Sizing
 from storage.node_client import NodeClient
 from storage.partitioning import buckets_of
-from storage.planner import PlannerOptions
 from storage.scan import plan_scan
-from storage.types import to_domain
 
 BUCKET_COLUMN = "_bucket"
 
@@ -251,7 +251,7 @@ class CxgWriter(DataSourceArrowWriter):
         self.compression = options.get("compression", "zstd")
         self.mode = options.get("mode") or ("replace" if overwrite else "append")
         self.load_id = options.get("load_id") or uuid.uuid4().hex[:12]
-        self.planner = PlannerOptions(allow_zstd=options.get("zstd_strings", "true") == "true")
+        self.encoding = EncodingOptions(allow_zstd=options.get("zstd_strings", "true") == "true")
 
     def _targets(self):
         return [target(spec, i) for i, spec in enumerate(self.targets)]
@@ -262,7 +262,7 @@ class CxgWriter(DataSourceArrowWriter):
         their bucket (a plain ``df.write``) are bucketed here, kept per bucket, sorted by the sort key
         and written when the task's input ends."""
         targets = {t.node: t for t in self._targets()}
-        cutter = BlockCutter(self.schema, self.sizing, self.compression, self.load_id, self.planner)
+        cutter = BlockCutter(self.schema, self.sizing, self.compression, self.load_id, self.encoding)
         part = uuid.uuid4().hex[:8]
         placement = self.schema.placement
         entries: dict[str, list[dict[str, Any]]] = defaultdict(list)

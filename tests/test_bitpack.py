@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage import bitpack
+from gpu_kernels import bitpack
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,9 +1,9 @@
 import pyarrow as pa
 import pytest
 
-from storage.catalog import Column, Placement, TableSchema
+from gpu_kernels.column_types import UnsupportedTypeError, parse_type, type_name
+from storage.catalog import Column, Placement, TableSchema, catalog_type_name
 from storage.errors import SchemaError
-from storage.types import parse_type, type_name
 
 TYPES = [
     pa.bool_(),
@@ -30,6 +30,8 @@ def test_type_names_round_trip(arrow_type: pa.DataType) -> None:
 @pytest.mark.parametrize("arrow_type", [pa.list_(pa.int8()), pa.binary(), pa.uint64(), pa.date64()], ids=str)
 def test_unsupported_types_are_named(arrow_type: pa.DataType) -> None:
     with pytest.raises(SchemaError, match=r"not supported|unsupported"):
+        catalog_type_name(arrow_type)
+    with pytest.raises(UnsupportedTypeError, match=r"not supported|unsupported"):
         type_name(arrow_type)
 
 

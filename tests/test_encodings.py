@@ -11,10 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage import encodings
-from storage.block import EncodedBlock, EncodedColumn, encode_column
-from storage.planner import PlannerOptions, column_stats, encode_as, plan_column
-from storage.types import Domain, domain_of, to_domain
+from gpu_kernels import encodings
+from gpu_kernels.column_types import Domain, domain_of, to_domain
+from gpu_kernels.encoded_block import EncodedBlock, EncodedColumn
+from storage.block import block_from_ipc, block_to_ipc, encode_column
+from storage.encoding_choice import EncodingOptions, choose_encoding, column_stats, encode_as
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 VALUES: dict[str, tuple[pa.DataType, st.SearchStrategy]] = {
@@ -88,7 +89,7 @@ def _array(type_name: str, items: list) -> pa.Array:
 
 def _through_ipc(column: EncodedColumn) -> pa.Array:
     block = EncodedBlock(column.length, {column.name: column})
-    return EncodedBlock.from_ipc(block.to_ipc()).columns[column.name].decode()
+    return block_from_ipc(block_to_ipc(block)).columns[column.name].decode()
 
 
 def _assert_same(decoded: pa.Array, original: pa.Array) -> None:
@@ -128,7 +129,7 @@ def test_every_chain_round_trips(type_name: str, data: st.DataObject) -> None:
 @given(data=st.data())
 def test_planner_choice_round_trips(type_name: str, data: st.DataObject) -> None:
     array = _array(type_name, data.draw(columns(VALUES[type_name][1])))
-    column = encode_column("c", array, array.type, PlannerOptions())
+    column = encode_column("c", array, array.type, EncodingOptions())
     assert column.stats.candidates, "the planner records the sizes it compared"
     _assert_same(_through_ipc(column), array)
 
@@ -137,7 +138,7 @@ def test_planner_choice_round_trips(type_name: str, data: st.DataObject) -> None
 @given(items=columns(st.integers(-(2**40), 2**40)))
 def test_planner_picks_the_smallest_integer_chain(items: list) -> None:
     values = to_domain(pa.array(items, pa.int64())).values
-    chosen, stats = plan_column(values, Domain.INT, PlannerOptions())
+    chosen, stats = choose_encoding(values, Domain.INT, EncodingOptions())
     exact = {
         c: encode_as(c, values, stats).nbytes for c in ("plain", "bitpack", "rle", "dict") if c in stats.candidates
     }
@@ -149,7 +150,7 @@ def test_planner_picks_the_smallest_integer_chain(items: list) -> None:
 
 def test_sorted_column_becomes_runs() -> None:
     values = np.repeat(np.arange(100, dtype=np.int64), 1000)
-    chosen, stats = plan_column(values, Domain.INT, PlannerOptions())
+    chosen, stats = choose_encoding(values, Domain.INT, EncodingOptions())
     assert isinstance(chosen, encodings.RunLength)
     assert stats.runs == 100 and stats.sorted
     ree = chosen.as_arrow()
@@ -158,14 +159,14 @@ def test_sorted_column_becomes_runs() -> None:
 
 def test_arithmetic_sequence_becomes_delta_runs() -> None:
     values = np.arange(0, 3_000_000, 3, dtype=np.int64)
-    chosen, _ = plan_column(values, Domain.INT, PlannerOptions())
+    chosen, _ = choose_encoding(values, Domain.INT, EncodingOptions())
     assert isinstance(chosen, encodings.DeltaRunLength)
     assert chosen.nbytes < 64
 
 
 def test_low_cardinality_strings_become_a_sorted_dictionary() -> None:
     values = pa.array(["MAIL", "AIR", "SHIP", "RAIL"] * 5000)
-    chosen, stats = plan_column(values, Domain.STRING, PlannerOptions())
+    chosen, stats = choose_encoding(values, Domain.STRING, EncodingOptions())
     assert isinstance(chosen, encodings.Dictionary)
     assert chosen.dictionary.to_pylist() == ["AIR", "MAIL", "RAIL", "SHIP"]
     assert isinstance(chosen.as_arrow(), pa.DictionaryArray)
@@ -174,7 +175,7 @@ def test_low_cardinality_strings_become_a_sorted_dictionary() -> None:
 
 def test_free_text_is_zstd_only_when_allowed() -> None:
     values = pa.array([f"comment number {i} about nothing in particular" for i in range(5000)])
-    chosen, _ = plan_column(values, Domain.STRING, PlannerOptions())
+    chosen, _ = choose_encoding(values, Domain.STRING, EncodingOptions())
     assert isinstance(chosen, encodings.Zstd)
-    lightweight, _ = plan_column(values, Domain.STRING, PlannerOptions(allow_zstd=False))
+    lightweight, _ = choose_encoding(values, Domain.STRING, EncodingOptions(allow_zstd=False))
     assert isinstance(lightweight, encodings.Plain)

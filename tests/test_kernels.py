@@ -19,10 +19,10 @@ from gpu_kernels import expr as E
 from gpu_kernels import pipeline
 from gpu_kernels.aggregate import AggSpec, final_aggregate
 from gpu_kernels.backend import BackendUnavailable, NumpyBackend, cuda_available, get_backend
+from gpu_kernels.column_types import to_domain
 from gpu_kernels.selection import Selection
 from storage.partitioning import buckets_of
 from storage.scan import ScanRequestError, scan_table
-from storage.types import to_domain
 from tests.kernel_cases import (
     call,
     col,

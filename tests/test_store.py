@@ -16,12 +16,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from gpu_kernels.column_types import to_domain
 from storage import CorruptBlockError, Placement, SchemaError, Store, TableSchema
 from storage.block import record_size
 from storage.loader import LoadOptions, load_table
 from storage.partitioning import buckets_of
 from storage.store import ORPHAN_AGE_S
-from storage.types import to_domain
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,6 +1,6 @@
-"""The encoding planner: picks each column's chain from the block's statistics.
+"""The encoding choice: picks each column's chain from the block's statistics.
 
-For every candidate chain the planner computes the encoded size exactly from the statistics
+For every candidate chain it computes the encoded size exactly from the statistics
 (runs, distinct count, value span, widths; zstd is tried for free text) and keeps the smallest.
 The statistics and every candidate's size are kept, so the choice can be explained.
 """
@@ -13,8 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage import bitpack
-from storage.encodings import (
+from gpu_kernels import bitpack
+from gpu_kernels.column_types import Domain
+from gpu_kernels.encodings import (
     BitPacked,
     DeltaRunLength,
     Dictionary,
@@ -27,7 +28,6 @@ from storage.encodings import (
     nbytes_of,
     run_starts,
 )
-from storage.types import Domain
 
 RUN_END_BYTES = 4
 # A string column is free text when most of its values are distinct: dictionaries do not pay,
@@ -115,7 +115,7 @@ def column_stats(values: Values, domain: Domain) -> ColumnStats:
 
 
 @dataclass(frozen=True)
-class PlannerOptions:
+class EncodingOptions:
     allow_zstd: bool = True  # keep free-text strings zstd-compressed in memory
 
 
@@ -159,7 +159,7 @@ def _encode_codes(codes: np.ndarray, runs: int, distinct: int) -> Encoding:
 
 
 def _string_candidates(
-    values: pa.Array, stats: ColumnStats, options: PlannerOptions, prepared: dict[str, Encoding]
+    values: pa.Array, stats: ColumnStats, options: EncodingOptions, prepared: dict[str, Encoding]
 ) -> dict[str, int]:
     n = stats.rows
     starts = run_starts(values)
@@ -183,7 +183,7 @@ def choose(sizes: dict[str, int]) -> str:
     return min(sizes, key=lambda chain: (sizes[chain], CHAIN_PREFERENCE.index(chain)))
 
 
-def plan_column(values: Values, domain: Domain, options: PlannerOptions) -> tuple[Encoding, ColumnStats]:
+def choose_encoding(values: Values, domain: Domain, options: EncodingOptions) -> tuple[Encoding, ColumnStats]:
     """Encode one column of a block with the smallest chain; return it with its statistics."""
     stats = column_stats(values, domain)
     if domain is Domain.OTHER or stats.rows == 0:
@@ -199,7 +199,7 @@ def plan_column(values: Values, domain: Domain, options: PlannerOptions) -> tupl
 
 
 def encode_as(chain: str, values: Values, stats: ColumnStats) -> Encoding:
-    """Encode domain values with a given chain (the planner's choice, or any for tests)."""
+    """Encode domain values with a given chain (the chosen one, or any for tests)."""
     if chain == "plain":
         return Plain(narrow_int(values) if isinstance(values, np.ndarray) else values)
     if chain == "bitpack":

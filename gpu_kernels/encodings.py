@@ -1,8 +1,8 @@
-"""Lightweight column encodings over domain values (see `storage.types`).
+"""Lightweight column encodings over domain values (see `gpu_kernels.column_types`).
 
 Each encoding holds its data as NumPy arrays or Arrow arrays (the *parts*), can decode itself
 back to domain values, and serializes to named Arrow parts plus a small JSON description, so a
-block is a plain Arrow IPC file. The encodings are the chains of seed 004, chapter 5.1:
+block of them stores as a plain Arrow IPC file. The encodings are the chains of seed 004, chapter 5.1:
 
 - `Plain`: the values themselves (integers narrowed to the smallest signed width);
 - `BitPacked`: frame of reference + bit-width narrowing (`value - reference` in `width` bits);
@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import zstandard
 
-from storage import bitpack
+from gpu_kernels import bitpack
 
 Values = np.ndarray | pa.Array
 Parts = dict[str, pa.Array]
@@ -168,7 +168,7 @@ class Plain(Encoding):
 
 @dataclass
 class BitPacked(Encoding):
-    packed: np.ndarray  # uint8, see storage.bitpack
+    packed: np.ndarray  # uint8, see gpu_kernels.bitpack
     reference: int
     width: int
     length: int
