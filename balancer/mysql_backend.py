@@ -15,6 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from balancer.packets import Answer, Request, arrow_payload
+from storage.mysql_url import mysql_url
 
 log = logging.getLogger("cxg.mysql")
 
@@ -27,14 +28,6 @@ _CODES = {
     1142: "read_only",
     1792: "read_only",
 }
-
-
-def mysql_url(url: str) -> str:
-    """Accept mysql://, mariadb:// or a full SQLAlchemy URL; use the PyMySQL driver."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() not in ("mysql", "mariadb"):
-        raise ValueError(f"not a MySQL/MariaDB URL: {url}")
-    return parsed.set(drivername="mysql+pymysql").render_as_string(hide_password=False)
 
 
 def rows_to_arrow(names: list[str], rows: list[tuple]) -> pa.Table:

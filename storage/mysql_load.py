@@ -12,8 +12,8 @@ import pyarrow.compute as pc
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from balancer.mysql_backend import mysql_url
 from storage.errors import StorageError
+from storage.mysql_url import mysql_url
 
 BATCH_ROWS = 5_000
 PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
