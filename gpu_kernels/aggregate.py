@@ -21,6 +21,7 @@ from gpu_kernels.encodings import Dictionary, RunLength
 from gpu_kernels.evaluate import BlockEvaluator
 from gpu_kernels.expr import Col, Expr, Kind, Type
 from gpu_kernels.selection import Selection
+from gpu_kernels.vector_functions import materialize
 from gpu_kernels.vectors import Vec, compact_strings, to_arrow
 
 FUNCTIONS = ("count", "sum", "min", "max", "avg", "count_distinct")
@@ -146,7 +147,7 @@ def _row_groups(ev: BlockEvaluator, sel: Selection, keys: list[NamedExpr]) -> Gr
     if not keys:
         return Groups(xp.zeros(rows, dtype=xp.int64), 1, [])
     key_vecs = [ev.vec(k.expr, sel) for k in keys]
-    key_vecs = [ev._materialize(v, rows) for v in key_vecs]
+    key_vecs = [materialize(ev.backend, v, rows) for v in key_vecs]
     gid, count, first = _group_ids(ev, key_vecs)
     group_keys = [_key_values(ev, v, first, k.arrow_type) for v, k in zip(key_vecs, keys, strict=True)]
     return Groups(gid, count, group_keys)
@@ -220,7 +221,7 @@ def _aggregate(
             if on_encoding is not None:
                 result = Vec(ev.types[spec.arg.name], xp.asarray([on_encoding], dtype=xp.int64), has_value)
             else:
-                vec = ev._materialize(ev.vec(spec.arg, sel), rows)
+                vec = materialize(ev.backend, ev.vec(spec.arg, sel), rows)
                 data = vec.data if vec.data.dtype.kind == "f" else vec.data.astype(xp.int64, copy=False)
                 if vec.valid is not None:
                     data = xp.where(vec.valid, data, 0)
@@ -228,7 +229,7 @@ def _aggregate(
             done[("sum", spec.arg)] = [to_arrow(backend, result, groups.count, spec.arrow_type)]
         sums = done[("sum", spec.arg)]
         return sums + counts if spec.func == "avg" else sums
-    vec = ev._materialize(ev.vec(spec.arg, sel), rows)
+    vec = materialize(ev.backend, ev.vec(spec.arg, sel), rows)
     valid = vec.valid
     if spec.func == "count_distinct":
         return [_distinct(ev, groups, vec, spec.arrow_type)]
@@ -255,7 +256,7 @@ def _valid(ev: BlockEvaluator, arg: Expr | None, sel: Selection) -> Array | None
     if isinstance(arg, Col):
         valid = ev.valid_mask(arg.name)
         return None if valid is None else sel.take(valid)
-    return ev._materialize(ev.vec(arg, sel), sel.count()).valid
+    return materialize(ev.backend, ev.vec(arg, sel), sel.count()).valid
 
 
 def _count(ev: BlockEvaluator, groups: Groups, valid: Array | None, rows: int) -> Array:

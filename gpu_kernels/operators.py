@@ -9,10 +9,12 @@ import pyarrow as pa
 
 from gpu_kernels.aggregate import AggSpec, NamedExpr, partial_aggregate
 from gpu_kernels.backend import Array, NumpyBackend
+from gpu_kernels.decoding import ScanStats
 from gpu_kernels.encoded_block import EncodedBlock
-from gpu_kernels.evaluate import BlockEvaluator, ScanStats
+from gpu_kernels.evaluate import BlockEvaluator
 from gpu_kernels.expr import Expr
 from gpu_kernels.partition import partition
+from gpu_kernels.vector_functions import materialize
 from gpu_kernels.vectors import from_arrow, to_arrow
 
 
@@ -48,9 +50,7 @@ def run_block(
 ) -> list[tuple[pa.RecordBatch, int | None]]:
     """The block's result as (batch, hash bucket or None) pieces; `predicate` overrides the task's
     (the scan passes the conjuncts its block statistics could not decide)."""
-    ev = BlockEvaluator(block, backend, stats)
-    if device_parts:
-        ev._device.update(device_parts)
+    ev = BlockEvaluator(block, backend, stats, dict(device_parts or {}))
     stats.blocks += 1
     stats.rows_scanned += block.rows
     sel = ev.filter(predicate)
@@ -64,7 +64,7 @@ def run_block(
     batch = pa.RecordBatch.from_arrays(arrays, schema=task.schema())
     if not task.partition_buckets:
         return [(batch, None)]
-    key_vecs = [ev._materialize(vecs[name], rows) for name in task.partition_keys]
+    key_vecs = [materialize(backend, vecs[name], rows) for name in task.partition_keys]
     return _split(batch, *partition(backend, key_vecs, task.partition_buckets))
 
 

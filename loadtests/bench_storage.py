@@ -21,8 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
-from gpu_kernels.encoded_block import EncodedBlock
-from gpu_kernels.encodings import plain_nbytes
+from gpu_kernels import EncodedBlock, plain_nbytes
 from loadtests.common import console, mb, parser, print_table, timed, write_json
 from storage import Store, tpch
 from storage.block import block_to_ipc

@@ -15,10 +15,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpu_kernels import encodings
-from gpu_kernels.column_types import Domain, domain_of, parse_type, to_domain, type_name
-from gpu_kernels.encoded_block import EncodedBlock, EncodedColumn
-from gpu_kernels.encodings import Plain, plain_nbytes
+from gpu_kernels import (
+    Domain,
+    EncodedBlock,
+    EncodedColumn,
+    Plain,
+    domain_of,
+    encodings,
+    parse_type,
+    plain_nbytes,
+    to_domain,
+    type_name,
+)
 from storage.catalog import TableSchema
 from storage.encoding_choice import ColumnStats, EncodingOptions, choose_encoding
 from storage.errors import SchemaError

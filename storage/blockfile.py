@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import zstandard
 
-from gpu_kernels.encoded_block import EncodedBlock
+from gpu_kernels import EncodedBlock
 from storage.block import ChosenColumn, block_from_ipc, block_to_ipc
 from storage.errors import CorruptBlockError
 

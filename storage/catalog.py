@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from gpu_kernels.column_types import Domain, UnsupportedTypeError, domain_of, parse_type, type_name
+from gpu_kernels import Domain, UnsupportedTypeError, domain_of, parse_type, type_name
 from storage.errors import SchemaError
 
 TABLE_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")

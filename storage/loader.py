@@ -18,8 +18,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pyarrow as pa
 
-from gpu_kernels.column_types import to_domain
-from gpu_kernels.encodings import Dictionary
+from gpu_kernels import Dictionary, to_domain
 from storage.block import block_rows, conform, encode_block, record_size
 from storage.catalog import TableSchema
 from storage.encoding_choice import EncodingOptions

@@ -11,8 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow.compute as pc
 
-from gpu_kernels.column_types import DomainValues
-from gpu_kernels.placement_hash import bucket_ids, string_hashes
+from gpu_kernels import DomainValues, bucket_ids, string_hashes
 
 
 def key_hash(column: DomainValues) -> np.ndarray:

@@ -31,11 +31,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from gpu_kernels import BlockEvaluator, EncodedBlock, ScanStats
 from gpu_kernels import expr as E
 from gpu_kernels.aggregate import FUNCTIONS, AggSpec, NamedExpr, final_aggregate
 from gpu_kernels.backend import NumpyBackend
-from gpu_kernels.encoded_block import EncodedBlock
-from gpu_kernels.evaluate import BlockEvaluator, ScanStats
 from gpu_kernels.expr import Call, Col, Kind, Lit, Type
 from gpu_kernels.operators import BlockTask
 from gpu_kernels.pipeline import BlockPipeline, block_parts

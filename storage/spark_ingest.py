@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
 
-from gpu_kernels.column_types import Domain
+from gpu_kernels import Domain
 from storage.block import block_rows
 from storage.catalog import TableSchema
 from storage.ingest import target

@@ -62,7 +62,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from gpu_kernels.column_types import to_domain
+from gpu_kernels import to_domain
 from storage.blockfile import BlockEntry
 from storage.catalog import TableSchema
 from storage.encoding_choice import EncodingOptions

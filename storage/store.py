@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from gpu_kernels.encoded_block import EncodedBlock
+from gpu_kernels import EncodedBlock
 from storage.blockfile import BlockEntry, read_block, write_block
 from storage.catalog import TABLE_NAME_PATTERN, TableSchema
 from storage.errors import CorruptBlockError, SchemaError, StorageError, TableNotFoundError

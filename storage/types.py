@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from gpu_kernels.column_types import Domain, domain_of
+from gpu_kernels import Domain, domain_of
 
 
 def working_type(t: pa.DataType) -> pa.DataType:
