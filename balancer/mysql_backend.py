@@ -15,7 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from balancer.packets import Answer, Request, arrow_payload
-from storage.mysql_url import mysql_url
+from storage import mysql_url
 
 log = logging.getLogger("cxg.mysql")
 

@@ -13,7 +13,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from storage.errors import StorageError
-from storage.mysql_url import mysql_url
+from storage.mysql_urls import mysql_url
 
 BATCH_ROWS = 5_000
 PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
