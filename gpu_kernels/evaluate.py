@@ -5,8 +5,8 @@ distinct value on dictionary columns (then mapped to the codes), and row by row 
 rows still selected otherwise. SQL's three-valued logic is kept: a `Truth` is the selection of
 rows where the predicate is true plus those where it is unknown (NULL). Expressions are
 evaluated as `Vec`s over the final selection only, so projection decodes only selected rows
-of the projected columns. Decoding is `decoding`'s job, the predicates on values
-`value_predicates`', the scalar functions `vector_functions`'.
+of the projected columns. It builds on `decoding` (the selected rows of a column),
+`value_predicates` (a comparison applied to values) and `vector_functions` (scalar functions).
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ def string_predicate(op: str, values: list[str]) -> ValuePredicate:
     return run
 
 
-def float_predicate(xp: Any, op: str, values: list[float]) -> ValuePredicate:
+def float_predicate(xp: Any, op: str, values: list[float]) -> ValuePredicate | None:
     if op in COMPARE:
         return lambda v: COMPARE[op](v, values[0])
     if op == "between":
@@ -75,7 +75,7 @@ def float_predicate(xp: Any, op: str, values: list[float]) -> ValuePredicate:
     return None
 
 
-def integer_predicate(xp: Any, op: str, bounds: list[Fraction]) -> ValuePredicate:
+def integer_predicate(xp: Any, op: str, bounds: list[Fraction]) -> ValuePredicate | None:
     """Exact comparisons of integer domain values with rational literals (e.g. cents vs 0.055)."""
 
     def none(v: Array) -> Array:
