@@ -127,23 +127,23 @@ def test_every_chain_round_trips(type_name: str, data: st.DataObject) -> None:
 @pytest.mark.parametrize("type_name", list(VALUES))
 @settings(max_examples=40, deadline=None)
 @given(data=st.data())
-def test_planner_choice_round_trips(type_name: str, data: st.DataObject) -> None:
+def test_chosen_encoding_round_trips(type_name: str, data: st.DataObject) -> None:
     array = _array(type_name, data.draw(columns(VALUES[type_name][1])))
     column = encode_column("c", array, array.type, EncodingOptions())
-    assert column.stats.candidates, "the planner records the sizes it compared"
+    assert column.stats.candidates, "the encoding choice records the sizes it compared"
     _assert_same(_through_ipc(column), array)
 
 
 @settings(max_examples=100, deadline=None)
 @given(items=columns(st.integers(-(2**40), 2**40)))
-def test_planner_picks_the_smallest_integer_chain(items: list) -> None:
+def test_encoding_choice_picks_the_smallest_integer_chain(items: list) -> None:
     values = to_domain(pa.array(items, pa.int64())).values
     chosen, stats = choose_encoding(values, Domain.INT, EncodingOptions())
     exact = {
         c: encode_as(c, values, stats).nbytes for c in ("plain", "bitpack", "rle", "dict") if c in stats.candidates
     }
     for chain, size in exact.items():
-        assert stats.candidates[chain] == size, f"the planner's size of {chain} is exact"
+        assert stats.candidates[chain] == size, f"the encoding choice's size of {chain} is exact"
     if values.size:
         assert chosen.nbytes <= min(exact.values())
 
