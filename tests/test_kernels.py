@@ -21,7 +21,8 @@ from gpu_kernels.aggregate import AggSpec, final_aggregate
 from gpu_kernels.backend import BackendUnavailable, NumpyBackend, cuda_available, get_backend
 from gpu_kernels.selection import Selection
 from storage.partitioning import buckets_of
-from storage.scan import ScanRequestError, scan_table
+from storage.scan import scan_table
+from storage.scan_protocol import ScanRequestError
 from storage.types import to_domain
 from tests.kernel_cases import (
     call,
