@@ -199,7 +199,6 @@ def test_an_int64_list_keeps_its_wire_text_and_the_kernels_read_it() -> None:
     keys = np.array([5, -(2**63), 2**63 - 1, 0])
     listed = int64_values(keys)
     assert listed.to_json() == E.int64_json(keys)
-    assert np.array_equal(listed.integers, keys)
     assert expr_from_json(listed.to_json()) == listed
     kernels = E.from_json(listed.to_json())
     assert isinstance(kernels, E.Values) and np.array_equal(kernels.integers, keys)
@@ -234,9 +233,8 @@ def test_an_int64_list_keeps_its_wire_text_and_the_kernels_read_it() -> None:
         ({"table": "t", "columns": ["k"], "block_range": [1]}, "block_range is"),
         ({"table": "t", "columns": ["k"], "filter": "k > 1"}, "an expression must be an object"),
         ({"table": "t", "columns": ["k"], "filter": {"col": 1}}, "column name must be a string"),
-        ({"table": "t", "columns": ["k"], "filter": {"int64": "AAAA"}}, "64-bit integers"),
-        ({"table": "t", "columns": ["k"], "filter": {"int64": ""}}, "at least one value"),
-        ({"table": "t", "columns": ["k"], "filter": {"values": [1, None]}}, "non-empty list without NULLs"),
+        ({"table": "t", "columns": ["k"], "filter": {"int64": 5}}, "64-bit integers"),
+        ({"table": "t", "columns": ["k"], "filter": {"values": []}}, "non-empty list without NULLs"),
         ({"table": "t", "columns": ["k"], "filter": {"lit": 1, "type": 5}}, "literal type must be a string"),
         ({"table": "t", "columns": ["k"], "filter": {"op": "=", "args": {}}}, "args of = must be a list"),
         ({"table": "t", "columns": ["k"], "filter": {"op": ["="]}}, "unsupported operation"),
@@ -325,6 +323,9 @@ def test_the_answer_schema_is_known_from_the_definition_alone() -> None:
         ({"aggregates": [{"name": "x", "func": "min"}]}, "min needs an argument"),
         ({"columns": ["k"], "filter": {"op": "=", "args": [{"col": "d"}, {"lit": "x", "type": "date"}]}}, "valid date"),
         ({"aggregates": [{"name": "n", "func": "count"}], "having": {"col": "n"}}, "having must be a boolean"),
+        ({"columns": ["k"], "filter": {"op": "in", "args": [{"col": "k"}, {"int64": "AAAA"}]}}, "64-bit integers"),
+        ({"columns": ["k"], "filter": {"op": "in", "args": [{"col": "k"}, {"int64": ""}]}}, "at least one value"),
+        ({"columns": ["k"], "filter": {"op": "in", "args": [{"col": "k"}, {"values": [1, None]}]}}, "without NULLs"),
     ],
 )
 def test_requests_that_do_not_fit_the_table_are_refused(data: dict[str, Any], message: str) -> None:
