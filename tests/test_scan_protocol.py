@@ -4,6 +4,8 @@ request's answer schema is known from the table's definition alone."""
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import json
 import subprocess
 import sys
@@ -15,6 +17,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pyspark.sql.datasource import EqualTo, GreaterThan, In, Not, StringStartsWith
 
 from gpu_kernels import expr as E
 from storage.catalog import Column as CatalogColumn
@@ -48,6 +51,7 @@ from storage.scan_protocol import (
     values,
 )
 from storage.scan_typing import output_schema, type_scan
+from storage.spark_source import filter_to_expr
 
 # ---- generated requests ------------------------------------------------------------------------
 
@@ -185,6 +189,34 @@ def test_the_builders_write_what_the_planner_writes() -> None:
     }
     assert conjoin([]) is None and conjoin([col("b")]) == col("b")
     assert conjoin([col("a"), col("b")]) == and_(col("a"), col("b"))
+
+
+def test_the_data_source_pushes_sparks_filters_as_wire_expressions() -> None:
+    pushed = [
+        filter_to_expr(EqualTo(("k",), 5), {"k"}),
+        filter_to_expr(Not(In(("k",), (1, decimal.Decimal("1.50"), dt.date(1995, 1, 2)))), {"k"}),
+        filter_to_expr(StringStartsWith(("s",), "a_%"), {"s"}),
+    ]
+    assert [p.to_json() for p in pushed] == [
+        {"op": "=", "args": [{"col": "k"}, {"lit": 5}]},
+        {
+            "op": "not",
+            "args": [
+                {
+                    "op": "in",
+                    "args": [
+                        {"col": "k"},
+                        {"lit": 1},
+                        {"lit": "1.50", "type": "decimal(38,2)"},
+                        {"lit": "1995-01-02", "type": "date"},
+                    ],
+                }
+            ],
+        },
+        {"op": "like", "args": [{"col": "s"}, {"lit": "a\\_\\%%"}]},
+    ]
+    assert filter_to_expr(GreaterThan(("k",), float("nan")), {"k"}) is None  # no NaN on the wire
+    assert filter_to_expr(EqualTo(("other",), 1), {"k"}) is None  # not a column the scan reads
 
 
 def test_null_fields_and_bare_group_keys_are_accepted_as_before() -> None:
