@@ -1,6 +1,6 @@
 """A storage node: an aiohttp service answering scans on its store's compressed tables.
 
-    POST /v1/scan            a scan request (storage.scan) -> Arrow IPC stream, one batch per
+    POST /v1/scan            a scan request (storage.scan_protocol) -> Arrow IPC stream, one batch per
                              block (or per hash partition of a block) as blocks finish, then an
                              empty trailer batch whose metadata holds the scan's statistics
     GET  /v1/tables          tables with rows, blocks and sizes
@@ -41,17 +41,26 @@ from storage.catalog import TableSchema
 from storage.errors import StorageError, TableNotFoundError
 from storage.ingest import DirectoryTarget
 from storage.manifest import Sizing
-from storage.scan import Scan, ScanRequestError, TableCache, scan_table
+from storage.scan import BlockScan, TableCache, scan_table
+from storage.scan_protocol import (
+    ARROW_STREAM,
+    HEADER_BACKEND,
+    HEADER_NODE,
+    METADATA_BLOCK,
+    METADATA_ERROR,
+    METADATA_PARTITION,
+    METADATA_STATS,
+    SCAN_PATH,
+    ScanRequest,
+    ScanRequestError,
+)
 from storage.scan_workers import ScanWorkers
 from storage.stats import summarize
 from storage.store import Store
 
 log = logging.getLogger("cxg.node")
-ARROW_STREAM = "application/vnd.apache.arrow.stream"
 IN_FLIGHT = 4  # chunks produced ahead of the network
 CHUNK_BYTES = 1 << 16  # encoded batches are written to the network in chunks of at least this size
-METADATA_STATS = b"cxg.stats"
-METADATA_ERROR = b"cxg.error"
 
 
 def error_response(status: int, code: str, message: str) -> web.Response:
@@ -198,7 +207,7 @@ class Node:
             return error_response(400, "invalid_json", f"the scan request is not valid JSON: {e}")
         loop = asyncio.get_running_loop()
         try:
-            scan = await loop.run_in_executor(None, scan_table, self.cache, body, self.backend)
+            scan = await loop.run_in_executor(None, self._plan, body)
         except TableNotFoundError as e:
             return error_response(404, e.code, str(e))
         except ScanRequestError as e:
@@ -215,9 +224,14 @@ class Node:
             finally:
                 self.running -= 1
 
-    async def _stream(self, request: web.Request, scan: Scan) -> web.StreamResponse:
+    def _plan(self, body: object) -> BlockScan:
+        """Worker thread: the request checked by the protocol, then planned on its table (a long IN
+        list takes a while to read: not on the event loop)."""
+        return scan_table(self.cache, ScanRequest.from_json(body), self.backend)
+
+    async def _stream(self, request: web.Request, scan: BlockScan) -> web.StreamResponse:
         response = web.StreamResponse(
-            headers={"Content-Type": ARROW_STREAM, "X-Cxg-Backend": self.backend.name, "X-Cxg-Node": self.store.node}
+            headers={"Content-Type": ARROW_STREAM, HEADER_BACKEND: self.backend.name, HEADER_NODE: self.store.node}
         )
         await response.prepare(request)
         loop = asyncio.get_running_loop()
@@ -244,7 +258,7 @@ class Node:
                 log.info("scan of %s cancelled: the client went away", scan.plan.table)
         return response
 
-    def _produce(self, scan: Scan, chunks: asyncio.Queue, credits: threading.Semaphore, loop) -> str:
+    def _produce(self, scan: BlockScan, chunks: asyncio.Queue, credits: threading.Semaphore, loop) -> str:
         """Worker thread: run the scan and encode one batch per piece, then the trailer; encoded
         batches are handed to the network together once they reach `CHUNK_BYTES` (a scan of many
         one-row partial aggregates costs one write, not one per block)."""
@@ -269,9 +283,9 @@ class Node:
         outcome = "completed"
         try:
             for piece in scan.pieces():
-                metadata = {"block": piece.block}
+                metadata = {METADATA_BLOCK: piece.block}
                 if piece.partition is not None:
-                    metadata["partition"] = str(piece.partition)
+                    metadata[METADATA_PARTITION] = str(piece.partition)
                 if not hand_over(encoder.batch(piece.batch, metadata)):
                     return "cancelled"
             trailer = {METADATA_STATS: json.dumps({**scan.stats.to_json(), "backend": self.backend.name}).encode()}
@@ -339,7 +353,7 @@ class Node:
                 web.get("/v1/node", self.info),
                 web.get("/v1/tables", self.tables),
                 web.get("/v1/tables/{name}", self.table),
-                web.post("/v1/scan", self.scan),
+                web.post(SCAN_PATH, self.scan),
                 web.put("/v1/tables/{name}/loads/{load}/blocks/{file}", self.put_block),
                 web.post("/v1/tables/{name}/loads/{load}/commit", self.commit_load),
                 web.delete("/v1/tables/{name}/loads/{load}", self.abort_load),

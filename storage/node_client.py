@@ -14,7 +14,16 @@ from typing import Any
 import pyarrow as pa
 
 from storage.errors import StorageError
-from storage.node import METADATA_ERROR, METADATA_STATS
+from storage.scan_protocol import (
+    HEADER_BACKEND,
+    HEADER_NODE,
+    JSON,
+    METADATA_ERROR,
+    METADATA_STATS,
+    OCTET_STREAM,
+    SCAN_PATH,
+    ScanRequest,
+)
 
 
 class NodeError(StorageError):
@@ -76,7 +85,7 @@ class NodeClient:
 
     def _open(self, path: str, body: dict | None = None, method: str | None = None, raw: bytes | None = None):
         data = raw if raw is not None else None if body is None else json.dumps(body).encode()
-        content_type = "application/octet-stream" if raw is not None else "application/json"
+        content_type = OCTET_STREAM if raw is not None else JSON
         request = urllib.request.Request(
             self.base_url + path, data=data, method=method, headers={"Content-Type": content_type} if data else {}
         )
@@ -107,13 +116,15 @@ class NodeClient:
         with self._open(path, method="DELETE") as response:
             response.read()
 
-    def scan(self, request: dict[str, Any]) -> ScanStream:
-        response = self._open("/v1/scan", request)
-        node = response.headers.get("X-Cxg-Node", self.base_url)
-        return ScanStream(response, response.headers.get("X-Cxg-Backend", ""), node, pa.ipc.open_stream(response))
+    def scan(self, request: ScanRequest | dict[str, Any]) -> ScanStream:
+        """Start a scan; `request` typed, or in its JSON form (sent as it is, the node checks it)."""
+        body = request.to_json() if isinstance(request, ScanRequest) else request
+        response = self._open(SCAN_PATH, body)
+        node = response.headers.get(HEADER_NODE, self.base_url)
+        return ScanStream(response, response.headers.get(HEADER_BACKEND, ""), node, pa.ipc.open_stream(response))
 
     def scan_table(
-        self, request: dict[str, Any], cancelled: threading.Event | None = None
+        self, request: ScanRequest | dict[str, Any], cancelled: threading.Event | None = None
     ) -> tuple[pa.Table, dict[str, Any]]:
         """The whole result of a scan, and its statistics. Setting `cancelled` ends the scan at
         the next batch (the node stops when the connection closes) with ScanCancelled."""

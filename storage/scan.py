@@ -1,23 +1,10 @@
-"""Scans on a storage node: a request, checked and planned; blocks pruned by their statistics;
+"""Scans on a storage node: a request, typed and planned; blocks pruned by their statistics;
 the per-block operator run through the block pipeline; results streamed block by block.
 
-A scan request (JSON)::
-
-    {"table": "lineitem",
-     "columns": ["l_orderkey"],                                   # projected columns
-     "select": [{"name": "revenue", "expr": {...}}],              # computed columns
-     "filter": {...},                                             # predicate (gpu_kernels.expr)
-     "group_by": ["l_returnflag", {"name": "y", "expr": {...}}],  # with aggregates: partial
-     "aggregates": [{"name": "n", "func": "count"}, {"name": "s", "func": "sum", "arg": {...}}],
-     "having": {...},                                             # with aggregates: final groups
-     "partition": {"keys": ["l_orderkey"], "buckets": 8},         # hash-partitioned output
-     "buckets": [0, 3],                                           # only these storage buckets
-     "limit": 100}
-
-An aggregating scan sends partial states, one row per group and block. With ``having`` (a
-predicate over the output names) the node merges its groups and sends those where it holds: the
-client asserts that every group lives on this node alone (the group keys include the table's
-hash keys, or the table is read on one node), and only count, sum, min and max are merged here.
+The request and its checks are `storage.scan_protocol` and `storage.scan_typing`; here it becomes
+the node's plan (constant sub-expressions evaluated) and runs. With ``having`` the node merges its
+groups and sends those where it holds (the client asserts that every group lives on this node
+alone).
 """
 
 from __future__ import annotations
@@ -33,40 +20,21 @@ import pyarrow as pa
 
 from gpu_kernels import BlockEvaluator, EncodedBlock, ScanStats
 from gpu_kernels import expr as E
-from gpu_kernels.aggregate import FUNCTIONS, AggSpec, NamedExpr, final_aggregate
+from gpu_kernels.aggregate import final_aggregate
 from gpu_kernels.backend import NumpyBackend
 from gpu_kernels.expr import Call, Col, Kind, Lit, Type
 from gpu_kernels.operators import BlockTask
 from gpu_kernels.pipeline import BlockPipeline, block_parts
-from gpu_kernels.vectors import arrow_type, exact_fraction, scalar_literal
+from gpu_kernels.vectors import exact_fraction, scalar_literal
 from storage.block import plain_block
 from storage.blockfile import BlockEntry
 from storage.catalog import TableSchema
-from storage.errors import StorageError, TableNotFoundError
+from storage.errors import TableNotFoundError
 from storage.manifest import MANIFEST
+from storage.scan_protocol import ScanRequest, ScanRequestError
+from storage.scan_typing import type_scan
 from storage.scan_workers import ScanWorkers, run_job
 from storage.store import Store, Table
-from storage.types import working_type
-
-REQUEST_KEYS = {
-    "table",
-    "columns",
-    "select",
-    "filter",
-    "group_by",
-    "aggregates",
-    "having",
-    "partition",
-    "buckets",
-    "block_range",
-    "limit",
-}
-
-
-class ScanRequestError(StorageError):
-    """A malformed or unsupported scan request (HTTP 400); the message names the problem."""
-
-    code = "invalid_scan"
 
 
 @dataclass(frozen=True)
@@ -86,140 +54,23 @@ class ScanPlan:
 # ---- planning ------------------------------------------------------------------------------------
 
 
-def _names(items: Any, what: str) -> list[Any]:
-    if items is None:
-        return []
-    if not isinstance(items, list):
-        raise ScanRequestError(f"{what} must be a list")
-    return items
-
-
-def _named_expr(item: Any, what: str) -> tuple[str, E.Expr]:
-    if isinstance(item, str):
-        return item, Col(item)
-    if isinstance(item, dict) and isinstance(item.get("name"), str) and "expr" in item:
-        return item["name"], E.from_json(item["expr"])
-    raise ScanRequestError(f"each entry of {what} is a column name or {{'name': ..., 'expr': ...}}, not {item!r}")
-
-
-def plan_scan(request: Any, schema: TableSchema) -> ScanPlan:
-    """Check a scan request against the table and plan it; raises ScanRequestError."""
-    if not isinstance(request, dict):
-        raise ScanRequestError("a scan request is a JSON object")
-    unknown = sorted(set(request) - REQUEST_KEYS)
-    if unknown:
-        raise ScanRequestError(f"unknown field(s) in scan request: {', '.join(unknown)}")
-    columns = {c.name: E.arrow_kind(c.arrow_type) for c in schema.columns}
-    arrow_types = {c.name: c.arrow_type for c in schema.columns}
+def plan_scan(request: ScanRequest, schema: TableSchema) -> ScanPlan:
+    """Type a request against the table and fold its constants; raises ScanRequestError."""
+    typed = type_scan(request, schema)
+    task = typed.task
     try:
-        return _plan(request, schema, columns, arrow_types)
+        task = replace(
+            task,
+            predicate=None if task.predicate is None else fold(task.predicate),
+            outputs=tuple(replace(o, expr=fold(o.expr)) for o in task.outputs),
+            keys=tuple(replace(k, expr=fold(k.expr)) for k in task.keys),
+            aggregates=tuple(replace(a, arg=None if a.arg is None else fold(a.arg)) for a in task.aggregates),
+        )
+        having = None if typed.having is None else fold(typed.having)
     except E.ExprError as e:
         raise ScanRequestError(str(e)) from e
-
-
-def _output_type(e: E.Expr, t: Type, arrow_types: dict[str, pa.DataType]) -> pa.DataType:
-    """A column keeps its type (string_view is sent as string, which every consumer reads)."""
-    return working_type(arrow_types[e.name]) if isinstance(e, Col) else arrow_type(t)
-
-
-def _plan(request: dict, schema: TableSchema, columns: dict, arrow_types: dict) -> ScanPlan:
-    predicate = None
-    if request.get("filter") is not None:
-        predicate = fold(E.from_json(request["filter"]))
-        if E.check(predicate, columns).kind not in (Kind.BOOL, Kind.NULL):
-            raise ScanRequestError("filter must be a boolean expression")
-    outputs = [_named_expr(c, "columns") for c in _names(request.get("columns"), "columns")]
-    outputs += [_named_expr(s, "select") for s in _names(request.get("select"), "select")]
-    keys = [_named_expr(k, "group_by") for k in _names(request.get("group_by"), "group_by")]
-    aggregates = _names(request.get("aggregates"), "aggregates")
-    aggregating = bool(keys or aggregates)
-    if aggregating and outputs:
-        raise ScanRequestError("a scan either projects (columns/select) or aggregates (group_by/aggregates)")
-    if not aggregating and not outputs:
-        raise ScanRequestError("a scan needs columns, select, group_by or aggregates")
-
-    task = BlockTask(predicate=predicate)
-    if aggregating:
-        key_specs = []
-        for name, e in keys:
-            e = fold(e)
-            key_specs.append(NamedExpr(name, e, _output_type(e, E.check(e, columns), arrow_types)))
-        task = replace(
-            task, keys=tuple(key_specs), aggregates=tuple(_aggregate(a, columns, arrow_types) for a in aggregates)
-        )
-        names = [k.name for k in key_specs] + [a.name for a in task.aggregates]
-    else:
-        specs = []
-        for name, e in outputs:
-            e = fold(e)
-            specs.append(NamedExpr(name, e, _output_type(e, E.check(e, columns), arrow_types)))
-        task = replace(task, outputs=tuple(specs))
-        names = [o.name for o in specs]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise ScanRequestError(f"output name(s) used twice: {', '.join(duplicates)}")
-
-    partition = request.get("partition")
-    if partition is not None:
-        if not isinstance(partition, dict) or not isinstance(partition.get("keys"), list) or not partition["keys"]:
-            raise ScanRequestError("partition is {'keys': [output column, ...], 'buckets': N}")
-        missing = [k for k in partition["keys"] if k not in names]
-        if missing:
-            raise ScanRequestError(f"partition key(s) {', '.join(map(str, missing))} are not output columns")
-        buckets = partition.get("buckets")
-        if not isinstance(buckets, int) or not 1 <= buckets <= 65536:
-            raise ScanRequestError(f"partition buckets must be an integer in 1..65536, not {buckets!r}")
-        task = replace(task, partition_keys=tuple(partition["keys"]), partition_buckets=buckets)
-
-    having = request.get("having")
-    if having is not None:
-        if not aggregating or partition is not None:
-            raise ScanRequestError("having needs group_by/aggregates, and no partition")
-        merged_here = ("count", "sum", "min", "max")
-        if any(a.func not in merged_here for a in task.aggregates):
-            raise ScanRequestError(f"with having, the aggregates are {', '.join(merged_here)} (merged on the node)")
-        having = fold(E.from_json(having))
-        outputs_types = {f.name: E.arrow_kind(f.type) for f in task.schema()}
-        if E.check(having, outputs_types).kind not in (Kind.BOOL, Kind.NULL):
-            raise ScanRequestError("having must be a boolean expression over the output columns")
-
-    storage_buckets = request.get("buckets")
-    if storage_buckets is not None:
-        if not isinstance(storage_buckets, list) or not all(isinstance(b, int) for b in storage_buckets):
-            raise ScanRequestError("buckets must be a list of bucket numbers")
-        storage_buckets = frozenset(storage_buckets)
-    limit = request.get("limit")
-    if limit is not None and (not isinstance(limit, int) or limit < 0 or aggregating):
-        raise ScanRequestError("limit is a non-negative integer, for projections only")
-    block_range = request.get("block_range")
-    if block_range is not None:
-        if not (
-            isinstance(block_range, list) and len(block_range) == 2 and all(isinstance(b, int) for b in block_range)
-        ):
-            raise ScanRequestError("block_range is [start, stop], two block numbers")
-        block_range = (block_range[0], block_range[1])
-    return ScanPlan(schema.name, task, storage_buckets, limit, block_range, having)
-
-
-def _aggregate(item: Any, columns: dict, arrow_types: dict) -> AggSpec:
-    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-        raise ScanRequestError(f"an aggregate is {{'name': ..., 'func': ..., 'arg': ...}}, not {item!r}")
-    func = item.get("func")
-    if func not in FUNCTIONS:
-        raise ScanRequestError(f"unsupported aggregate function {func!r}; use one of {', '.join(FUNCTIONS)}")
-    if item.get("arg") is None:
-        if func != "count":
-            raise ScanRequestError(f"{func} needs an argument")
-        return AggSpec(item["name"], func, None, pa.int64())
-    arg = fold(E.from_json(item["arg"]))
-    t = E.check(arg, columns)
-    if func in ("sum", "avg"):
-        if t.kind not in (Kind.INT, Kind.DEC, Kind.FLOAT):
-            raise ScanRequestError(f"{func} needs a numeric argument, not {t.kind.value}")
-        return AggSpec(item["name"], func, arg, arrow_type(t) if t.kind is not Kind.DEC else pa.decimal128(38, t.scale))
-    if t.kind in (Kind.INTERVAL, Kind.NULL):
-        raise ScanRequestError(f"{func} of {t.kind.value} is not supported")
-    return AggSpec(item["name"], func, arg, _output_type(arg, t, arrow_types))
+    buckets = None if request.buckets is None else frozenset(request.buckets)
+    return ScanPlan(request.table, task, buckets, request.limit, request.block_range, having)
 
 
 _FOLDABLE = (*E.ARITHMETIC, "neg", "extract_year", "extract_month", "extract_day")
@@ -358,8 +209,8 @@ class Piece:
 
 
 @dataclass
-class Scan:
-    """A running scan: iterate `pieces()`; `stats` fills as blocks finish."""
+class BlockScan:
+    """A running scan of a node's blocks: iterate `pieces()`; `stats` fills as blocks finish."""
 
     plan: ScanPlan
     loaded: LoadedTable
@@ -429,11 +280,15 @@ class Scan:
 
 
 def scan_table(
-    cache: TableCache, request: Any, backend: NumpyBackend, threads: int = 1, cancel: threading.Event | None = None
-) -> Scan:
-    """Plan a request against a table of the node; raises TableNotFoundError or ScanRequestError."""
-    if not isinstance(request, dict) or not isinstance(request.get("table"), str):
-        raise ScanRequestError("a scan request names its table: {'table': ...}")
-    loaded = cache.get(request["table"])
-    plan = plan_scan(request, loaded.table.schema)
-    return Scan(plan, loaded, backend, threads, cancel or threading.Event())
+    cache: TableCache,
+    request: ScanRequest | dict[str, Any],
+    backend: NumpyBackend,
+    threads: int = 1,
+    cancel: threading.Event | None = None,
+) -> BlockScan:
+    """Plan a request (or its JSON form) against a table of the node; raises TableNotFoundError or
+    ScanRequestError."""
+    if not isinstance(request, ScanRequest):
+        request = ScanRequest.from_json(request)
+    loaded = cache.get(request.table)
+    return BlockScan(plan_scan(request, loaded.table.schema), loaded, backend, threads, cancel or threading.Event())

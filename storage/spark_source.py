@@ -34,7 +34,7 @@ import math
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -70,7 +70,21 @@ from storage.ingest import BlockCutter, target
 from storage.manifest import Sizing
 from storage.node_client import NodeClient
 from storage.partitioning import buckets_of
-from storage.scan import plan_scan
+from storage.scan_protocol import (
+    Column,
+    Expr,
+    Literal,
+    ScanRequest,
+    compare,
+    conjoin,
+    in_,
+    is_not_null,
+    is_null,
+    like,
+    lit,
+    not_,
+)
+from storage.scan_typing import output_schema
 
 BUCKET_COLUMN = "_bucket"
 
@@ -84,7 +98,7 @@ def spark_schema(arrow_schema: pa.Schema) -> StructType:
 def scan_schema(node_url: str, table: str, request: dict[str, Any]) -> pa.Schema:
     """The Arrow schema a scan request answers with, planned against the table's definition."""
     definition = TableSchema.from_json(NodeClient(node_url).get(f"/v1/tables/{table}"))
-    return plan_scan({"table": table, **_with_columns(request, definition)}, definition).schema
+    return output_schema(ScanRequest.from_json({"table": table, **_with_columns(request, definition)}), definition)
 
 
 def _whole_rows(request: dict[str, Any]) -> bool:
@@ -124,19 +138,15 @@ class CxgDataSource(DataSource):
 # ---- reading ----------------------------------------------------------------------------------
 
 
-def _literal(value: Any) -> dict[str, Any] | None:
-    if isinstance(value, bool) or value is None:
-        return {"lit": value}
-    if isinstance(value, int):
-        return {"lit": value}
+def _literal(value: Any) -> Literal | None:
+    if isinstance(value, bool | int | str) or value is None:
+        return lit(value)
     if isinstance(value, float):
-        return {"lit": value, "type": "float64"} if math.isfinite(value) else None
-    if isinstance(value, str):
-        return {"lit": value}
+        return lit(value, "float64") if math.isfinite(value) else None
     if isinstance(value, decimal.Decimal):
-        return {"lit": str(value), "type": f"decimal(38,{max(0, -value.as_tuple().exponent)})"}
+        return lit(str(value), f"decimal(38,{max(0, -value.as_tuple().exponent)})")
     if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
-        return {"lit": value.isoformat(), "type": "date"}
+        return lit(value.isoformat(), "date")
     return None
 
 
@@ -147,28 +157,28 @@ def _like_escape(text: str) -> str:
 _COMPARISONS = {EqualTo: "=", GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<", LessThanOrEqual: "<="}
 
 
-def filter_to_expr(f: Filter, columns: set[str]) -> dict[str, Any] | None:
+def filter_to_expr(f: Filter, columns: set[str]) -> Expr | None:
     """A Spark filter on plain columns as a node predicate, or None when it cannot be pushed."""
     if isinstance(f, Not):
         inner = filter_to_expr(f.child, columns)
-        return None if inner is None else {"op": "not", "args": [inner]}
+        return None if inner is None else not_(inner)
     path = getattr(f, "attribute", ())
     if len(path) != 1 or path[0] not in columns:
         return None
-    column = {"col": path[0]}
+    column = Column(path[0])
     if type(f) in _COMPARISONS:
         value = _literal(f.value)
-        return None if value is None or value["lit"] is None else {"op": _COMPARISONS[type(f)], "args": [column, value]}
+        return None if value is None or value.value is None else compare(_COMPARISONS[type(f)], column, value)
     if isinstance(f, In):
         values = [_literal(v) for v in f.value]
-        return None if any(v is None for v in values) else {"op": "in", "args": [column, *values]}
+        return None if any(v is None for v in values) else in_(column, *values)
     if isinstance(f, IsNull):
-        return {"op": "is_null", "args": [column]}
+        return is_null(column)
     if isinstance(f, IsNotNull):
-        return {"op": "is_not_null", "args": [column]}
+        return is_not_null(column)
     patterns = {StringStartsWith: "{}%", StringEndsWith: "%{}", StringContains: "%{}%"}
     if type(f) in patterns and isinstance(f.value, str):
-        return {"op": "like", "args": [column, {"lit": patterns[type(f)].format(_like_escape(f.value))}]}
+        return like(column, patterns[type(f)].format(_like_escape(f.value)))
     return None
 
 
@@ -178,13 +188,14 @@ class CxgReader(DataSourceReader):
         self.table = options["table"]
         self.request: dict[str, Any] = json.loads(options.get("request", "{}"))
         self.partitions_wanted = int(options.get("partitions", "2"))
-        self.pushed: list[dict[str, Any]] = []
+        self.pushed: list[Expr] = []
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         columns = set(self.request.get("columns") or [])
         if self.request.get("group_by") or self.request.get("aggregates"):
             # a filter on a plain group key holds before grouping too
-            columns = {k["name"] for k in self.request.get("group_by", []) if k["expr"] == {"col": k["name"]}}
+            keys = ScanRequest.from_json({"table": self.table, **self.request}).group_by
+            columns = {k.name for k in keys if k.expr == Column(k.name)}
         elif _whole_rows(self.request):
             columns = set(TableSchema.from_json(NodeClient(self.nodes[0]).get(f"/v1/tables/{self.table}")).column_names)
         for f in filters:
@@ -205,13 +216,13 @@ class CxgReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         url, start, stop = partition.value
-        request = {"table": self.table, **self.request, "block_range": [start, stop]}
-        if _whole_rows(request):
+        data = {"table": self.table, **self.request, "block_range": [start, stop]}
+        if _whole_rows(data):
             definition = TableSchema.from_json(NodeClient(url).get(f"/v1/tables/{self.table}"))
-            request["columns"] = definition.column_names
-        conjuncts = ([request["filter"]] if request.get("filter") else []) + self.pushed
-        if conjuncts:
-            request["filter"] = conjuncts[0] if len(conjuncts) == 1 else {"op": "and", "args": conjuncts}
+            data["columns"] = definition.column_names
+        request = ScanRequest.from_json(data)
+        own = [request.filter] if request.filter is not None else []
+        request = replace(request, filter=conjoin(own + self.pushed))
         with NodeClient(url).scan(request) as stream:
             for batch, _ in stream:
                 yield batch

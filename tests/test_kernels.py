@@ -22,7 +22,8 @@ from gpu_kernels.backend import BackendUnavailable, NumpyBackend, cuda_available
 from gpu_kernels.column_types import to_domain
 from gpu_kernels.selection import Selection
 from storage.partitioning import buckets_of
-from storage.scan import ScanRequestError, scan_table
+from storage.scan import scan_table
+from storage.scan_protocol import ScanRequestError
 from tests.kernel_cases import (
     call,
     col,

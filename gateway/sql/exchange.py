@@ -39,7 +39,8 @@ from gateway.sql.catalog import RegionCatalog
 from gateway.sql.local import CANCELLED
 from gateway.sql.plan import Plan, Scan, request_key, spark_text
 from storage.node_client import NodeClient, ScanCancelled
-from storage.scan import plan_scan
+from storage.scan_protocol import ScanRequest
+from storage.scan_typing import output_schema
 from storage.spark_source import spark_schema
 
 INLINE_ROWS = 100_000  # "source": up to this size a fetched sub-query is a local relation
@@ -126,8 +127,8 @@ class Exchange:
 
     def _frame(self, key: tuple, scan: Scan, rows: pa.Table | None):
         if key not in self._frames:
-            request = scan.request()
-            schema = plan_scan(request, scan.info.schema).schema
+            request = ScanRequest.from_json(scan.request())
+            schema = output_schema(request, scan.info.schema)
             if rows is not None and rows.num_rows <= self.local_rows:
                 # one chunk: PySpark loses rows after an empty first chunk
                 self._frames[key] = self.spark.createDataFrame(rows.combine_chunks(), schema=spark_schema(schema))
@@ -137,7 +138,7 @@ class Exchange:
                 self._frames[key] = self._source(scan, request, schema)
         return self._frames[key]
 
-    def _files(self, scan: Scan, request: dict[str, Any], rows: pa.Table | None, schema: pa.Schema):
+    def _files(self, scan: Scan, request: ScanRequest, rows: pa.Table | None, schema: pa.Schema):
         # Spark reads a list of files much faster than a directory (no listing, no discovery)
         if rows is not None:
             count = shares(rows.num_rows, self.parallelism)
@@ -158,13 +159,13 @@ class Exchange:
                 list(pool.map(one, range(len(urls))))
         return self.spark.read.schema(spark_schema(schema)).parquet(*map(str, paths))
 
-    def _source(self, scan: Scan, request: dict[str, Any], schema: pa.Schema):
+    def _source(self, scan: Scan, request: ScanRequest, schema: pa.Schema):
         return (
             self.spark.read.format("cxg")
             .schema(spark_schema(schema))
             .option("nodes", ",".join(self.catalog.urls(scan.info)))
             .option("table", scan.table)
-            .option("request", json.dumps(request))
+            .option("request", json.dumps(request.to_json()))
             .option("partitions", str(self.parallelism))
             .load()
         )
@@ -247,7 +248,7 @@ def describe(mode: str, scan: Scan, fetched: pa.Table | None) -> str:
     return "streamed to Spark through the cxg data source"
 
 
-def write_scan(client: NodeClient, request: dict[str, Any], path: Path, schema: pa.Schema, cancelled=None) -> int:
+def write_scan(client: NodeClient, request: ScanRequest, path: Path, schema: pa.Schema, cancelled=None) -> int:
     """Stream one node's scan into a Parquet file (row groups of up to ROW_GROUP rows); the rows
     written. Setting `cancelled` stops it at the next batch with ScanCancelled."""
     pending: list[pa.RecordBatch] = []

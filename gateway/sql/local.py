@@ -14,15 +14,15 @@ import pyarrow.compute as pc
 
 from gateway.sql.catalog import RegionCatalog, TableInfo
 from gateway.sql.plan import Plan
-from gpu_kernels import expr as E
 from gpu_kernels.aggregate import final_aggregate
 from gpu_kernels.backend import NumpyBackend
 from gpu_kernels.evaluate import BlockEvaluator
-from gpu_kernels.vectors import arrow_type, to_arrow
+from gpu_kernels.vectors import to_arrow
 from storage.block import plain_block
 from storage.node_client import NodeClient
-from storage.scan import fold, plan_scan
-from storage.types import working_type
+from storage.scan import fold
+from storage.scan_protocol import ScanRequest, expr_from_json
+from storage.scan_typing import kernel_expr, type_scan, typed_output
 
 _BACKEND = NumpyBackend()
 # set while a query runs; `Engine.cancel` sets the event and the query's scans stop at the next batch
@@ -33,19 +33,17 @@ def evaluate(table: pa.Table, outputs: list[tuple[str, dict[str, Any]]], predica
     """The `outputs` (name, expression) over the rows of `table` where `predicate` holds."""
     block = plain_block(table)
     ev = BlockEvaluator(block, _BACKEND)
-    types = {name: E.arrow_kind(column.type) for name, column in block.columns.items()}
-    sel = ev.filter(fold(E.from_json(predicate))) if predicate is not None else ev.everything()
+    arrow_types = {name: column.type for name, column in block.columns.items()}
+    sel = ev.filter(fold(kernel_expr(expr_from_json(predicate)))) if predicate is not None else ev.everything()
     arrays, names = [], []
     for name, ir in outputs:
-        expression = fold(E.from_json(ir))
-        t = E.check(expression, types)
-        target = working_type(block.columns[expression.name].type) if isinstance(expression, E.Col) else arrow_type(t)
-        arrays.append(to_arrow(_BACKEND, ev.vec(expression, sel), sel.count(), target))
+        output = typed_output(name, expr_from_json(ir), arrow_types)
+        arrays.append(to_arrow(_BACKEND, ev.vec(fold(output.expr), sel), sel.count(), output.arrow_type))
         names.append(name)
     return pa.Table.from_arrays(arrays, names=names)
 
 
-def scan_nodes(catalog: RegionCatalog, info: TableInfo, request: dict[str, Any]) -> pa.Table:
+def scan_nodes(catalog: RegionCatalog, info: TableInfo, request: ScanRequest | dict[str, Any]) -> pa.Table:
     """A scan on every node holding the table (one node for a replicated table), results concatenated."""
     urls = catalog.urls(info)
     if info.replicated:
@@ -67,10 +65,10 @@ def run_local(plan: Plan, catalog: RegionCatalog) -> pa.Table:
     if plan.engine == "coordinator":
         return evaluate(pa.table({"_": [0]}), query.outputs)
     info = query.scan.info
-    merged = scan_nodes(catalog, info, query.request)
+    request = ScanRequest.from_json(query.request)
+    merged = scan_nodes(catalog, info, request)
     if query.aggregating:
-        aggregates = list(plan_scan(query.request, info.schema).task.aggregates)
-        merged = final_aggregate(merged, query.keys, aggregates)
+        merged = final_aggregate(merged, query.keys, list(type_scan(request, info.schema).task.aggregates))
     sort_keys = [(f"__k{i}", key) for i, (key, _, _) in enumerate(query.order)]
     result = evaluate(merged, query.outputs + sort_keys, query.having)
     if sort_keys:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -36,9 +36,9 @@ from gateway.sql.keysets import distinct, is_in
 from gateway.sql.local import run_local, scan_nodes
 from gateway.sql.parse import Statement
 from gateway.sql.plan import Plan, Planner, Scan, request_key
-from gpu_kernels import expr as E
 from gpu_kernels.aggregate import final_aggregate
-from storage.scan import plan_scan
+from storage.scan_protocol import Int64List, ScanRequest, ValueList, col, in_, int64_values, lit, values
+from storage.scan_typing import type_scan
 
 MAX_SUBSTITUTED = 10_000  # values an IN subquery may become
 MAX_KEYS = 500_000  # values a semi-join filter may carry
@@ -134,24 +134,25 @@ def _replacement(holder: exp.Expression, user: exp.Expression, answer: pa.Table)
 # ---- semi-join reduction ------------------------------------------------------------------------
 
 
-def _values(keys: pa.Array) -> dict[str, Any] | None:
+def _values(keys: pa.Array) -> ValueList | Int64List | None:
     """A values list for IN, or None for types not worth it."""
     t = keys.type
     if pa.types.is_integer(t):  # as one base64 array (a JSON number list above 2**63 for uint64)
-        return E.int64_json(keys.to_numpy(zero_copy_only=False)) if t != pa.uint64() else {"values": keys.to_pylist()}
+        return int64_values(keys.to_numpy(zero_copy_only=False)) if t != pa.uint64() else values(keys.to_pylist())
     if pa.types.is_date32(t):
-        return {"values": [d.isoformat() for d in keys.to_pylist()], "type": "date"}
+        return values([d.isoformat() for d in keys.to_pylist()], "date")
     if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return {"values": keys.to_pylist()}
+        return values(keys.to_pylist())
     return None
 
 
 def membership_filter(column: str, keys: pa.Array) -> dict[str, Any] | None:
-    """``column IN keys`` as a scan filter; None for key types not worth it."""
+    """``column IN keys`` as a scan filter in its JSON form (what a sub-query's filters hold); None
+    for key types not worth it."""
     if not len(keys):
-        return {"lit": False}
-    values = _values(keys)
-    return None if values is None else {"op": "in", "args": [{"col": column}, values]}
+        return lit(False).to_json()
+    listed = _values(keys)
+    return None if listed is None else in_(col(column), listed).to_json()
 
 
 def _probe(catalog: RegionCatalog, scan: Scan, limit: int, seen: dict[Hashable, pa.Table | None]) -> pa.Table | None:
@@ -159,18 +160,19 @@ def _probe(catalog: RegionCatalog, scan: Scan, limit: int, seen: dict[Hashable, 
     (the same table in a subquery and outside it) is answered from `seen`. A grouped (pre-aggregated
     or distinct) sub-query, to which no row limit applies, is fetched when its table is at most
     4 x `limit` rows, and the partial groups of every block and node are merged here."""
-    request = scan.request()
     if scan.group_by and scan.info.rows > 4 * limit:
         return None
+    request = ScanRequest.from_json(scan.request())
     if not scan.group_by:
-        request["limit"] = limit + 1
-    key = request_key(request)
+        request = replace(request, limit=limit + 1)
+    key = request_key(request.to_json())
     if key not in seen:
         data = scan_nodes(catalog, scan.info, request)
         if scan.group_by:
-            task = plan_scan(request, scan.info.schema)
-            keys = [k["name"] for k in scan.group_by]
-            data = final_aggregate(data, keys, list(task.task.aggregates)).select(task.schema.names).cast(task.schema)
+            typed = type_scan(request, scan.info.schema)
+            keys = [k.name for k in request.group_by]
+            data = final_aggregate(data, keys, list(typed.task.aggregates))
+            data = data.select(typed.schema.names).cast(typed.schema)
         seen[key] = data if data.num_rows <= limit else None
     return seen[key]
 

@@ -1,0 +1,499 @@
+"""The scan contract between a storage node and its clients (the coordinator, the PySpark data
+source, tests): what a scan request may say, and how the answer travels.
+
+One home for the wire format, so that what the planner builds, what the node accepts and what the
+data source sends cannot drift apart. The request and its expressions are small frozen values with
+`to_json` / `from_json` in today's JSON form::
+
+    {"table": "lineitem",
+     "columns": ["l_orderkey"],                                   # projected columns
+     "select": [{"name": "revenue", "expr": {...}}],              # computed columns
+     "filter": {...},                                             # predicate
+     "group_by": ["l_returnflag", {"name": "y", "expr": {...}}],  # with aggregates: partial
+     "aggregates": [{"name": "n", "func": "count"}, {"name": "s", "func": "sum", "arg": {...}}],
+     "having": {...},                                             # with aggregates: final groups
+     "partition": {"keys": ["l_orderkey"], "buckets": 8},         # hash-partitioned output
+     "buckets": [0, 3],                                           # only these storage buckets
+     "block_range": [0, 16],                                      # [start, stop) of those blocks
+     "limit": 100}
+
+An expression is ``{"col": name}``, ``{"lit": value, "type": name}`` (dates as ISO strings,
+decimals as strings, intervals as ``interval_day``/``interval_month``/``interval_year`` counts),
+``{"op": name, "args": [...]}``, or the right side of IN: ``{"values": [...], "type": name}`` or
+``{"int64": base64 of little-endian int64}`` (a long integer list without JSON numbers to parse).
+
+`from_json` checks a request's shape and raises `ScanRequestError` naming the problem; what its
+expressions mean against a table (types, the output schema) is `storage.scan_typing`'s job. This
+module imports nothing of the node, the kernels or an HTTP server: a client needs only this.
+
+The answer is an Arrow IPC stream (`ARROW_STREAM`): one batch per block (or per hash partition of
+a block, metadata `partition`), then an empty trailer batch whose metadata holds the scan's
+statistics (`METADATA_STATS`) or, when the scan failed after the stream started, its error
+(`METADATA_ERROR`). An aggregating scan answers partial states, one row per group and block; with
+``having`` the node merges its groups (the client asserts every group lives on this node alone,
+and only count, sum, min and max are merged there).
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from storage.errors import StorageError
+
+# ---- the wire around a request -----------------------------------------------------------------
+
+SCAN_PATH = "/v1/scan"
+JSON = "application/json"
+OCTET_STREAM = "application/octet-stream"
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+HEADER_BACKEND = "X-Cxg-Backend"  # the kernels' backend that ran the scan
+HEADER_NODE = "X-Cxg-Node"  # the node that answered
+METADATA_STATS = b"cxg.stats"  # trailer batch: the scan's statistics (JSON)
+METADATA_ERROR = b"cxg.error"  # trailer batch: {"code": ..., "message": ...} of a failed scan
+METADATA_BLOCK = "block"  # each batch: the block file it came from
+METADATA_PARTITION = "partition"  # each batch of a partitioned scan: its hash bucket
+
+MAX_PARTITION_BUCKETS = 65536
+MERGED_ON_NODE = ("count", "sum", "min", "max")  # the aggregates a node merges for `having`
+
+
+class ScanRequestError(StorageError):
+    """A malformed or unsupported scan request (HTTP 400); the message names the problem."""
+
+    code = "invalid_scan"
+
+
+# ---- expressions ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"col": self.name}
+
+
+@dataclass(frozen=True)
+class Literal:
+    """A value and, where JSON cannot tell it, its catalog type name (``date``, ``decimal(12,2)``)."""
+
+    value: Any
+    type: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"lit": self.value} if self.type is None else {"lit": self.value, "type": self.type}
+
+
+@dataclass(frozen=True)
+class ValueList:
+    """The right side of a long IN: literals of one type, none NULL."""
+
+    items: tuple[Any, ...]
+    type: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        items = list(self.items)
+        return {"values": items} if self.type is None else {"values": items, "type": self.type}
+
+
+@dataclass(frozen=True)
+class Int64List:
+    """The right side of a long IN over integers, kept as its wire text (base64 of little-endian
+    int64): a list of 500,000 keys travels without 500,000 JSON numbers to write and parse."""
+
+    data: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"int64": self.data}
+
+
+@dataclass(frozen=True)
+class Call:
+    op: str
+    args: tuple[Expr, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "args": [a.to_json() for a in self.args]}
+
+
+Expr = Column | Literal | ValueList | Int64List | Call
+
+
+def expr_from_json(data: Any) -> Expr:
+    """An expression from its JSON form; raises ScanRequestError naming what is malformed. What
+    its literals and lists hold, whether its operations exist and whether it is well typed are
+    checked against a table (`storage.scan_typing`): a list of 500,000 keys is read once."""
+    if not isinstance(data, dict):
+        raise ScanRequestError(f"an expression must be an object, not {data!r}")
+    if "col" in data:
+        if not isinstance(data["col"], str):
+            raise ScanRequestError(f"column name must be a string, not {data['col']!r}")
+        return Column(data["col"])
+    if "int64" in data:  # decoded where it is typed, once
+        if not isinstance(data["int64"], str):
+            raise ScanRequestError(f"int64 must be base64 of little-endian 64-bit integers, not {data['int64']!r}")
+        return Int64List(data["int64"])
+    if "values" in data:  # its items are read where it is typed
+        items = data["values"]
+        if not isinstance(items, list) or not items:
+            raise ScanRequestError("values must be a non-empty list without NULLs")
+        return ValueList(tuple(items), data.get("type"))
+    if "lit" in data:
+        type_name = data.get("type")
+        if type_name is not None and not isinstance(type_name, str):
+            raise ScanRequestError(f"literal type must be a string, not {type_name!r}")
+        return Literal(data["lit"], type_name)
+    if "op" in data:
+        op = data["op"]
+        if not isinstance(op, str):
+            raise ScanRequestError(f"unsupported operation {op!r}")
+        args = data.get("args", [])
+        if not isinstance(args, list):
+            raise ScanRequestError(f"args of {op} must be a list")
+        return Call(op, tuple(expr_from_json(a) for a in args))
+    raise ScanRequestError(f"an expression needs 'col', 'lit' or 'op': {data!r}")
+
+
+# ---- building expressions ------------------------------------------------------------------------
+
+
+def col(name: str) -> Column:
+    return Column(name)
+
+
+def lit(value: Any, type_name: str | None = None) -> Literal:
+    return Literal(value, type_name)
+
+
+def call(op: str, *args: Expr) -> Call:
+    """Any operation by name (``+``, ``case``, ``extract_year``, ``substring``...)."""
+    return Call(op, args)
+
+
+def compare(op: str, left: Expr, right: Expr) -> Call:
+    """``left op right``, op one of ``=``, ``<>``, ``<``, ``<=``, ``>``, ``>=``."""
+    return Call(op, (left, right))
+
+
+def and_(*parts: Expr) -> Call:
+    return Call("and", parts)
+
+
+def or_(*parts: Expr) -> Call:
+    return Call("or", parts)
+
+
+def not_(part: Expr) -> Call:
+    return Call("not", (part,))
+
+
+def conjoin(parts: list[Expr]) -> Expr | None:
+    """The AND of `parts`: None for none, the part itself for one."""
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else and_(*parts)
+
+
+def is_null(part: Expr) -> Call:
+    return Call("is_null", (part,))
+
+
+def is_not_null(part: Expr) -> Call:
+    return Call("is_not_null", (part,))
+
+
+def like(part: Expr, pattern: str) -> Call:
+    return Call("like", (part, Literal(pattern)))
+
+
+def in_(part: Expr, *items: Expr) -> Call:
+    """``part IN (items)``: literals, or one `ValueList` / `Int64List`."""
+    return Call("in", (part, *items))
+
+
+def values(items: list[Any], type_name: str | None = None) -> ValueList:
+    return ValueList(tuple(items), type_name)
+
+
+def int64_values(integers: np.ndarray) -> Int64List:
+    """An integer IN list in its compact form."""
+    data = np.ascontiguousarray(integers, dtype="<i8").tobytes()
+    return Int64List(base64.b64encode(data).decode("ascii"))
+
+
+# ---- the request ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Named:
+    """A result column: its name and the expression computing it."""
+
+    name: str
+    expr: Expr
+
+    @classmethod
+    def column(cls, name: str) -> Named:
+        return cls(name, Column(name))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "expr": self.expr.to_json()}
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """``func(arg) AS name``; no `arg` is COUNT(*)."""
+
+    name: str
+    func: str
+    arg: Expr | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        item: dict[str, Any] = {"name": self.name, "func": self.func}
+        return item if self.arg is None else {**item, "arg": self.arg.to_json()}
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Hash-partition the output on `keys` (output columns) into `buckets`."""
+
+    keys: tuple[str, ...]
+    buckets: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"keys": list(self.keys), "buckets": self.buckets}
+
+
+@dataclass(frozen=True)
+class ScanRequest:
+    """A scan of one table: it projects (`columns`, `select`) or aggregates (`group_by`,
+    `aggregates`). Build one with these fields, check one received with `from_json`."""
+
+    table: str
+    columns: tuple[Named, ...] = ()
+    select: tuple[Named, ...] = ()
+    filter: Expr | None = None
+    group_by: tuple[Named, ...] = ()
+    aggregates: tuple[Aggregate, ...] = ()
+    having: Expr | None = None
+    partition: Partition | None = None
+    buckets: tuple[int, ...] | None = None  # storage buckets to read (None: all)
+    block_range: tuple[int, int] | None = None  # [start, stop) among the blocks `buckets` keeps
+    limit: int | None = None
+
+    @property
+    def aggregating(self) -> bool:
+        return bool(self.group_by or self.aggregates)
+
+    @property
+    def outputs(self) -> tuple[Named, ...]:
+        """The projected columns, in answer order (empty for an aggregating scan)."""
+        return self.columns + self.select
+
+    @property
+    def output_names(self) -> list[str]:
+        """The answer's columns: projections, or group keys then aggregates (partial states aside)."""
+        named = self.group_by + self.outputs
+        return [n.name for n in named] + [a.name for a in self.aggregates]
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form; empty lists and unset fields are left out."""
+        data: dict[str, Any] = {"table": self.table}
+        if self.columns:
+            data["columns"] = [c.name if c.expr == Column(c.name) else c.to_json() for c in self.columns]
+        if self.select:
+            data["select"] = [s.to_json() for s in self.select]
+        if self.filter is not None:
+            data["filter"] = self.filter.to_json()
+        if self.group_by:
+            data["group_by"] = [k.to_json() for k in self.group_by]
+        if self.aggregates:
+            data["aggregates"] = [a.to_json() for a in self.aggregates]
+        if self.having is not None:
+            data["having"] = self.having.to_json()
+        if self.partition is not None:
+            data["partition"] = self.partition.to_json()
+        if self.buckets is not None:
+            data["buckets"] = list(self.buckets)
+        if self.block_range is not None:
+            data["block_range"] = list(self.block_range)
+        if self.limit is not None:
+            data["limit"] = self.limit
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any) -> ScanRequest:
+        """A request from its JSON form; raises ScanRequestError naming what is malformed."""
+        if not isinstance(data, dict) or not isinstance(data.get("table"), str):
+            raise ScanRequestError("a scan request names its table: {'table': ...}")
+        unknown = sorted(set(data) - set(REQUEST_SCHEMA["properties"]))
+        if unknown:
+            raise ScanRequestError(f"unknown field(s) in scan request: {', '.join(unknown)}")
+        predicate = None if data.get("filter") is None else expr_from_json(data["filter"])
+        columns = tuple(_named(c, "columns") for c in _list(data.get("columns"), "columns"))
+        select = tuple(_named(s, "select") for s in _list(data.get("select"), "select"))
+        keys = tuple(_named(k, "group_by") for k in _list(data.get("group_by"), "group_by"))
+        aggregates = tuple(_aggregate(a) for a in _list(data.get("aggregates"), "aggregates"))
+        request = cls(data["table"], columns, select, predicate, keys, aggregates)
+        if request.aggregating and request.outputs:
+            raise ScanRequestError("a scan either projects (columns/select) or aggregates (group_by/aggregates)")
+        if not request.aggregating and not request.outputs:
+            raise ScanRequestError("a scan needs columns, select, group_by or aggregates")
+        names = request.output_names
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ScanRequestError(f"output name(s) used twice: {', '.join(duplicates)}")
+        partition = _partition(data.get("partition"), names)
+        having = data.get("having")
+        if having is not None:
+            if not request.aggregating or partition is not None:
+                raise ScanRequestError("having needs group_by/aggregates, and no partition")
+            if any(a.func not in MERGED_ON_NODE for a in aggregates):
+                merged = ", ".join(MERGED_ON_NODE)
+                raise ScanRequestError(f"with having, the aggregates are {merged} (merged on the node)")
+            having = expr_from_json(having)
+        buckets = data.get("buckets")
+        if buckets is not None:
+            if not isinstance(buckets, list) or not all(isinstance(b, int) for b in buckets):
+                raise ScanRequestError("buckets must be a list of bucket numbers")
+            buckets = tuple(buckets)
+        limit = data.get("limit")
+        if limit is not None and (not isinstance(limit, int) or limit < 0 or request.aggregating):
+            raise ScanRequestError("limit is a non-negative integer, for projections only")
+        block_range = data.get("block_range")
+        if block_range is not None:
+            if not (
+                isinstance(block_range, list) and len(block_range) == 2 and all(isinstance(b, int) for b in block_range)
+            ):
+                raise ScanRequestError("block_range is [start, stop], two block numbers")
+            block_range = (block_range[0], block_range[1])
+        return cls(
+            request.table, columns, select, predicate, keys, aggregates, having, partition, buckets, block_range, limit
+        )
+
+
+def _list(items: Any, what: str) -> list[Any]:
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise ScanRequestError(f"{what} must be a list")
+    return items
+
+
+def _named(item: Any, what: str) -> Named:
+    if isinstance(item, str):
+        return Named.column(item)
+    if isinstance(item, dict) and isinstance(item.get("name"), str) and "expr" in item:
+        return Named(item["name"], expr_from_json(item["expr"]))
+    raise ScanRequestError(f"each entry of {what} is a column name or {{'name': ..., 'expr': ...}}, not {item!r}")
+
+
+def _aggregate(item: Any) -> Aggregate:
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not isinstance(item.get("func"), str):
+        raise ScanRequestError(f"an aggregate is {{'name': ..., 'func': ..., 'arg': ...}}, not {item!r}")
+    arg = item.get("arg")
+    return Aggregate(item["name"], item["func"], None if arg is None else expr_from_json(arg))
+
+
+def _partition(data: Any, names: list[str]) -> Partition | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("keys"), list) or not data["keys"]:
+        raise ScanRequestError("partition is {'keys': [output column, ...], 'buckets': N}")
+    missing = [k for k in data["keys"] if k not in names]
+    if missing:
+        raise ScanRequestError(f"partition key(s) {', '.join(map(str, missing))} are not output columns")
+    buckets = data.get("buckets")
+    if not isinstance(buckets, int) or not 1 <= buckets <= MAX_PARTITION_BUCKETS:
+        raise ScanRequestError(f"partition buckets must be an integer in 1..{MAX_PARTITION_BUCKETS}, not {buckets!r}")
+    return Partition(tuple(data["keys"]), buckets)
+
+
+# ---- JSON Schema ---------------------------------------------------------------------------------
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [{"type": "null"}, schema]}
+
+
+_EXPRESSION = {"$ref": "#/$defs/expression"}
+_NAMED_LIST = {"type": "array", "items": {"$ref": "#/$defs/named"}}
+
+REQUEST_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "scan request",
+    "description": "POST /v1/scan: a scan of one table on a storage node; the answer is an Arrow IPC stream.",
+    "type": "object",
+    "required": ["table"],
+    "additionalProperties": False,
+    "properties": {
+        "table": {"type": "string"},
+        "columns": _nullable(_NAMED_LIST),
+        "select": _nullable(_NAMED_LIST),
+        "filter": _nullable(_EXPRESSION),
+        "group_by": _nullable(_NAMED_LIST),
+        "aggregates": _nullable({"type": "array", "items": {"$ref": "#/$defs/aggregate"}}),
+        "having": _nullable(_EXPRESSION),
+        "partition": _nullable(
+            {
+                "type": "object",
+                "required": ["keys", "buckets"],
+                "properties": {
+                    "keys": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                    "buckets": {"type": "integer", "minimum": 1, "maximum": MAX_PARTITION_BUCKETS},
+                },
+            }
+        ),
+        "buckets": _nullable({"type": "array", "items": {"type": "integer"}}),
+        "block_range": _nullable({"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}),
+        "limit": _nullable({"type": "integer", "minimum": 0}),
+    },
+    "$defs": {
+        "named": {
+            "anyOf": [
+                {"type": "string"},
+                {
+                    "type": "object",
+                    "required": ["name", "expr"],
+                    "properties": {"name": {"type": "string"}, "expr": _EXPRESSION},
+                },
+            ]
+        },
+        "aggregate": {
+            "type": "object",
+            "required": ["name", "func"],
+            "properties": {"name": {"type": "string"}, "func": {"type": "string"}, "arg": _nullable(_EXPRESSION)},
+        },
+        "expression": {
+            "anyOf": [
+                {"type": "object", "required": ["col"], "properties": {"col": {"type": "string"}}},
+                {"type": "object", "required": ["int64"], "properties": {"int64": {"type": "string", "minLength": 1}}},
+                {
+                    "type": "object",
+                    "required": ["values"],
+                    "properties": {
+                        "values": {"type": "array", "minItems": 1, "items": {"type": ["boolean", "number", "string"]}},
+                        "type": {"type": "string"},
+                    },
+                },
+                {
+                    "type": "object",
+                    "required": ["lit"],
+                    "properties": {
+                        "lit": {"type": ["null", "boolean", "number", "string"]},
+                        "type": _nullable({"type": "string"}),
+                    },
+                },
+                {
+                    "type": "object",
+                    "required": ["op"],
+                    "properties": {"op": {"type": "string"}, "args": {"type": "array", "items": _EXPRESSION}},
+                },
+            ]
+        },
+    },
+}
