@@ -23,7 +23,6 @@ from sqlglot.errors import ParseError
 
 from balancer.packets import NodeInfo, read_payload
 from balancer.region_balancer import RegionBalancer, Ticket
-from gateway.results import sql_type
 from gateway.sql import params as parameters
 from gateway.sql.engine import Engine
 from gateway.sql.errors import SqlSyntaxError
@@ -31,6 +30,7 @@ from gateway.sql.parse import Statement as Parsed
 from gateway.sql.parse import refuse_writes, syntax_error
 from gateway.statements import Statement
 from regions.spark_session import SparkSettings
+from storage.sql_types import sql_name
 
 Started = Callable[[list[str]], None]
 
@@ -64,7 +64,7 @@ class NativeExecutor:
                 "placement": str(info.schema.placement),
                 "nodes": info.nodes,
                 "columns": [
-                    {"name": c.name, "type": sql_type(c.arrow_type), "nullable": c.nullable}
+                    {"name": c.name, "type": sql_name(c.arrow_type), "nullable": c.nullable}
                     for c in info.schema.columns
                 ],
             }
