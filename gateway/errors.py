@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from balancer.region_balancer import QueryFailed
+from balancer.region_balancer import DispatchFailed
 from gateway.sql.errors import SqlError
 
 # codes a node or the balancer may report -> (HTTP status, SQLSTATE class)
@@ -54,7 +54,7 @@ class ApiError(Exception):
             return error
         if isinstance(error, SqlError):
             return cls(error.status if error.status != 499 else 409, error.code, str(error), error.sqlstate)
-        if isinstance(error, QueryFailed):
+        if isinstance(error, DispatchFailed):
             status, sqlstate = NODE_CODES.get(error.code, (500, "XX000"))
             return cls(status, error.code, str(error), sqlstate, RETRY_AFTER.get(error.code))
         return cls(500, "internal_error", f"{type(error).__name__}: {error}", "XX000")

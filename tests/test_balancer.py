@@ -11,7 +11,7 @@ from aiohttp import web
 
 from balancer.link import CONNECT_PATH, accept
 from balancer.packets import Answer, NodeInfo, Request, Status, decode, encode
-from balancer.region_balancer import QueryFailed, query_id
+from balancer.region_balancer import DispatchFailed, query_id
 from balancer.server import NodeServer
 from gateway.background import free_port
 from gateway.config import load_config
@@ -197,7 +197,7 @@ def test_cancel_takes_a_query_out_of_the_queue_or_off_its_node() -> None:
         assert on_loop(region, lambda: len(balancer.queue)) == 0
         region.call(balancer.cancel(running))
         until(region, lambda: node.slots[0] is not None and node.slots[0].id == buffered.id, what="buffer promoted")
-        with pytest.raises(QueryFailed, match="cancelled"):
+        with pytest.raises(DispatchFailed, match="cancelled"):
             region.call(balancer.answer(queued))
         assert on_loop(region, lambda: balancer.counters["cancelled"]) == 2
         gate.finish_all()
