@@ -21,8 +21,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from balancer.packets import NodeInfo, read_payload
-from balancer.region_balancer import RegionBalancer, Ticket
+from balancer import NodeInfo, RegionBalancer, Ticket, read_payload
 from gateway.sql import params as parameters
 from gateway.sql.engine import Engine
 from gateway.sql.errors import SqlSyntaxError

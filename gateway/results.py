@@ -13,12 +13,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from balancer.packets import arrow_payload
+from balancer import arrow_payload
+from gateway.media import ARROW, CSV, JSON
 from storage.sql_types import sql_name
 
-JSON = "application/json"
-CSV = "text/csv"
-ARROW = "application/vnd.apache.arrow.stream"
 FORMATS = {JSON: JSON, "application/*": JSON, CSV: CSV, "text/*": CSV, ARROW: ARROW, "*/*": JSON}
 
 
