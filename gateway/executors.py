@@ -1,6 +1,6 @@
 """How a region runs a query, by the kind of its nodes.
 
-- native: the gateway's engine plans the query (previous issue); the balancer takes a slot on
+- native: the gateway's SQL engine plans the query; the balancer takes a slot on
   every node it reads (all owners of a hash-placed table, one node for replicated tables) as
   a lease; the engine runs it (scans on those nodes, joins on the region's Spark) and releases
   the slots. A query without tables runs at the gateway.
