@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import sqlglot
@@ -42,6 +42,23 @@ class Prepared:
     parsed: Parsed | None = None  # native: the checked, bound query
     nodes: frozenset[str] | None = None  # native: a slot on each of these; None: any one node
     local: bool = False  # native: no table, the gateway answers
+
+
+class Executor(Protocol):
+    """What the gateway asks of a region's way of running queries."""
+
+    backend: str
+    blocking_prepare: bool  # prepare() may block (it then runs in a thread)
+
+    def nodes_changed(self, nodes: list[NodeInfo]) -> None: ...
+
+    def tables(self) -> dict[str, dict[str, Any]]: ...
+
+    def prepare(self, sql: str, params: dict[str, Any], tag: str) -> Prepared: ...
+
+    async def run(self, statement: Statement, prepared: Prepared, started: Started) -> pa.Table: ...
+
+    def close(self) -> None: ...
 
 
 class NativeExecutor:

@@ -14,7 +14,7 @@ from balancer import RegionBalancer
 from gateway import results
 from gateway.config import GatewayConfig, TokenConfig
 from gateway.errors import ApiError, timeout
-from gateway.executors import NativeExecutor, PassThroughExecutor, Prepared
+from gateway.executors import Executor, Prepared
 from gateway.metrics import Metrics
 from gateway.statements import CANCELLED, FAILED, RUNNING, SUCCEEDED, Statement, Statements
 
@@ -26,7 +26,7 @@ class StatementLifecycle:
         self,
         settings: GatewayConfig,
         balancer: RegionBalancer,
-        executor: NativeExecutor | PassThroughExecutor,
+        executor: Executor,
         statements: Statements,
         metrics: Metrics,
     ):

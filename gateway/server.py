@@ -28,7 +28,7 @@ from balancer import Journal, RegionBalancer
 from gateway.auth import Auth
 from gateway.config import Config
 from gateway.errors import error_middleware
-from gateway.executors import NativeExecutor, PassThroughExecutor
+from gateway.executors import Executor, NativeExecutor, PassThroughExecutor
 from gateway.handlers.region import RegionHandlers
 from gateway.handlers.service import ServiceHandlers
 from gateway.handlers.statements import StatementHandlers
@@ -51,6 +51,7 @@ class Gateway:
             backend=config.region.backend,
             free_slot_first=config.region.dispatch == "free-slot-first",
         )
+        self.executor: Executor
         if config.region.backend == "native":
             self.executor = NativeExecutor(self.balancer, config.spark.settings(), f"region-{g.region}")
         else:

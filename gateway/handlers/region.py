@@ -9,7 +9,7 @@ from aiohttp import web
 
 from balancer import RegionBalancer
 from gateway.auth import Auth
-from gateway.executors import NativeExecutor, PassThroughExecutor
+from gateway.executors import Executor
 from gateway.statements import Statements
 
 
@@ -19,7 +19,7 @@ class RegionHandlers:
         backend: str,
         auth: Auth,
         balancer: RegionBalancer,
-        executor: NativeExecutor | PassThroughExecutor,
+        executor: Executor,
         statements: Statements,
     ):
         self.backend = backend
