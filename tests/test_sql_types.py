@@ -7,10 +7,15 @@ from pyspark.sql.types import StructType
 from sqlalchemy import types as sqltypes
 
 from gateway.sqlalchemy_dialect import sqlalchemy_type
+from storage import Column
 from storage.mysql_load import column_type
 from storage.spark_source import spark_schema
 from storage.sql_types import by_sql_name, names_of, sql_name
-from storage.types import parse_type
+
+
+def parse_type(name: str) -> pa.DataType:
+    return Column("c", name).arrow_type
+
 
 # the catalog's column types, as the README lists them
 STORAGE_TYPES = [
