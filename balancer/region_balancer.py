@@ -27,20 +27,22 @@ from balancer.downstream import Downstream, Pool
 from balancer.journal import Journal, client_of
 from balancer.link import Link, accept
 from balancer.packets import Answer, Cancel, Hello, NodeInfo, Packet, Release, Request, Started, Status
+from balancer.serving import serve_member
 
 log = logging.getLogger("cxg.balancer")
 
 
-class QueryFailed(Exception):
-    """A query ended without a result: `code` says why (cancelled, busy, node_lost, execution_error,
-    or the code a backend reported)."""
+class DispatchFailed(Exception):
+    """A query the balancer took ended without a result: `code` says why (cancelled, busy,
+    node_lost, execution_error, or the code a backend reported). Named apart from the SQL
+    layer's `QueryFailed`, which is a query's own fault."""
 
     def __init__(self, code: str, message: str):
         super().__init__(message)
         self.code = code
 
 
-class Overloaded(QueryFailed):
+class Overloaded(DispatchFailed):
     """Not admitted: the queue is full, or no node is connected."""
 
 
@@ -86,13 +88,14 @@ class RegionBalancer:
         token: str | None = None,
         journal: Journal | None = None,
         backend: str | None = None,
+        free_slot_first: bool = False,
     ):
         self.region = region
         self.backend = backend  # when set, nodes of another kind are turned away
         self.max_queue = max_queue
         self.token = token
         self.journal = journal or Journal(None, "balancer", f"region-{region}")
-        self.pool = Pool()
+        self.pool = Pool(free_slot_first=free_slot_first)
         self.queue: deque[Ticket] = deque()
         self.in_flight: dict[int, Ticket] = {}
         self.counters = {"admitted": 0, "rejected": 0, "completed": 0, "failed": 0, "cancelled": 0}
@@ -115,19 +118,15 @@ class RegionBalancer:
         number: int | None = None,
     ) -> Ticket:
         """Queue one query (under the id `number` from `new_id`, else a new one); Overloaded when
-        the queue is full or nothing is connected."""
-        if not self.pool.members:
-            self.counters["rejected"] += 1
-            raise Overloaded("no_nodes", f"region {self.region} has no connected node")
-        if len(self.queue) >= self.max_queue:
-            self.counters["rejected"] += 1
-            raise Overloaded("queue_full", f"region {self.region} queue is full ({self.max_queue} queries)")
-        if nodes is not None:
-            known = {info.name for info in self.pool.node_infos()}
-            missing = sorted(nodes - known)
+        the queue is full, nothing is connected or one of `nodes` is not."""
+        try:
+            self.check_admission()
+            missing = sorted(nodes - {info.name for info in self.pool.node_infos()}) if nodes is not None else []
             if missing:
-                self.counters["rejected"] += 1
                 raise Overloaded("node_lost", f"node(s) {', '.join(missing)} are not connected")
+        except Overloaded:
+            self.counters["rejected"] += 1
+            raise
         number = number if number is not None else self.new_id(client)
         request = Request(id=number, sql=sql, params=params or {}, tag=tag, lease=lease)
         ticket = Ticket(number, request, nodes)
@@ -137,12 +136,25 @@ class RegionBalancer:
         self._kick()
         return ticket
 
+    def check_admission(self) -> None:
+        """Overloaded when a query submitted now would be turned away (nothing connected, or a full
+        queue): the gateway asks before it books a statement, so a refused query is answered at
+        once and never listed."""
+        if not self.pool.members:
+            raise Overloaded("no_nodes", f"region {self.region} has no connected node")
+        if len(self.queue) >= self.max_queue:
+            raise Overloaded("queue_full", f"the region's queue is full ({self.max_queue} queries)")
+
+    @property
+    def queue_length(self) -> int:
+        return len(self.queue)
+
     def new_id(self, client: int = 0) -> int:
         """The next query id: global·10^8 + region·10^6 + client."""
         return query_id(next(self._numbers), self.region, client)
 
     async def answer(self, ticket: Ticket) -> Answer:
-        """Wait for the query's answer (a non-lease query); QueryFailed if it did not succeed."""
+        """Wait for the query's answer (a non-lease query); DispatchFailed if it did not succeed."""
         return await asyncio.shield(ticket.done)
 
     async def release(self, ticket: Ticket) -> None:
@@ -150,7 +162,7 @@ class RegionBalancer:
         for node, member in ticket.targets.items():
             await member.send(Release(id=ticket.id))
             log.debug("released %s on %s", ticket.id, node)
-        with contextlib.suppress(QueryFailed, TimeoutError):
+        with contextlib.suppress(DispatchFailed, TimeoutError):
             await asyncio.wait_for(asyncio.shield(ticket.done), 30)
 
     async def cancel(self, ticket: Ticket) -> None:
@@ -164,7 +176,7 @@ class RegionBalancer:
             for member in set(ticket.targets.values()):
                 await member.send(Cancel(id=ticket.id))
         self.in_flight.pop(ticket.id, None)
-        self._finish(ticket, QueryFailed("cancelled", "query cancelled"))
+        self._finish(ticket, DispatchFailed("cancelled", "query cancelled"))
 
     # ---- dispatching ----------------------------------------------------------------------------
 
@@ -200,7 +212,7 @@ class RegionBalancer:
                 lost = [node for node, owner in owners.items() if owner is None]
                 if lost:
                     self.queue.popleft()
-                    self._finish(ticket, QueryFailed("node_lost", f"node(s) {', '.join(lost)} went away"))
+                    self._finish(ticket, DispatchFailed("node_lost", f"node(s) {', '.join(lost)} went away"))
                     continue
                 if not all(owner.node_ready(node) for node, owner in owners.items()):
                     return  # FIFO: the head waits for all its nodes
@@ -255,12 +267,12 @@ class RegionBalancer:
             for node, member in ticket.targets.items():
                 if node not in ticket.answers:
                     self._spawn(member.send(Cancel(id=ticket.id)))
-            self._finish(ticket, QueryFailed(answer.code or "execution_error", answer.message))
+            self._finish(ticket, DispatchFailed(answer.code or "execution_error", answer.message))
         elif len(ticket.answers) == len(ticket.targets):
             del self.in_flight[ticket.id]
             self._finish(ticket, answer)
 
-    def _finish(self, ticket: Ticket, outcome: Answer | QueryFailed) -> None:
+    def _finish(self, ticket: Ticket, outcome: Answer | DispatchFailed) -> None:
         if ticket.done.done():
             return
         ok = isinstance(outcome, Answer)
@@ -272,7 +284,7 @@ class RegionBalancer:
             ticket.done.exception()  # retrieved: nobody may be waiting any more
             self.counters["cancelled" if outcome.code == "cancelled" else "failed"] += 1
         if not ticket.started.done():
-            ticket.started.set_exception(outcome if not ok else QueryFailed("execution_error", "answered unstarted"))
+            ticket.started.set_exception(outcome if not ok else DispatchFailed("execution_error", "answered unstarted"))
             ticket.started.exception()
         seconds = time.perf_counter() - ticket.sent if ticket.sent else 0.0
         self.journal.query(
@@ -301,23 +313,18 @@ class RegionBalancer:
             )
             await link.close()
             return
-        member = Downstream(link, hello)
-        self.pool.add(member)
-        self._membership.set()
-        log.info("region %s: %s %s joined (%d node(s))", self.region, hello.role, hello.name, len(hello.nodes))
-        try:
-            async for packet in link.packets():
-                await self._from_downstream(member, packet)
-        finally:
-            if self.pool.get(member.name) is member:
-                self.pool.remove(member.name)
-            self._membership.set()
-            log.warning("region %s: %s %s left", self.region, hello.role, hello.name)
-            self._lost(member)
+        await serve_member(self.pool, link, hello, self._from_downstream, self._joined, self._left)
 
-    def _lost(self, member: Downstream) -> None:
+    async def _joined(self, member: Downstream) -> None:
+        self._membership.set()
+        hello = member.hello
+        log.info("region %s: %s %s joined (%d node(s))", self.region, hello.role, hello.name, len(hello.nodes))
+
+    async def _left(self, member: Downstream) -> None:
         """Queries sent to a member that went away: requeued when nothing had started them and
         any node may answer, failed otherwise."""
+        self._membership.set()
+        log.warning("region %s: %s %s left", self.region, member.hello.role, member.name)
         for ticket in [t for t in self.in_flight.values() if member in t.targets.values()]:
             del self.in_flight[ticket.id]
             if ticket.nodes is None and not ticket.started.done():
@@ -326,7 +333,7 @@ class RegionBalancer:
             else:
                 for other in set(ticket.targets.values()) - {member}:
                     self._spawn(other.send(Cancel(id=ticket.id)))
-                self._finish(ticket, QueryFailed("node_lost", f"{member.hello.role} {member.name} went away"))
+                self._finish(ticket, DispatchFailed("node_lost", f"{member.hello.role} {member.name} went away"))
         self._kick()
 
     async def connect(self, request: web.Request) -> web.StreamResponse:
@@ -339,6 +346,9 @@ class RegionBalancer:
 
     def nodes(self) -> list[NodeInfo]:
         return self.pool.node_infos()
+
+    def close(self) -> None:
+        self.journal.close()
 
     def snapshot(self) -> dict[str, Any]:
         """The region as `cxg status` shows it."""

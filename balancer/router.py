@@ -16,6 +16,7 @@ from balancer.downstream import Downstream, Pool
 from balancer.journal import Journal
 from balancer.link import Link, accept, dial
 from balancer.packets import Answer, Cancel, Hello, Packet, Release, Request, Started, Status
+from balancer.serving import serve_link, serve_member
 
 log = logging.getLogger("cxg.router")
 
@@ -71,39 +72,37 @@ class Router:
         await target.send(request)
 
     async def serve_upstream(self, link: Link) -> None:
-        self.upstream = link
-        await self._report(force=True)
-        try:
-            async for packet in link.packets():
-                await self._from_upstream(packet)
-        finally:
+        async def opened() -> None:
+            self.upstream = link
+            await self._report(force=True)
+
+        async def closed() -> None:
             self.upstream = None
             owners, self._owners = self._owners, {}
             for query_id, (owner, _, _) in owners.items():  # nobody is waiting for these any more
                 await owner.send(Cancel(id=query_id))
 
+        await serve_link(link, self._from_upstream, opened, closed)
+
     # ---- downstream -----------------------------------------------------------------------------
 
     async def _serve_node(self, link: Link, hello: Hello) -> None:
-        member = Downstream(link, hello)
-        self.pool.add(member)
-        log.info("%s: %s joined with %d node(s)", self.name, hello.name, len(hello.nodes))
+        await serve_member(self.pool, link, hello, self._from_node, self._joined, self._left)
+
+    async def _joined(self, member: Downstream) -> None:
+        log.info("%s: %s joined with %d node(s)", self.name, member.name, len(member.nodes))
         await self._announce()
-        try:
-            async for packet in link.packets():
-                await self._from_node(member, packet)
-        finally:
-            if self.pool.get(member.name) is member:
-                self.pool.remove(member.name)
-            for query_id, (owner, _, _) in list(self._owners.items()):
-                if owner is member:
-                    del self._owners[query_id]
-                    message = f"node {member.name} went away"
-                    if self.upstream is not None:
-                        await self.upstream.send(
-                            Answer(id=query_id, node=member.name, ok=False, code="node_lost", message=message)
-                        )
-            await self._announce()
+
+    async def _left(self, member: Downstream) -> None:
+        for query_id, (owner, _, _) in list(self._owners.items()):
+            if owner is member:
+                del self._owners[query_id]
+                message = f"node {member.name} went away"
+                if self.upstream is not None:
+                    await self.upstream.send(
+                        Answer(id=query_id, node=member.name, ok=False, code="node_lost", message=message)
+                    )
+        await self._announce()
 
     async def _from_node(self, member: Downstream, packet: Packet) -> None:
         if isinstance(packet, Hello):  # the node's tables changed

@@ -25,6 +25,7 @@ from aiohttp import web
 from balancer.journal import Journal, client_of
 from balancer.link import Link, dial
 from balancer.packets import Answer, Cancel, Hello, NodeInfo, NodeState, Packet, Release, Request, Started, Status
+from balancer.serving import serve_link
 
 log = logging.getLogger("cxg.server")
 
@@ -189,16 +190,18 @@ class NodeServer:
 
     async def serve(self, link: Link) -> None:
         """Talk to the upstream on `link` until it goes away; then nothing it sent survives."""
-        self.link = link
-        await self._status(force=True)
-        try:
-            async for packet in link.packets():
-                await self.handle(packet)
-        finally:
+
+        async def opened() -> None:
+            self.link = link
+            await self._status(force=True)
+
+        async def closed() -> None:
             self.link = None
             self.buffer = None
             for task in list(self._tasks.values()):
                 task.cancel()
+
+        await serve_link(link, self.handle, opened, closed)
 
     async def run(self, upstream: str, token: str | None = None, stop: asyncio.Event | None = None) -> None:
         await dial(upstream, self.hello, self.serve, token, stop)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from gateway.results import ARROW
+from gateway.media import ARROW
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 

@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from gateway.client import Client, GatewayError
-from gateway.results import sql_type
+from storage.sql_types import sql_name
 
 apilevel = "2.0"
 threadsafety = 2  # threads may share the module and connections, not cursors
@@ -203,7 +203,7 @@ class Cursor:
 
     def _load(self, table: pa.Table) -> None:
         self.description = [
-            (field.name, sql_type(field.type), None, None, *_precision(field.type), field.nullable)
+            (field.name, sql_name(field.type), None, None, *_precision(field.type), field.nullable)
             for field in table.schema
         ]
         columns = [c.to_pylist() for c in table.columns]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from balancer.region_balancer import QueryFailed
+from balancer import DispatchFailed
 from gateway.sql.errors import SqlError
 
 # codes a node or the balancer may report -> (HTTP status, SQLSTATE class)
@@ -54,7 +54,7 @@ class ApiError(Exception):
             return error
         if isinstance(error, SqlError):
             return cls(error.status if error.status != 499 else 409, error.code, str(error), error.sqlstate)
-        if isinstance(error, QueryFailed):
+        if isinstance(error, DispatchFailed):
             status, sqlstate = NODE_CODES.get(error.code, (500, "XX000"))
             return cls(status, error.code, str(error), sqlstate, RETRY_AFTER.get(error.code))
         return cls(500, "internal_error", f"{type(error).__name__}: {error}", "XX000")
@@ -66,3 +66,17 @@ def bad_request(message: str, code: str = "invalid_request") -> ApiError:
 
 def timeout(seconds: float) -> ApiError:
     return ApiError(504, "timeout", f"query did not finish within {seconds:g} s and was stopped", "57014")
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
+    """Every failure of a handler as the API's error body; aiohttp's own (404, 405, 413) too."""
+    try:
+        return await handler(request)
+    except ApiError as e:
+        return e.response()
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        code = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(e.status, "http_error")
+        return ApiError(e.status, code, f"{e.reason}: {request.method} {request.path}", "42000").response()

@@ -1,6 +1,6 @@
 """How a region runs a query, by the kind of its nodes.
 
-- native: the gateway's engine plans the query (previous issue); the balancer takes a slot on
+- native: the gateway's SQL engine plans the query; the balancer takes a slot on
   every node it reads (all owners of a hash-placed table, one node for replicated tables) as
   a lease; the engine runs it (scans on those nodes, joins on the region's Spark) and releases
   the slots. A query without tables runs at the gateway.
@@ -14,16 +14,14 @@ import asyncio
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from balancer.packets import NodeInfo, read_payload
-from balancer.region_balancer import RegionBalancer, Ticket
-from gateway.results import sql_type
+from balancer import NodeInfo, RegionBalancer, Ticket, read_payload
 from gateway.sql import params as parameters
 from gateway.sql.engine import Engine
 from gateway.sql.errors import SqlSyntaxError
@@ -31,6 +29,7 @@ from gateway.sql.parse import Statement as Parsed
 from gateway.sql.parse import refuse_writes, syntax_error
 from gateway.statements import Statement
 from regions.spark_session import SparkSettings
+from storage.sql_types import sql_name
 
 Started = Callable[[list[str]], None]
 
@@ -43,6 +42,23 @@ class Prepared:
     parsed: Parsed | None = None  # native: the checked, bound query
     nodes: frozenset[str] | None = None  # native: a slot on each of these; None: any one node
     local: bool = False  # native: no table, the gateway answers
+
+
+class Executor(Protocol):
+    """What the gateway asks of a region's way of running queries."""
+
+    backend: str
+    blocking_prepare: bool  # prepare() may block (it then runs in a thread)
+
+    def nodes_changed(self, nodes: list[NodeInfo]) -> None: ...
+
+    def tables(self) -> dict[str, dict[str, Any]]: ...
+
+    def prepare(self, sql: str, params: dict[str, Any], tag: str) -> Prepared: ...
+
+    async def run(self, statement: Statement, prepared: Prepared, started: Started) -> pa.Table: ...
+
+    def close(self) -> None: ...
 
 
 class NativeExecutor:
@@ -64,7 +80,7 @@ class NativeExecutor:
                 "placement": str(info.schema.placement),
                 "nodes": info.nodes,
                 "columns": [
-                    {"name": c.name, "type": sql_type(c.arrow_type), "nullable": c.nullable}
+                    {"name": c.name, "type": sql_name(c.arrow_type), "nullable": c.nullable}
                     for c in info.schema.columns
                 ],
             }

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
-from balancer.region_balancer import RegionBalancer
+from balancer import RegionBalancer
 
 STAGES = ("prepare", "queue", "execute", "total")
 disable_created_metrics()  # the *_created series only add noise to a scrape

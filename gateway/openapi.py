@@ -5,18 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.errors import NODE_CODES
+from gateway.media import ARROW, CSV, JSON
 
 FORMATS = {
-    "application/json": {"schema": {"$ref": "#/components/schemas/Statement"}},
-    "text/csv": {"schema": {"type": "string"}},
-    "application/vnd.apache.arrow.stream": {"schema": {"type": "string", "format": "binary"}},
+    JSON: {"schema": {"$ref": "#/components/schemas/Statement"}},
+    CSV: {"schema": {"type": "string"}},
+    ARROW: {"schema": {"type": "string", "format": "binary"}},
 }
 
 
 def _error(description: str) -> dict[str, Any]:
     return {
         "description": description,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+        "content": {JSON: {"schema": {"$ref": "#/components/schemas/Error"}}},
     }
 
 
@@ -105,7 +106,7 @@ def document() -> dict[str, Any]:
                     "requestBody": {
                         "required": True,
                         "content": {
-                            "application/json": {"schema": {"$ref": "#/components/schemas/StatementRequest"}},
+                            JSON: {"schema": {"$ref": "#/components/schemas/StatementRequest"}},
                             "text/plain": {"schema": {"type": "string"}},
                         },
                     },

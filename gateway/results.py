@@ -13,11 +13,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from balancer.packets import arrow_payload
+from balancer import arrow_payload
+from gateway.media import ARROW, CSV, JSON
+from storage.sql_types import sql_name
 
-JSON = "application/json"
-CSV = "text/csv"
-ARROW = "application/vnd.apache.arrow.stream"
 FORMATS = {JSON: JSON, "application/*": JSON, CSV: CSV, "text/*": CSV, ARROW: ARROW, "*/*": JSON}
 
 
@@ -47,31 +46,8 @@ def negotiate(accept: str | None) -> str:
     return min(offers)[2]
 
 
-def sql_type(t: pa.DataType) -> str:
-    """The SQL name of an Arrow type, as the `columns` of a JSON result show it."""
-    if pa.types.is_boolean(t):
-        return "boolean"
-    if pa.types.is_integer(t):
-        return {8: "tinyint", 16: "smallint", 32: "integer", 64: "bigint"}[t.bit_width]
-    if pa.types.is_floating(t):
-        return "real" if t.bit_width == 32 else "double"
-    if pa.types.is_decimal(t):
-        return f"decimal({t.precision},{t.scale})"
-    if pa.types.is_date(t):
-        return "date"
-    if pa.types.is_timestamp(t):
-        return "timestamp"
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return "varchar"
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return "varbinary"
-    if pa.types.is_null(t):
-        return "null"
-    return str(t)
-
-
 def columns(schema: pa.Schema) -> list[dict[str, str]]:
-    return [{"name": f.name, "type": sql_type(f.type)} for f in schema]
+    return [{"name": f.name, "type": sql_name(f.type)} for f in schema]
 
 
 def json_value(value: Any) -> Any:

@@ -14,26 +14,18 @@ from sqlalchemy import types as sqltypes
 from sqlalchemy.engine import default
 from sqlalchemy.engine.url import URL
 
-_TYPES: dict[str, Any] = {
-    "boolean": sqltypes.Boolean,
-    "tinyint": sqltypes.SmallInteger,
-    "smallint": sqltypes.SmallInteger,
-    "integer": sqltypes.Integer,
-    "bigint": sqltypes.BigInteger,
-    "real": sqltypes.Float,
-    "double": sqltypes.Float,
-    "date": sqltypes.Date,
-    "timestamp": sqltypes.DateTime,
-    "varchar": sqltypes.String,
-    "varbinary": sqltypes.LargeBinary,
-}
+from storage.sql_types import by_sql_name
 
 
 def sqlalchemy_type(name: str) -> sqltypes.TypeEngine:
-    if name.startswith("decimal("):
+    """The SQLAlchemy type of a column the API calls `name` (NullType for one it does not know)."""
+    names = by_sql_name(name)
+    if names is None:
+        return sqltypes.NullType()
+    if names.sqlalchemy == "Numeric":
         precision, scale = (int(x) for x in name[len("decimal(") : -1].split(","))
         return sqltypes.Numeric(precision, scale)
-    return _TYPES.get(name, sqltypes.NullType)()
+    return getattr(sqltypes, names.sqlalchemy)()
 
 
 class CxgDialect(default.DefaultDialect):

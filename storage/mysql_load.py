@@ -14,6 +14,7 @@ from sqlalchemy.engine import make_url
 
 from storage.errors import StorageError
 from storage.mysql_urls import mysql_url
+from storage.sql_types import names_of
 
 BATCH_ROWS = 5_000
 PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
@@ -37,23 +38,14 @@ INDEXES: dict[str, tuple[tuple[str, ...], ...]] = {  # TPC-H's foreign keys
 
 
 def column_type(column: pa.ChunkedArray) -> str:
-    t = column.type
-    if pa.types.is_boolean(t):
-        return "BOOLEAN"
-    if pa.types.is_integer(t):
-        return "BIGINT" if t.bit_width == 64 or (pa.types.is_unsigned_integer(t) and t.bit_width == 32) else "INT"
-    if pa.types.is_floating(t):
-        return "DOUBLE"
-    if pa.types.is_decimal(t):
-        return f"DECIMAL({t.precision},{t.scale})"
-    if pa.types.is_date(t):
-        return "DATE"
-    if pa.types.is_timestamp(t):
-        return "DATETIME(6)"
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+    """The column's MariaDB type; a string column as long as its longest value needs (indexable)."""
+    names = names_of(column.type)
+    if names is None or names.mariadb is None:
+        raise StorageError(f"column type {column.type} cannot be loaded into MariaDB")
+    if names.sql == "varchar":
         longest = pc.max(pc.utf8_length(column.cast(pa.string()))).as_py() or 1
-        return f"VARCHAR({longest})" if longest <= 1000 else "TEXT"
-    raise StorageError(f"column type {t} cannot be loaded into MariaDB")
+        return f"VARCHAR({longest})" if longest <= 1000 else names.mariadb
+    return names.mariadb
 
 
 def _quote(name: str) -> str:

@@ -85,14 +85,20 @@ from storage.scan_protocol import (
     not_,
 )
 from storage.scan_typing import output_schema
+from storage.sql_types import names_of
 
 BUCKET_COLUMN = "_bucket"
 
 
 def spark_schema(arrow_schema: pa.Schema) -> StructType:
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(arrow_schema)
+    """The Spark schema of Arrow columns, by the Spark names of `storage.sql_types`."""
+    fields = []
+    for f in arrow_schema:
+        names = names_of(f.type)
+        if names is None:
+            raise TypeError(f"column {f.name!r}: Spark has no type for {f.type}")
+        fields.append({"name": f.name, "type": names.spark, "nullable": f.nullable, "metadata": {}})
+    return StructType.fromJson({"type": "struct", "fields": fields})
 
 
 def scan_schema(node_url: str, table: str, request: dict[str, Any]) -> pa.Schema:

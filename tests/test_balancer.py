@@ -9,10 +9,12 @@ import asyncio
 import pytest
 from aiohttp import web
 
+from balancer.downstream import Pool
 from balancer.link import CONNECT_PATH, accept
-from balancer.packets import Answer, NodeInfo, Request, Status, decode, encode
-from balancer.region_balancer import QueryFailed, query_id
+from balancer.packets import Answer, Hello, NodeInfo, Request, Status, decode, encode
+from balancer.region_balancer import DispatchFailed, query_id
 from balancer.server import NodeServer
+from balancer.serving import serve_member
 from gateway.background import free_port
 from gateway.config import load_config
 from regions.embedded import EmbeddedRegion
@@ -197,7 +199,7 @@ def test_cancel_takes_a_query_out_of_the_queue_or_off_its_node() -> None:
         assert on_loop(region, lambda: len(balancer.queue)) == 0
         region.call(balancer.cancel(running))
         until(region, lambda: node.slots[0] is not None and node.slots[0].id == buffered.id, what="buffer promoted")
-        with pytest.raises(QueryFailed, match="cancelled"):
+        with pytest.raises(DispatchFailed, match="cancelled"):
             region.call(balancer.answer(queued))
         assert on_loop(region, lambda: balancer.counters["cancelled"]) == 2
         gate.finish_all()
@@ -222,3 +224,53 @@ def test_queries_of_a_lost_node_go_to_another() -> None:
         outcomes = {t.id: (t.done.exception() is None) for t in tickets}
         assert outcomes[lost] is True and lost in gates[1].seen
         assert sum(not ok for ok in outcomes.values()) == 1  # only the one running on node 0
+
+
+class _Link:
+    """A link whose peer sends `packets` and then, with `hang`, stays silent until cancelled."""
+
+    def __init__(self, packets: list, hang: bool = False):
+        self._packets, self._hang, self.peer = packets, hang, "peer"
+
+    async def packets(self):
+        for packet in self._packets:
+            yield packet
+        if self._hang:
+            await asyncio.Event().wait()
+
+
+def test_a_member_is_served_in_order_and_leaves_its_pool_unless_replaced() -> None:
+    hello = Hello(name="n1", role="node", nodes=[NodeInfo("n1", "simulation", 1)])
+    statuses = [Status(ready=i % 2 == 0, received=i) for i in range(3)]
+
+    async def scenario() -> None:
+        pool, seen, events = Pool(), [], []
+
+        async def handle(member, packet) -> None:
+            assert pool.get("n1") is member  # a member of the pool while it is served
+            seen.append(packet)
+
+        async def joined(member) -> None:
+            events.append(("joined", member.name))
+
+        async def left(member) -> None:
+            events.append(("left", member.name))
+
+        await serve_member(pool, _Link(statuses), hello, handle, joined, left)
+        assert seen == statuses and events == [("joined", "n1"), ("left", "n1")] and pool.get("n1") is None
+
+        # the old link of a node that reconnected ends after the new one joined: the new one stays
+        old = asyncio.create_task(serve_member(pool, _Link([], hang=True), hello, handle, joined, left))
+        await asyncio.sleep(0)
+        await serve_member(pool, _Link([]), hello, handle, joined, left)  # joins, replacing, then leaves
+        newer = asyncio.create_task(serve_member(pool, _Link([], hang=True), hello, handle, joined, left))
+        await asyncio.sleep(0)
+        replacement, departures = pool.get("n1"), events.count(("left", "n1"))
+        old.cancel()  # a cancelled link is cleaned up too
+        await asyncio.gather(old, return_exceptions=True)
+        assert pool.get("n1") is replacement and events.count(("left", "n1")) == departures + 1
+        newer.cancel()
+        await asyncio.gather(newer, return_exceptions=True)
+        assert pool.get("n1") is None
+
+    asyncio.run(scenario())

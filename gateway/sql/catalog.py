@@ -8,31 +8,7 @@ from dataclasses import dataclass, field
 from gateway.sql.errors import UndefinedTable
 from storage.catalog import TableSchema
 from storage.node_client import NodeClient
-
-_SQL_TYPES = {
-    "bool": "boolean",
-    "int8": "tinyint",
-    "int16": "smallint",
-    "int32": "int",
-    "int64": "bigint",
-    "uint8": "smallint",
-    "uint16": "int",
-    "uint32": "bigint",
-    "float32": "float",
-    "float64": "double",
-    "date": "date",
-    "string": "varchar",
-    "large_string": "varchar",
-    "string_view": "varchar",
-}
-
-
-def sql_type(type_name: str) -> str:
-    if type_name.startswith("decimal"):
-        return type_name
-    if type_name.startswith("timestamp"):
-        return "timestamp"
-    return _SQL_TYPES[type_name]
+from storage.sql_types import sql_name
 
 
 @dataclass
@@ -92,7 +68,9 @@ class RegionCatalog:
 
     def sql_schema(self) -> dict[str, dict[str, str]]:
         """table -> column -> SQL type, for qualifying queries."""
-        return {name: {c.name: sql_type(c.type) for c in info.schema.columns} for name, info in self.tables().items()}
+        return {
+            name: {c.name: sql_name(c.arrow_type) for c in info.schema.columns} for name, info in self.tables().items()
+        }
 
     def urls(self, info: TableInfo) -> list[str]:
         return [self.nodes[n] for n in info.nodes]
