@@ -31,7 +31,7 @@ from balancer.journal import Journal
 from balancer.region_balancer import Overloaded, RegionBalancer
 from gateway import results
 from gateway.auth import Auth
-from gateway.config import Config, TokenConfig
+from gateway.config import Config, SparkFactory, TokenConfig
 from gateway.errors import ApiError, bad_request, timeout
 from gateway.executors import NativeExecutor, PassThroughExecutor, Prepared
 from gateway.metrics import Metrics
@@ -42,7 +42,10 @@ log = logging.getLogger("cxg.gateway")
 
 
 class Gateway:
-    def __init__(self, config: Config):
+    """The region's front door. `spark` is the region's Spark session factory, handed in by
+    whoever composes the region (joins fail without one)."""
+
+    def __init__(self, config: Config, spark: SparkFactory | None = None):
         self.config = config
         g = config.gateway
         self.balancer = RegionBalancer(
@@ -54,7 +57,7 @@ class Gateway:
         )
         self.balancer.pool.free_slot_first = config.region.dispatch == "free-slot-first"
         if config.region.backend == "native":
-            self.executor = NativeExecutor(self.balancer, config.spark.settings(), f"region-{g.region}")
+            self.executor = NativeExecutor(self.balancer, config.spark.settings(), spark)
         else:
             self.executor = PassThroughExecutor(self.balancer, config.region.backend)
         self.auth = Auth(g.tokens)

@@ -17,6 +17,7 @@ from balancer.server import NodeServer
 from gateway.background import free_port
 from gateway.config import Config
 from gateway.server import Gateway
+from regions.spark_session import session_factory
 
 
 @dataclass
@@ -55,7 +56,8 @@ class EmbeddedRegion:
     async def _start(self) -> None:
         self._stop = asyncio.Event()
         token = self.config.gateway.cluster_token or None
-        self.gateway = Gateway(self.config)
+        spark = session_factory(self.config.spark.settings(), f"region-{self.config.gateway.region}")
+        self.gateway = Gateway(self.config, spark)
         await self._serve(self.gateway.app(), self.config.gateway.port)
         upstream = {node.name: self.url for node in self.nodes}
         for name, members in self.routers.items():

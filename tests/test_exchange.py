@@ -48,7 +48,7 @@ def way(request, region, spark, spark_settings, tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         for name, value in limits.items():
             patch.setattr(exchange, name, value)
-        yield Engine(region, settings), directory
+        yield Engine(region, settings, lambda: spark), directory
 
 
 @pytest.mark.parametrize("sql", JOINS, ids=range(len(JOINS)))
