@@ -61,6 +61,7 @@ class SparkConfig:
     exchange: str = "auto"  # sub-queries reach Spark as Parquet files, through the cxg data source, or auto
     exchange_dir: str | None = None  # where exchange files go (shared storage for a remote cluster)
     conf: dict[str, str] = field(default_factory=dict)  # any other spark.* option
+    warm_up: bool = True  # `cxg gateway` (native nodes) starts Spark in the background at start-up
 
     def settings(self) -> SparkSettings:
         return SparkSettings(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from gateway.cli import main
+from cxg import main
 from gateway.config import ConfigError, load_config, parse_size
 from storage import Store
 

@@ -17,7 +17,7 @@ from gateway.background import free_port
 from gateway.client import Client, GatewayError
 from tests.http import http
 
-CLI = [sys.executable, "-m", "gateway.cli"]
+CLI = [sys.executable, "-m", "cxg"]
 
 
 def _up(*sets: str) -> tuple[subprocess.Popen, str]:
