@@ -32,8 +32,7 @@ from loadtests.measures import summarize
 from loadtests.scenario import Scenario, tpch_list
 from loadtests.simulator import Simulator, Target
 from loadtests.tpch_queries import query
-from regions.launcher import LocalRegion, interrupt_on_sigterm
-from regions.spark_session import stop_all
+from regions import LocalRegion, interrupt_on_sigterm, stop_all
 from storage.stats import summarize as storage_summary
 
 PARAMETERIZED = (

@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 from cxg.console import console
 from cxg.data_dirs import add_data_option, stores_of
 from gateway.config import Config, parse_size
-from regions.spark_session import spark_session
+from regions import spark_session
 from storage import Column, Placement, SchemaError, Store, TableSchema, tpch
 from storage.loader import LoadOptions, load_table
 from storage.mysql_load import load_mysql

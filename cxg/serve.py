@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 from aiohttp import web
-from rich.table import Table as RichTable
 
 from balancer.journal import Journal
 from balancer.mysql_backend import MysqlBackend
@@ -28,8 +27,7 @@ from gateway.client import Client
 from gateway.config import Config, ConfigError, SparkFactory
 from gateway.server import Gateway
 from gpu_kernels.backend import get_backend
-from regions.launcher import LocalRegion, interrupt_on_sigterm
-from regions.spark_session import session_factory
+from regions import LocalRegion, interrupt_on_sigterm, session_factory
 from storage import Store
 from storage.node import Node
 
@@ -136,14 +134,14 @@ def cmd_router(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def served_data(config: Config) -> RichTable:
-    """What a native region's nodes serve: each node's data directory, its tables and rows."""
-    table = RichTable("node", "data directory", "tables (rows)", title="data served", title_justify="left")
+def served_data(config: Config) -> list[str]:
+    """What a native region's nodes serve, one line per node: its data directory, tables and rows."""
+    lines = []
     for i, directory in enumerate(config.storage.data):
         store = Store(directory)
-        tables = ", ".join(f"{name} ({store.table(name).rows:,})" for name in store.tables())
-        table.add_row(f"node-{i}", str(store.root), tables or "[yellow]none: load some with `cxg load tpch`[/]")
-    return table
+        tables = ", ".join(f"{name} ({store.table(name).rows:,} rows)" for name in store.tables())
+        lines.append(f"node-{i} serves {store.root}: {tables or 'no tables (load some with `cxg load tpch`)'}")
+    return lines
 
 
 def cmd_up(args: argparse.Namespace, config: Config) -> int:
@@ -158,7 +156,8 @@ def cmd_up(args: argparse.Namespace, config: Config) -> int:
     console.print(f"region {config.gateway.region} is up at [bold]{url}[/] (process output in {region.run_dir})")
     show_status(Client(url, region.token()).cluster())
     if config.region.backend == "native":
-        console.print(served_data(config))
+        for line in served_data(config):
+            console.print(line, soft_wrap=True, highlight=False, markup=False)
         if config.spark.warm_up:
             console.print(
                 f"Spark ({config.spark.master}) is starting in the gateway, in the background: "

@@ -1,1 +1,10 @@
-"""Regions and inter-regional balancing."""
+"""Composing a region: the gateway, its routers and nodes as processes on this machine
+(`LocalRegion`) or in one process (`EmbeddedRegion`), and the region's Spark session, which the
+composer builds here and hands to the gateway's engine. Balancing between regions is not built
+yet."""
+
+from regions.embedded import EmbeddedRegion
+from regions.launcher import LocalRegion, interrupt_on_sigterm
+from regions.spark_session import session_factory, spark_session, stop_all
+
+__all__ = ["EmbeddedRegion", "LocalRegion", "interrupt_on_sigterm", "session_factory", "spark_session", "stop_all"]

@@ -74,6 +74,7 @@ def spark_session(settings: SparkSettings | None = None, region: str = "default"
         session.sparkContext.setLogLevel("ERROR")
         for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):  # errors reach users as SqlErrors
             logging.getLogger(name).setLevel(logging.CRITICAL)
+        logging.getLogger("py4j").setLevel(logging.WARNING)  # not a line per connection closed
         session.dataSource.register(CxgDataSource)
         _SESSIONS[region] = session
         return session
