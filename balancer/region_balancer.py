@@ -347,6 +347,10 @@ class RegionBalancer:
     def nodes(self) -> list[NodeInfo]:
         return self.pool.node_infos()
 
+    def settled(self) -> bool:
+        """Whether every member has told its state since it joined (a region that starts waits for this)."""
+        return all(m.current for m in self.pool.members)
+
     def close(self) -> None:
         self.journal.close()
 

@@ -22,11 +22,13 @@ log = logging.getLogger("cxg.router")
 
 
 class Router:
-    def __init__(self, name: str, token: str | None = None, journal: Journal | None = None):
+    def __init__(
+        self, name: str, token: str | None = None, journal: Journal | None = None, free_slot_first: bool = False
+    ):
         self.name = name
         self.token = token
         self.journal = journal or Journal(None, "router", name)
-        self.pool = Pool()
+        self.pool = Pool(free_slot_first=free_slot_first)
         self.upstream: Link | None = None
         self.received = 0
         self._owners: dict[int, tuple[Downstream, Request, float]] = {}

@@ -82,7 +82,8 @@ class Client:
                 e.code, error["code"], error["message"], error.get("sqlstate", ""), doc.get("id")
             ) from None
         except (urllib.error.URLError, OSError) as e:
-            raise GatewayError(0, "unreachable", f"cannot reach the gateway at {self.url}: {e}") from None
+            reason = e.reason if isinstance(e, urllib.error.URLError) else e
+            raise GatewayError(0, "unreachable", f"cannot reach the gateway at {self.url}: {reason}") from None
 
     def get(self, path: str) -> dict[str, Any]:
         return json.loads(self._request("GET", path)[2])

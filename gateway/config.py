@@ -1,10 +1,18 @@
-"""Configuration: one TOML file, every option overridable on the command line."""
+"""Configuration: one TOML file, every option overridable on the command line.
+
+Every value is checked against its option's declared type when the file and the `--set`
+overrides are read, so a mistake is reported by its key instead of surfacing later as a
+strange behaviour (a path given where a list is expected is a one-element list).
+"""
 
 from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field, fields
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +37,12 @@ def parse_size(text: str | int) -> int:
     return int(float(m[1]) * base**power)
 
 
+DEFAULT_DATA = ["data/node-0", "data/node-1"]  # where `cxg load`, `cxg storage`, `cxg up` and `cxg demo` meet
+
+
 @dataclass
 class StorageConfig:
-    data: list[str] = field(default_factory=lambda: ["data/node-0"])  # one directory per node
+    data: list[str] = field(default_factory=lambda: list(DEFAULT_DATA))  # one directory per node
     block_budget: int = 64 * 1024 * 1024  # BS: bytes of one decoded block
     compression: str = "zstd"  # block files on disk: zstd or none
     buckets: int = 16  # hash buckets of hash-placed tables
@@ -50,10 +61,9 @@ class SparkConfig:
     exchange: str = "auto"  # sub-queries reach Spark as Parquet files, through the cxg data source, or auto
     exchange_dir: str | None = None  # where exchange files go (shared storage for a remote cluster)
     conf: dict[str, str] = field(default_factory=dict)  # any other spark.* option
+    warm_up: bool = True  # `cxg gateway` (native nodes) starts Spark in the background at start-up
 
-    def settings(self):
-        from regions.spark_session import SparkSettings
-
+    def settings(self) -> SparkSettings:
         return SparkSettings(
             master=self.master,
             driver_memory=self.driver_memory,
@@ -64,6 +74,30 @@ class SparkConfig:
             exchange=self.exchange,
             exchange_dir=self.exchange_dir or None,  # "" in a file: the temp dir
         )
+
+
+SparkFactory = Callable[[], Any]  # the region's SparkSession, started on the first call
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """What the engine needs to know of the region's Spark: plain data. The session itself is
+    built by whoever composes the region (`regions.spark_session`) and handed to the engine."""
+
+    master: str = "local[*]"
+    app_name: str = "cxg"
+    driver_memory: str = "4g"
+    shuffle_partitions: int | None = None  # default: the cores of a local master
+    broadcast_threshold: str = "10MB"  # Spark's default; small sub-queries arrive as sized local relations
+    adaptive: bool = False  # adaptive query execution: adds stages that cost more than they save here
+    conf: dict[str, str] = field(default_factory=dict)  # any other spark.* option
+    exchange: str = "auto"  # how sub-queries reach Spark: files, source, or auto (files with a local master)
+    exchange_dir: str | None = None  # where "files" writes (default: the temp dir); shared storage for a cluster
+
+    def exchange_mode(self) -> str:
+        if self.exchange == "auto":
+            return "files" if self.master.startswith("local") else "source"
+        return self.exchange
 
 
 @dataclass
@@ -142,21 +176,57 @@ class Config:
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
 
 
-def _section(cls: type, values: dict[str, Any], where: str):
+def _section(cls: type, values: Any, where: str):
+    """An instance of the section (or table) dataclass `cls` from its values, each checked."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"{where} must be a table of options, not {values!r}")
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
         raise ConfigError(f"unknown option(s) in [{where}]: {', '.join(unknown)}")
-    values = {k: parse_size(v) if k in SIZES else v for k, v in values.items()}
-    if cls is GatewayConfig and "tokens" in values:
-        try:
-            values["tokens"] = [TokenConfig(**t) for t in values["tokens"]]
-        except TypeError as e:
-            raise ConfigError(f"[[gateway.tokens]] needs name and token (and max_concurrent): {e}") from None
-    try:
-        return cls(**values)
-    except TypeError as e:
-        raise ConfigError(f"[{where}]: {e}") from None
+    required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+    missing = [name for name in required if name not in values]
+    if missing:
+        raise ConfigError(f"[{where}] needs {' and '.join(required)}: {', '.join(missing)} missing")
+    hints = typing.get_type_hints(cls)
+    checked = {k: _typed(f"{where}.{k}", parse_size(v) if k in SIZES else v, hints[k]) for k, v in values.items()}
+    return cls(**checked)
+
+
+def _typed(key: str, value: Any, hint: Any) -> Any:
+    """`value` checked against the option's declared type `hint`; ConfigError naming the key and
+    the type expected. A single string where a list is expected is a one-element list."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is types.UnionType:  # `X | None`: TOML has no null, so the value is an X
+        return _typed(key, value, next(a for a in args if a is not type(None)))
+    if origin is list:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list):
+            raise ConfigError(f"{key} must be {_describe(hint)}, not {value!r}")
+        return [_typed(f"{key}[{i}]", item, args[0]) for i, item in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} must be {_describe(hint)}, not {value!r}")
+        return {k: _typed(f"{key}.{k}", v, args[1]) for k, v in value.items()}
+    if isinstance(hint, type) and hasattr(hint, "__dataclass_fields__"):
+        return _section(hint, value, key)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
+        raise ConfigError(f"{key} must be {_describe(hint)}, not {value!r}")
+    return value
+
+
+def _describe(hint: Any) -> str:
+    """A type as the messages name it: `a list of strings`, `an integer`."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is list:
+        return f"a list of {_describe(args[0]).split(' ', 1)[1]}s (or a single one)"
+    if origin is dict:
+        return f"a table of {_describe(args[1]).split(' ', 1)[1]}s"
+    names = {str: "a string", int: "an integer", float: "a number", bool: "a boolean (true or false)"}
+    return names.get(hint, f"a table ({hint.__name__})")
 
 
 def _override(data: dict[str, Any], assignment: str) -> None:

@@ -22,13 +22,13 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from balancer import NodeInfo, RegionBalancer, Ticket, read_payload
+from gateway.config import SparkFactory, SparkSettings
 from gateway.sql import params as parameters
 from gateway.sql.engine import Engine
 from gateway.sql.errors import SqlSyntaxError
 from gateway.sql.parse import Statement as Parsed
 from gateway.sql.parse import refuse_writes, syntax_error
 from gateway.statements import Statement
-from regions.spark_session import SparkSettings
 from storage.sql_types import sql_name
 
 Started = Callable[[list[str]], None]
@@ -65,9 +65,11 @@ class NativeExecutor:
     backend = "native"
     blocking_prepare = True  # qualifying may read the nodes' catalogs over HTTP
 
-    def __init__(self, balancer: RegionBalancer, spark: SparkSettings, region: str, threads: int = 64):
+    def __init__(
+        self, balancer: RegionBalancer, settings: SparkSettings, spark: SparkFactory | None, threads: int = 64
+    ):
         self.balancer = balancer
-        self.engine = Engine({}, spark, region=region)
+        self.engine = Engine({}, settings, spark)
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="query")
 
     def nodes_changed(self, nodes: list[NodeInfo]) -> None:

@@ -26,7 +26,7 @@ from aiohttp import web
 
 from balancer import Journal, RegionBalancer
 from gateway.auth import Auth
-from gateway.config import Config
+from gateway.config import Config, SparkFactory
 from gateway.errors import error_middleware
 from gateway.executors import Executor, NativeExecutor, PassThroughExecutor
 from gateway.handlers.region import RegionHandlers
@@ -40,7 +40,10 @@ MAX_REQUEST = 16 * 1024 * 1024  # bytes of a request body (the SQL and its param
 
 
 class Gateway:
-    def __init__(self, config: Config):
+    """The region's front door. `spark` is the region's Spark session factory, handed in by
+    whoever composes the region (joins fail without one)."""
+
+    def __init__(self, config: Config, spark: SparkFactory | None = None):
         self.config = config
         g = config.gateway
         self.balancer = RegionBalancer(
@@ -53,7 +56,7 @@ class Gateway:
         )
         self.executor: Executor
         if config.region.backend == "native":
-            self.executor = NativeExecutor(self.balancer, config.spark.settings(), f"region-{g.region}")
+            self.executor = NativeExecutor(self.balancer, config.spark.settings(), spark)
         else:
             self.executor = PassThroughExecutor(self.balancer, config.region.backend)
         self.auth = Auth(g.tokens)

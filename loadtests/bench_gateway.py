@@ -151,7 +151,7 @@ def overhead(count: int, concurrency: int, seconds: float, with_mariadb: bool) -
 
     port = free_port()
     gateway = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "--set", f"gateway.port={port}", "gateway"],
+        [sys.executable, "-m", "cxg", "--set", f"gateway.port={port}", "--set", "spark.warm_up=false", "gateway"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

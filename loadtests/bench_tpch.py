@@ -24,12 +24,13 @@ import duckdb
 import sqlglot
 
 from gateway.background import free_port
+from gateway.config import SparkSettings
 from gateway.sql.engine import Engine
 from gateway.sql.local import scan_nodes
 from loadtests.common import console, parser, print_table, write_json
 from loadtests.compare import rows, rows_match
 from loadtests.tpch_queries import SINGLE_TABLE, all_queries
-from regions.spark_session import SparkSettings, spark_session
+from regions.spark_session import session_factory, spark_options, spark_session
 from storage import Store, tpch
 from storage.loader import load_table
 from storage.node_client import NodeClient, NodeError
@@ -49,7 +50,7 @@ def _best(fn, repeat: int) -> tuple[float, Any]:
 
 def _start_node(data: Path, port: int) -> subprocess.Popen:
     process = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "node", "--data", str(data), "--port", str(port), "--backend", "numpy"],
+        [sys.executable, "-m", "cxg", "node", "--data", str(data), "--port", str(port), "--backend", "numpy"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -110,7 +111,7 @@ def run(sf: float, repeat: int, adaptive: bool = False) -> dict[str, Any]:
             spark = spark_session(settings)
             for name, path in files.items():
                 spark.read.parquet(str(path)).createOrReplaceTempView(name)
-            engine = Engine({"node-0": f"http://127.0.0.1:{port}"}, settings)
+            engine = Engine({"node-0": f"http://127.0.0.1:{port}"}, settings, session_factory(settings))
             duck = duckdb.connect()
             for name, path in files.items():
                 duck.execute(f"CREATE TABLE {name} AS SELECT * FROM read_parquet('{path}')")
@@ -154,7 +155,11 @@ def run(sf: float, repeat: int, adaptive: bool = False) -> dict[str, Any]:
     summary["floor_bound_speedup_vs_spark"] = summary["geomean_spark_s"] / bound
     summary["ratio_to_duckdb"] = summary["geomean_ours_s"] / summary["geomean_duckdb_s"]
     # the options both Spark runs shared (the plain-Spark peer runs in the same session)
-    spark_settings = {k: v for k, v in settings.options().items() if not k.startswith(("spark.ui", "spark.app"))}
+    spark_settings = {
+        k: v
+        for k, v in spark_options(settings).items()
+        if not k.startswith(("spark.ui", "spark.app", "spark.driver.extraJava"))
+    }
     return {
         "benchmark": "tpch",
         "sf": sf,

@@ -1,10 +1,10 @@
-"""Composing a region: the launcher that starts its processes (`launcher.LocalRegion`: the gateway
-with the region's balancer, its routers and storage nodes), the same region embedded in one
-process for tests and examples (`embedded.EmbeddedRegion`), and the region's Spark session
-(`spark_session`). Balancing between regions will live here too; none exists yet.
+"""Composing a region: the gateway, its routers and nodes as processes on this machine
+(`LocalRegion`) or in one process (`EmbeddedRegion`), and the region's Spark session, which the
+composer builds here and hands to the gateway's engine. Balancing between regions is not built
+yet."""
 
-The public face is these modules, imported by name and never here: composing a region imports
-the gateway, which must stay importable without this package.
-"""
+from regions.embedded import EmbeddedRegion
+from regions.launcher import LocalRegion, interrupt_on_sigterm
+from regions.spark_session import session_factory, spark_session, stop_all
 
-__all__ = ["embedded", "launcher", "spark_session"]
+__all__ = ["EmbeddedRegion", "LocalRegion", "interrupt_on_sigterm", "session_factory", "spark_session", "stop_all"]

@@ -17,6 +17,7 @@ from balancer.server import NodeServer
 from gateway.background import free_port
 from gateway.config import Config
 from gateway.server import Gateway
+from regions.spark_session import session_factory
 
 
 @dataclass
@@ -55,12 +56,12 @@ class EmbeddedRegion:
     async def _start(self) -> None:
         self._stop = asyncio.Event()
         token = self.config.gateway.cluster_token or None
-        self.gateway = Gateway(self.config)
+        spark = session_factory(self.config.spark.settings(), f"region-{self.config.gateway.region}")
+        self.gateway = Gateway(self.config, spark)
         await self._serve(self.gateway.app(), self.config.gateway.port)
         upstream = {node.name: self.url for node in self.nodes}
         for name, members in self.routers.items():
-            router = Router(name, token)
-            router.pool.free_slot_first = self.config.region.dispatch == "free-slot-first"
+            router = Router(name, token, free_slot_first=self.config.region.dispatch == "free-slot-first")
             port = free_port()
             await self._serve(router.app(), port)
             self._tasks.append(asyncio.create_task(router.run(self.url, token, self._stop)))
@@ -71,9 +72,7 @@ class EmbeddedRegion:
 
     async def _ready(self, timeout: float) -> None:
         deadline = self.loop.time() + timeout
-        while len(self.gateway.balancer.nodes()) < len(self.nodes) or not all(
-            m.current for m in self.gateway.balancer.pool.members
-        ):
+        while len(self.gateway.balancer.nodes()) < len(self.nodes) or not self.gateway.balancer.settled():
             if self.loop.time() > deadline:
                 raise TimeoutError(f"only {len(self.gateway.balancer.nodes())} of {len(self.nodes)} nodes joined")
             await asyncio.sleep(0.01)

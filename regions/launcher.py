@@ -42,12 +42,14 @@ class Role:
 @dataclass
 class LocalRegion:
     """Processes of one region. `config_args` are the `--config`/`--set` arguments every process
-    gets, so they all read the same configuration."""
+    gets, so they all read the same configuration; `command` is the `cxg` command line each role
+    runs as (`cxg gateway`, `cxg router`, `cxg node`)."""
 
     config: Config
     config_args: list[str] = field(default_factory=list)
     run_dir: Path | None = None
     roles: list[Role] = field(default_factory=list)
+    command: list[str] = field(default_factory=lambda: [sys.executable, "-m", "cxg"])
 
     @property
     def url(self) -> str:
@@ -94,7 +96,7 @@ class LocalRegion:
                 role.log = self.run_dir / f"{role.name}.out"
                 with role.log.open("wb") as out:
                     role.process = subprocess.Popen(
-                        [sys.executable, "-m", "gateway.cli", *self.config_args, *role.args],
+                        [*self.command, *self.config_args, *role.args],
                         stdout=out,
                         stderr=subprocess.STDOUT,
                         env=env,
@@ -108,7 +110,7 @@ class LocalRegion:
 
     def _wait_ready(self, timeout: float) -> None:
         nodes = sum(1 for r in self.roles if r.name.startswith("node-"))
-        client = Client(self.url, token=self._token())
+        client = Client(self.url, token=self.token())
         deadline = time.monotonic() + timeout
         while True:
             dead = self.dead()
@@ -123,7 +125,8 @@ class LocalRegion:
                         f"the region was not ready after {timeout:g} s (logs in {self.run_dir})"
                     ) from None
 
-    def _token(self) -> str | None:
+    def token(self) -> str | None:
+        """The query API token a client of this region uses (the first configured), if any."""
         tokens = self.config.gateway.tokens
         return tokens[0].token if tokens else None
 

@@ -12,56 +12,49 @@ import logging
 import os
 import sys
 import threading
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
 from typing import Any
+
+from gateway.config import SparkSettings
+from storage.spark_source import CxgDataSource
 
 _SESSIONS: dict[str, Any] = {}
 _LOCK = threading.Lock()
 
 
-@dataclass(frozen=True)
-class SparkSettings:
-    master: str = "local[*]"
-    app_name: str = "cxg"
-    driver_memory: str = "4g"
-    shuffle_partitions: int | None = None  # default: the cores of a local master
-    broadcast_threshold: str = "10MB"  # Spark's default; small sub-queries arrive as sized local relations
-    adaptive: bool = False  # adaptive query execution: adds stages that cost more than they save here
-    conf: dict[str, str] = field(default_factory=dict)  # any other spark.* option
-    exchange: str = "auto"  # how sub-queries reach Spark: files, source, or auto (files with a local master)
-    exchange_dir: str | None = None  # where "files" writes (default: the temp dir); shared storage for a cluster
+LOG_CONFIG = Path(__file__).with_name("log4j2.properties")  # errors only: no WARN lines in a command's output
 
-    def exchange_mode(self) -> str:
-        if self.exchange == "auto":
-            return "files" if self.master.startswith("local") else "source"
-        return self.exchange
 
-    def options(self) -> dict[str, str]:
-        cores = os.cpu_count() or 2
-        if self.master.startswith("local[") and self.master != "local[*]":
-            cores = int(self.master[6:-1])
-        return {
-            "spark.master": self.master,
-            "spark.app.name": self.app_name,
-            "spark.driver.memory": self.driver_memory,
-            "spark.sql.execution.arrow.pyspark.enabled": "true",
-            "spark.sql.python.filterPushdown.enabled": "true",
-            "spark.scheduler.mode": "FAIR",
-            "spark.sql.shuffle.partitions": str(self.shuffle_partitions or cores),
-            "spark.sql.autoBroadcastJoinThreshold": self.broadcast_threshold,
-            "spark.sql.adaptive.enabled": str(self.adaptive).lower(),
-            "spark.sql.session.timeZone": "UTC",
-            # memory pages of 1 MB, not up to 64 MB: every broadcast hash table of a small join
-            # side allocated and zeroed a whole page (Q8 at SF 1: Spark 0.67 -> 0.43 s, median of 15)
-            "spark.buffer.pageSize": "1m",
-            "spark.broadcast.blockSize": "512k",
-            # a file of a few MB is split between tasks (by row groups), not read by one: Spark
-            # counts 4 MB per file opened before splitting (TPC-H SF 1: about 3% faster, plain Spark too)
-            "spark.sql.files.openCostInBytes": "1m",
-            "spark.ui.enabled": "false",
-            "spark.ui.showConsoleProgress": "false",
-            **self.conf,
-        }
+def spark_options(settings: SparkSettings) -> dict[str, str]:
+    """The Spark configuration of a region's session."""
+    cores = os.cpu_count() or 2
+    if settings.master.startswith("local[") and settings.master != "local[*]":
+        cores = int(settings.master[6:-1])
+    return {
+        "spark.master": settings.master,
+        "spark.app.name": settings.app_name,
+        "spark.driver.memory": settings.driver_memory,
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG}",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.python.filterPushdown.enabled": "true",
+        "spark.scheduler.mode": "FAIR",
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions or cores),
+        "spark.sql.autoBroadcastJoinThreshold": settings.broadcast_threshold,
+        "spark.sql.adaptive.enabled": str(settings.adaptive).lower(),
+        "spark.sql.session.timeZone": "UTC",
+        # memory pages of 1 MB, not up to 64 MB: every broadcast hash table of a small join
+        # side allocated and zeroed a whole page
+        "spark.buffer.pageSize": "1m",
+        "spark.broadcast.blockSize": "512k",
+        # a file of a few MB is split between tasks (by row groups), not read by one: Spark
+        # counts 4 MB per file opened before splitting
+        "spark.sql.files.openCostInBytes": "1m",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        **settings.conf,
+    }
 
 
 def spark_session(settings: SparkSettings | None = None, region: str = "default"):
@@ -75,23 +68,22 @@ def spark_session(settings: SparkSettings | None = None, region: str = "default"
         from pyspark.sql import SparkSession
 
         builder = SparkSession.builder
-        for key, value in settings.options().items():
+        for key, value in spark_options(settings).items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
         session.sparkContext.setLogLevel("ERROR")
         for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):  # errors reach users as SqlErrors
             logging.getLogger(name).setLevel(logging.CRITICAL)
-        from storage.spark_source import CxgDataSource
-
+        logging.getLogger("py4j").setLevel(logging.WARNING)  # not a line per connection closed
         session.dataSource.register(CxgDataSource)
         _SESSIONS[region] = session
         return session
 
 
-def active_session(region: str = "default"):
-    """The region's session if it has been started, else None (never starts one)."""
-    with _LOCK:
-        return _SESSIONS.get(region)
+def session_factory(settings: SparkSettings, region: str = "default") -> Callable[[], Any]:
+    """What a region's composer hands its engine: a callable returning the region's session,
+    started on the first call (so a gateway whose queries never join never starts Spark)."""
+    return partial(spark_session, settings, region)
 
 
 def stop_all() -> None:

@@ -6,9 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+step() { echo "bootstrap: $*" >&2; }
 
 apt_install() {
-    echo "bootstrap: installing $* with apt-get" >&2
+    step "installing $* with apt-get"
     as_root apt-get update -qq
     DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
@@ -30,11 +31,17 @@ spec="."
 stamp=".venv/.installed-$(cat pyproject.toml | sha256sum | cut -c1-16)-${extras:-base}"
 
 if [ ! -x .venv/bin/python ]; then
+    step "creating the virtual environment .venv"
     "$python" -m venv .venv
 fi
 if [ ! -f "$stamp" ]; then
+    step "upgrading pip"
     .venv/bin/python -m pip install -q --upgrade pip
+    step "installing cxg and its pinned packages${extras:+ (extras: $extras)} into .venv: pyspark and pyarrow are large, this takes a minute or two"
     .venv/bin/python -m pip install -q -e "$spec"
     rm -f .venv/.installed-*
     touch "$stamp"
+    step "installed: .venv/bin/cxg"
+else
+    step ".venv is up to date"
 fi

@@ -35,7 +35,7 @@ def tpch_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def spark_settings():
-    from regions.spark_session import SparkSettings
+    from gateway.config import SparkSettings
 
     return SparkSettings(master="local[2]", driver_memory="2g")
 
@@ -84,7 +84,7 @@ def region(region_stores):
 def engine(region, spark, spark_settings):
     from gateway.sql.engine import Engine
 
-    return Engine(region, spark_settings)
+    return Engine(region, spark_settings, lambda: spark)
 
 
 @pytest.fixture(scope="session")

@@ -1,15 +1,23 @@
-"""The `cxg load` and `cxg storage` commands, run as a user runs them."""
+"""The `cxg` command line run as a user runs it: `cxg load`, `cxg storage`, the configuration
+it reads, where its commands find the data, and how `cxg query` reports errors."""
 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from gateway.cli import main
+from cxg import build_parser, main
+from cxg.data_dirs import stores_of
+from cxg.serve import served_data
+from gateway.background import free_port
 from gateway.config import ConfigError, load_config, parse_size
+from regions.launcher import LocalRegion
 from storage import Store
 
 CSV = "id,city,amount,day\n1,Zürich,10.50,2024-01-02\n2,,7.25,2024-01-02\n3,東京,,2024-01-03\n"
@@ -146,3 +154,114 @@ def test_spark_exchange_is_checked_and_reaches_the_settings() -> None:
     assert load_config(None, ['spark.exchange_dir=""']).spark.settings().exchange_dir is None  # the temp dir
     with pytest.raises(ConfigError, match="exchange must be auto, files or source"):
         load_config(None, ["spark.exchange=carrier-pigeon"])
+
+
+def test_a_single_directory_for_storage_data_is_a_list_of_one(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    source = tmp_path / "s.csv"
+    source.write_text(CSV)
+    one = tmp_path / "data" / "node-0"
+    assert load_config(None, [f"storage.data={one}"]).storage.data == [str(one)]
+    code, out, err = run(capsys, "--set", f"storage.data={one}", "load", "csv", "s", str(source), "--engine", "local")
+    assert code == 0, err
+    assert "loaded s: 3 rows" in out and f"into {one}" in out
+    assert Store(one).table("s").rows == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "s.csv"], "no directory per character"
+    assert [p.name for p in (tmp_path / "data").iterdir()] == ["node-0"]
+
+
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [
+        ("gateway.port=abc", "gateway.port must be an integer, not 'abc'"),
+        ("gateway.port=true", "gateway.port must be an integer, not True"),
+        ("spark.adaptive=1", "spark.adaptive must be a boolean (true or false), not 1"),
+        ("storage.data=5", "storage.data must be a list of strings (or a single one), not 5"),
+        ("storage.data=[1]", "storage.data[0] must be a string, not 1"),
+        ("spark.conf={a=1}", "spark.conf.a must be a string, not 1"),
+        ('gateway.tokens=[{name="a"}]', "[gateway.tokens[0]] needs name and token: token missing"),
+        ('gateway.tokens=[{name="a", token="t", max_concurrent="x"}]', "max_concurrent must be an integer"),
+        ('simulation.queries={q1={seconds="slow"}}', "simulation.queries.q1.seconds must be a number, not 'slow'"),
+    ],
+)
+def test_configuration_values_are_checked_by_their_type(
+    capsys: pytest.CaptureFixture, assignment: str, message: str
+) -> None:
+    code, _, err = run(capsys, "--set", assignment, "storage", "tables")
+    assert code == 2
+    assert err.startswith("cxg: error [invalid_config]: ") and message in err
+
+
+def test_configuration_values_of_the_right_type_are_kept() -> None:
+    config = load_config(None, ["simulation.time_scale=1", "spark.shuffle_partitions=3", 'storage.data=["a", "b"]'])
+    assert config.simulation.time_scale == 1.0 and isinstance(config.simulation.time_scale, float)
+    assert config.spark.shuffle_partitions == 3 and config.storage.data == ["a", "b"]
+
+
+def test_load_storage_up_and_demo_agree_on_the_data_location(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    source = tmp_path / "s.csv"
+    source.write_text(CSV)
+    argv = ["load", "csv", "s", str(source), "--placement", "hash(id)", "--buckets", "2", "--engine", "local"]
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    assert "into data/node-0, data/node-1" in out
+    assert sum(Store(tmp_path / "data" / n).table("s").rows for n in ("node-0", "node-1")) == 3
+
+    code, out, _ = run(capsys, "storage", "tables")
+    assert code == 0 and "node-0" in out and "node-1" in out and "hash(id) x2" in out
+
+    config = load_config(None)
+    nodes = [role.args for role in LocalRegion(config).layout() if role.name.startswith("node-")]
+    assert [args[args.index("--data") + 1] for args in nodes] == ["data/node-0", "data/node-1"]
+    demo = build_parser().parse_args(["demo"])
+    assert [str(s.root) for s in stores_of(demo, config)] == ["data/node-0", "data/node-1"]
+    served = served_data(config)
+    assert served[0].startswith("node-0 serves data/node-0: s (") and "rows)" in served[0]
+    assert served[1].startswith("node-1 serves data/node-1: s (")
+
+
+def test_up_says_when_a_directory_holds_no_table(tmp_path: Path) -> None:
+    config = load_config(None, [f"storage.data={tmp_path / 'empty'}"])
+    assert served_data(config) == [f"node-0 serves {tmp_path / 'empty'}: no tables (load some with `cxg load tpch`)"]
+
+
+def test_query_errors_exit_2_with_the_code(capsys: pytest.CaptureFixture) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    code, out, err = run(capsys, "query", "--url", url, "select 1")
+    assert code == 2 and out == ""
+    assert err == f"cxg: error [unreachable]: cannot reach the gateway at {url}: [Errno 111] Connection refused\n"
+    code, _, err = run(capsys, "status", "--url", url)
+    assert code == 2 and err.startswith("cxg: error [unreachable]: cannot reach the gateway")
+
+
+def _bars(out: str, unit: str) -> list[tuple[int, int]]:
+    return [(int(done), int(total)) for done, total in re.findall(rf"(\d+)/(\d+) {unit}", out)]
+
+
+def test_load_progress_bars_end_full(tmp_path: Path, capsys: pytest.CaptureFixture, spark) -> None:
+    data = ["--data", str(tmp_path / "n0"), "--data", str(tmp_path / "n1")]
+    code, out, err = run(capsys, "load", "tpch", "--sf", "0.01", "--tables", "nation,orders", *data)
+    assert code == 0, err
+    bars = _bars(out, "Spark tasks")
+    assert len(bars) == 2 and all(done == total > 0 for done, total in bars), out
+    code, out, err = run(capsys, "load", "tpch", "--sf", "0.01", "--tables", "region", *data, "--engine", "local")
+    assert code == 0, err
+    assert _bars(out, "rows") == [(5, 5)]
+
+
+@pytest.mark.slow
+def test_a_spark_load_prints_no_spark_warnings(tmp_path: Path) -> None:
+    """In a process of its own, so that Spark starts there: its WARN lines stay out."""
+    settings = ["--set", 'spark.master="local[1]"', "--set", 'spark.driver_memory="1g"']
+    load = ["load", "tpch", "--sf", "0.01", "--tables", "region", "--data", str(tmp_path)]
+    done = subprocess.run(
+        [sys.executable, "-m", "cxg", *settings, *load],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert _bars(done.stdout, "Spark tasks") and all(d == t for d, t in _bars(done.stdout, "Spark tasks"))
+    assert " WARN " not in done.stderr and "log level" not in done.stderr, done.stderr

@@ -93,7 +93,7 @@ def test_sqlalchemy_dialect_and_pandas(native_gateway, duck) -> None:
 
 
 def test_cxg_query_prints_a_table_and_csv(native_gateway) -> None:
-    cli = [sys.executable, "-m", "gateway.cli", "query", "--url", native_gateway.url]
+    cli = [sys.executable, "-m", "cxg", "query", "--url", native_gateway.url]
     shown = subprocess.run(
         [*cli, "select n_name from nation where n_nationkey < :k order by 1", "--param", "k=3"],
         capture_output=True,
@@ -107,4 +107,4 @@ def test_cxg_query_prints_a_table_and_csv(native_gateway) -> None:
     )
     assert csv.stdout.splitlines() == ['"n"', "5"]
     bad = subprocess.run([*cli, "select * from nowhere"], capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 1 and "[undefined_table] table 'nowhere' does not exist" in bad.stderr
+    assert bad.returncode == 2 and "cxg: error [undefined_table]: table 'nowhere' does not exist" in bad.stderr

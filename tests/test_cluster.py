@@ -17,7 +17,7 @@ from gateway.background import free_port
 from gateway.client import Client, GatewayError
 from tests.http import http
 
-CLI = [sys.executable, "-m", "gateway.cli"]
+CLI = [sys.executable, "-m", "cxg"]
 
 
 def _up(*sets: str) -> tuple[subprocess.Popen, str]:
@@ -93,7 +93,13 @@ def test_up_with_native_nodes_answers_sql_and_stops_on_sigterm(region_stores, du
         assert [tuple(r) for r in reply.json()["rows"]] == duck.sql(sql).fetchall()
         assert sorted(reply.json()["nodes"]) == ["node-0", "node-1"]
     finally:
-        _stop(process, url, signal.SIGTERM)
+        output = _stop(process, url, signal.SIGTERM)
+    for i, store in enumerate(region_stores):  # what it serves, from where
+        assert (
+            f"node-{i} serves {store.root}: " in output
+            and f"lineitem ({store.table('lineitem').rows:,} rows)" in output
+        )
+    assert "is starting in the gateway" in output
 
 
 def test_up_reports_a_node_that_cannot_start() -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from gateway.sql import exchange
 from gateway.sql.engine import Engine
-from gateway.sql.errors import QueryFailed
+from gateway.sql.errors import ExecutionError, QueryFailed
 from loadtests.compare import rows, rows_match
 from loadtests.tpch_queries import query
 
@@ -48,7 +48,7 @@ def way(request, region, spark, spark_settings, tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         for name, value in limits.items():
             patch.setattr(exchange, name, value)
-        yield Engine(region, settings), directory
+        yield Engine(region, settings, lambda: spark), directory
 
 
 @pytest.mark.parametrize("sql", JOINS, ids=range(len(JOINS)))
@@ -159,3 +159,17 @@ def test_a_fetched_sub_query_is_shared_between_the_cores(engine, monkeypatch) ->
         assert frame.count() == fetched.num_rows
     finally:
         handed.close()
+
+
+def test_the_engine_gets_spark_from_whoever_composes_the_region(region, spark, spark_settings) -> None:
+    calls = []
+
+    def factory():
+        calls.append(1)
+        return spark
+
+    engine = Engine(region, spark_settings, factory)
+    assert engine.execute("select count(*) from nation").engine == "nodes" and not calls, "no Spark for the nodes"
+    assert engine.execute(JOINS[0]).engine == "spark" and calls
+    with pytest.raises(ExecutionError, match="given no Spark session"):
+        Engine(region, spark_settings).execute(JOINS[0])

@@ -177,7 +177,7 @@ def test_cxg_loadtest_writes_logs_plots_and_summary(region, tmp_path) -> None:
         [
             sys.executable,
             "-m",
-            "gateway.cli",
+            "cxg",
             "loadtest",
             "--gateway",
             f"1={region.url}",

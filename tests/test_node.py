@@ -194,7 +194,7 @@ def test_a_client_that_disconnects_mid_stream_frees_its_slot(client: NodeClient,
 def test_cxg_node_command_serves_a_data_directory(store: Store) -> None:
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "node", "--data", str(store.root), "--port", str(port), "--name", "n9"],
+        [sys.executable, "-m", "cxg", "node", "--data", str(store.root), "--port", str(port), "--name", "n9"],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.PIPE,

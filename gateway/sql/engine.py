@@ -11,6 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from gateway.config import SparkFactory, SparkSettings
 from gateway.sql.catalog import RegionCatalog
 from gateway.sql.eliminate import answer_exists, drop_finished_joins
 from gateway.sql.errors import ExecutionError, QueryCancelled, QueryFailed, SqlError
@@ -19,7 +20,6 @@ from gateway.sql.local import CANCELLED, run_local
 from gateway.sql.parse import Statement, prepare
 from gateway.sql.plan import Plan, Planner
 from gateway.sql.reduce import reduce_and_fetch, substitute_subqueries
-from regions.spark_session import SparkSettings, spark_session
 from storage.errors import StorageError
 from storage.node_client import NodeError
 
@@ -36,18 +36,23 @@ class Result:
 
 
 class Engine:
-    """SQL over one region: its storage nodes (name -> URL) and its Spark session."""
+    """SQL over one region: its storage nodes (name -> URL) and its Spark session, which
+    whoever composes the region hands in as `spark`, a factory called when a query needs it."""
 
-    def __init__(self, nodes: dict[str, str], spark: SparkSettings | None = None, region: str = "default"):
+    def __init__(self, nodes: dict[str, str], settings: SparkSettings | None = None, spark: SparkFactory | None = None):
         self.catalog = RegionCatalog(nodes)
-        self.spark_settings = spark or SparkSettings()
-        self.region = region
+        self.spark_settings = settings or SparkSettings()
+        self._spark_factory = spark
+        self._session: Any = None  # the session once a query asked for it: what `cancel` reaches
         self._running: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
     @property
-    def spark(self):
-        return spark_session(self.spark_settings, self.region)
+    def spark(self) -> Any:
+        if self._spark_factory is None:
+            raise ExecutionError("this engine was given no Spark session, and the query needs Spark")
+        self._session = self._spark_factory()
+        return self._session
 
     def prepare(self, sql: str, params: dict[str, Any] | None = None) -> Statement:
         return prepare(sql, self.catalog.sql_schema(), params)
@@ -124,11 +129,8 @@ class Engine:
         if cancelled is None:
             return False
         cancelled.set()
-        from regions.spark_session import active_session
-
-        spark = active_session(self.region)
-        if spark is not None:
-            spark.sparkContext.cancelJobGroup(query_id)
+        if self._session is not None:
+            self._session.sparkContext.cancelJobGroup(query_id)
         return True
 
 

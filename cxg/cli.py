@@ -1,4 +1,5 @@
-"""The `cxg` command line: one entry point, one subcommand per job."""
+"""The `cxg` command: the parser, one subcommand per job, and the one place where a command's
+failure becomes `cxg: error [code]: message` and exit status 2."""
 
 from __future__ import annotations
 
@@ -6,13 +7,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from balancer import cli as balancer_cli
-from gateway import commands, demo
+from cxg import client_commands, demo, load, serve, storage_commands
+from gateway.client import GatewayError
 from gateway.config import ConfigError, load_config
 from gpu_kernels.backend import BackendUnavailable
 from loadtests import cli as loadtest_cli
-from storage import cli as storage_cli
-from storage.errors import StorageError
+from storage import StorageError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,10 +27,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     demo.register(sub)
-    commands.register(sub)
+    serve.register(sub)
+    client_commands.register(sub)
     loadtest_cli.register(sub)
-    storage_cli.register(sub)
-    balancer_cli.register(sub)
+    load.register(sub)
+    storage_commands.register(sub)
     return parser
 
 
@@ -39,15 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, args.set)
         return args.func(args, config)
+    except GatewayError as e:
+        print(f"cxg: error [{e.code}]: {e.message}", file=sys.stderr)
     except (StorageError, ConfigError, BackendUnavailable) as e:
         print(f"cxg: error [{e.code}]: {e}", file=sys.stderr)
-        return 2
     except ConnectionError as e:
         print(f"cxg: error [unreachable]: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return 2

@@ -1,10 +1,11 @@
 """`cxg demo`: the main job on the embedded default.
 
-Generates sample TPC-H data and loads it into two storage nodes with the Spark ingest pipeline,
-shows how it is stored, then starts a local region as separate processes (the gateway with the
-region's balancer and embedded Spark, two native nodes) and sends it SQL over HTTP: Q1 on the
-nodes alone, Q3 and Q5 with their joins on Spark, a query with named parameters and the plan of
-Q3; shows the region's slots; and ends with a short load test of simulated users.
+Generates sample TPC-H data and loads it with the Spark ingest pipeline into the nodes' data
+directories (`storage.data`, the ones `cxg up` serves afterwards), shows how it is stored, then
+starts a local region as separate processes (the gateway with the region's balancer and
+embedded Spark, one native node per directory) and sends it SQL over HTTP: Q1 on the nodes
+alone, Q3 and Q5 with their joins on Spark, a query with named parameters and the plan of Q3;
+shows the region's slots; and ends with a short load test of simulated users.
 """
 
 from __future__ import annotations
@@ -18,8 +19,12 @@ from pathlib import Path
 import pyarrow as pa
 from rich.table import Table as RichTable
 
+from cxg.client_commands import show_status
+from cxg.console import console
+from cxg.data_dirs import add_data_option, stores_of
+from cxg.load import load_options, load_tpch
+from cxg.storage_commands import cmd_tables, render_summary
 from gateway.client import Client
-from gateway.commands import show_status
 from gateway.config import Config, load_config
 from loadtests.cli import report, run_load
 from loadtests.logs import write_logs
@@ -27,13 +32,8 @@ from loadtests.measures import summarize
 from loadtests.scenario import Scenario, tpch_list
 from loadtests.simulator import Simulator, Target
 from loadtests.tpch_queries import query
-from regions.launcher import LocalRegion, interrupt_on_sigterm
-from regions.spark_session import stop_all
-from storage import cli as storage_cli
-from storage.encoding_choice import EncodingOptions
-from storage.loader import LoadOptions
+from regions import LocalRegion, interrupt_on_sigterm, stop_all
 from storage.stats import summarize as storage_summary
-from storage.store import Store
 
 PARAMETERIZED = (
     "select o_orderpriority, count(*) as orders from orders "
@@ -42,21 +42,16 @@ PARAMETERIZED = (
 
 
 def cmd_demo(args: argparse.Namespace, config: Config) -> int:
-    console = storage_cli.console
     interrupt_on_sigterm()
-    root = Path(args.data)
-    stores = [Store(root / f"node-{i}", node=f"node-{i}") for i in range(args.nodes)]
-    options = LoadOptions(
-        block_budget=config.storage.block_budget,
-        compression=config.storage.compression,
-        encoding=EncodingOptions(allow_zstd=config.storage.zstd_strings),
-    )
-    console.rule(f"Loading TPC-H SF {args.sf:g} into {len(stores)} nodes under {root}")
-    storage_cli.load_tpch(stores, args.sf, options, config.storage.buckets, engine=config.storage.ingest, config=config)
+    stores = stores_of(args, config)
+    out = Path(args.out)
+    where = ", ".join(str(s.root) for s in stores)
+    console.rule(f"Loading TPC-H SF {args.sf:g} into {len(stores)} nodes: {where}")
+    load_tpch(stores, args.sf, load_options(config), config, config.storage.ingest)
     console.rule("Tables")
-    storage_cli.cmd_tables(argparse.Namespace(data=[str(s.root) for s in stores]), config)
+    cmd_tables(argparse.Namespace(data=[str(s.root) for s in stores]), config)
     console.rule("How lineitem is stored on node-0")
-    console.print(storage_cli.render_summary(storage_summary(stores[0].table("lineitem"))))
+    console.print(render_summary(storage_summary(stores[0].table("lineitem"))))
     problems = [p for store in stores for name in store.tables() for p in store.table(name).verify()]
     for problem in problems:
         console.print(f"[red]{problem}[/]")
@@ -73,15 +68,18 @@ def cmd_demo(args: argparse.Namespace, config: Config) -> int:
         "region.first_port=0",
     ]
     config_args = (["--config", str(args.config)] if args.config else []) + [x for s in sets for x in ("--set", s)]
-    region = LocalRegion(load_config(args.config, sets), config_args, root / "region")
+    region_config = load_config(args.config, sets)
+    region = LocalRegion(region_config, config_args, out / "region")
     console.rule("Starting a local region: gateway + balancer + Spark, and one process per node")
     with console.status("starting the region"):
         url = region.start()
     try:
         client = Client(url)
         console.print(f"gateway at [bold]{url}[/], process output in {region.run_dir}")
-        for number in (1, 3, 5):
-            _show(client, f"TPC-H Q{number}", query(number))
+        console.print(f"the gateway is starting Spark ({region_config.spark.master}) in the background for the joins")
+        _show(client, "TPC-H Q1", query(1))
+        _show(client, "TPC-H Q3", query(3), waiting="TPC-H Q3: the first join query waits for Spark to be ready")
+        _show(client, "TPC-H Q5", query(5))
         _show(
             client,
             "orders per priority in 1995 (named parameters)",
@@ -98,20 +96,22 @@ def cmd_demo(args: argparse.Namespace, config: Config) -> int:
         run = run_load(Simulator([Target(1, url)], args.users, scenario), args.queries, "load test")
         summary = summarize(run.records, max(1, args.queries // 10))
         report(run, summary, "load test")
-        paths = write_logs(run, summary, root / "loadtest", "cxg demo load test")
+        paths = write_logs(run, summary, out / "loadtest", "cxg demo load test")
         console.print(f"logs and plots: {', '.join(str(p) for p in paths.values())}")
     finally:
         region.stop()
+    console.print(f"The data stays in {where}: `cxg up` serves it (gateway at http://127.0.0.1:8080 by default).")
     return 1 if problems else 0
 
 
-def _show(client: Client, title: str, sql: str, params: dict | None = None) -> None:
+def _show(client: Client, title: str, sql: str, params: dict | None = None, waiting: str | None = None) -> None:
     started = time.perf_counter()
-    result = client.execute(sql, params)
+    with console.status(waiting or title):
+        result = client.execute(sql, params)
     status = client.get(f"/v1/statements/{result.id}")
     where = ", ".join(status["nodes"]) or "the gateway"
     title = f"{title}: {(time.perf_counter() - started) * 1000:.0f} ms, {status['engine']} engine, slots on {where}"
-    storage_cli.console.print(_render(title, result.table.slice(0, 10)))
+    console.print(_render(title, result.table.slice(0, 10)))
 
 
 def _render(title: str, table: pa.Table) -> RichTable:
@@ -126,8 +126,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "demo", help="run the main job: TPC-H loaded with Spark, a local region queried over HTTP, a short load test"
     )
     p.add_argument("--sf", type=float, default=0.1, help="TPC-H scale factor (default 0.1)")
-    p.add_argument("--data", default="data/demo", help="data directory (default data/demo)")
-    p.add_argument("--nodes", type=int, default=2, help="storage nodes (default 2)")
+    add_data_option(p)
+    p.add_argument(
+        "--out", default="data/demo", help="the region's process output and the load test's logs (default data/demo)"
+    )
     p.add_argument("--users", type=int, default=8, help="load test users (default 8)")
     p.add_argument("--queries", type=int, default=48, help="load test queries (default 48)")
     p.set_defaults(func=cmd_demo)

@@ -1,72 +1,26 @@
-"""`cxg gateway`, `cxg up`, `cxg status` and `cxg query`."""
+"""`cxg status` and `cxg query`: clients of a running gateway, over its HTTP API."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import logging
+import os
 import sys
 import time
-from pathlib import Path
 
-from rich.console import Console
-from rich.markup import escape
+import pyarrow.csv as pacsv
 from rich.table import Table as RichTable
 
-from gateway.client import Client, GatewayError
+from cxg.console import console
+from gateway.client import Client
 from gateway.config import Config
-
-console = Console()
-errors = Console(stderr=True)
+from gateway.results import json_rows
 
 
 def _client(args: argparse.Namespace, config: Config) -> Client:
-    url = args.url or f"http://{config.gateway.host}:{config.gateway.port}"
+    url = args.url or os.environ.get("CXG_URL") or f"http://{config.gateway.host}:{config.gateway.port}"
     token = args.token or (config.gateway.tokens[0].token if config.gateway.tokens else None)
     return Client(url, token)
-
-
-def cmd_gateway(args: argparse.Namespace, config: Config) -> int:
-    from balancer.service import serve
-    from gateway.server import Gateway
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    g = config.gateway
-    gateway = Gateway(config)
-    auth = f"{len(g.tokens)} token(s)" if g.tokens else "no authentication"
-    print(
-        f"gateway: http://{g.host}:{g.port}, region {g.region} ({config.region.backend} nodes), {auth}",
-        flush=True,
-    )
-    asyncio.run(serve(gateway.app(), g.host, g.port))
-    return 0
-
-
-def cmd_up(args: argparse.Namespace, config: Config) -> int:
-    from regions.launcher import LocalRegion, interrupt_on_sigterm
-
-    interrupt_on_sigterm()
-    config_args = (["--config", str(args.config)] if args.config else []) + [x for s in args.set for x in ("--set", s)]
-    region = LocalRegion(config, config_args, Path(args.run_dir) if args.run_dir else None)
-    try:
-        with console.status("starting the region"):
-            url = region.start(timeout=args.timeout)
-    except KeyboardInterrupt:
-        return 130  # start() has stopped what it started
-    console.print(f"region {config.gateway.region} is up at [bold]{url}[/] (process output in {region.run_dir})")
-    show_status(Client(url, region._token()).cluster())
-    console.print("Ctrl-C stops it")
-    try:
-        while (dead := region.dead()) is None:
-            time.sleep(0.5)
-        console.print(f"[red]{dead.name} exited[/]:\n{region.tail(dead)}")
-        return 1
-    except KeyboardInterrupt:
-        console.print("stopping")
-        return 0
-    finally:
-        region.stop()
 
 
 def show_status(doc: dict) -> None:
@@ -112,23 +66,15 @@ def _param(text: str) -> tuple[str, object]:
 
 
 def cmd_query(args: argparse.Namespace, config: Config) -> int:
+    """Print the result; a refused or failed query is a GatewayError, reported by `cxg.cli`."""
     sql = args.sql if args.sql != "-" else sys.stdin.read()
-    client = _client(args, config)
     started = time.perf_counter()
-    try:
-        result = client.execute(sql, dict(args.param), tag=args.tag or None, max_rows=args.max_rows)
-    except GatewayError as e:
-        errors.print(f"[red]error[/] {escape(f'[{e.code}]')} {escape(e.message)}")
-        return 1
+    result = _client(args, config).execute(sql, dict(args.param), tag=args.tag or None, max_rows=args.max_rows)
     seconds = time.perf_counter() - started
     table = result.table
     if args.format == "csv":
-        import pyarrow.csv as pacsv
-
         pacsv.write_csv(table, sys.stdout.buffer)
     elif args.format == "json":
-        from gateway.results import json_rows
-
         print(json.dumps({"columns": table.column_names, "rows": json_rows(table)}))
     else:
         view = RichTable(*table.column_names)
@@ -141,19 +87,11 @@ def cmd_query(args: argparse.Namespace, config: Config) -> int:
 
 
 def _connection(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--url", help="the gateway (default: gateway.host:gateway.port, or $CXG_URL)")
+    p.add_argument("--url", help="the gateway (default: $CXG_URL, else gateway.host:gateway.port)")
     p.add_argument("--token", help="bearer token (default: the first configured, or $CXG_TOKEN)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("gateway", help="run the gateway: SQL over HTTP and the region's balancer")
-    p.set_defaults(func=cmd_gateway)
-
-    p = sub.add_parser("up", help="start a local region: gateway, routers and nodes as processes; Ctrl-C stops it")
-    p.add_argument("--run-dir", help="where the processes' output goes (default: a new temporary directory)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for all nodes to join")
-    p.set_defaults(func=cmd_up)
-
     p = sub.add_parser("status", help="show the region: queue, nodes, slots")
     _connection(p)
     p.add_argument("--json", action="store_true")

@@ -1,4 +1,6 @@
-"""`cxg node` and `cxg router`: one role per process, dialling its upstream over the network."""
+"""`cxg gateway`, `cxg node`, `cxg router` (one role per process, dialling its upstream) and
+`cxg up` (a local region of such processes). Here the gateway gets the region's Spark session
+factory, which it warms in the background so the first join query does not wait for it."""
 
 from __future__ import annotations
 
@@ -6,24 +8,71 @@ import argparse
 import asyncio
 import logging
 import os
+import threading
+import time
+from pathlib import Path
 
 from aiohttp import web
 
 from balancer.journal import Journal
+from balancer.mysql_backend import MysqlBackend
+from balancer.native_backend import NativeBackend
 from balancer.router import Router
 from balancer.server import NodeServer
 from balancer.service import serve
-from gateway.config import Config, ConfigError
+from balancer.simulation import SimulationBackend
+from cxg.client_commands import show_status
+from cxg.console import console
+from gateway.client import Client
+from gateway.config import Config, ConfigError, SparkFactory
+from gateway.server import Gateway
+from gpu_kernels.backend import get_backend
+from regions import LocalRegion, interrupt_on_sigterm, session_factory
+from storage import Store
+from storage.node import Node
+
+log = logging.getLogger("cxg.gateway")
+
+
+def _logging(verbose: bool = False) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
 
 
 def _upstream(args: argparse.Namespace, config: Config) -> str:
     return args.upstream or f"http://{config.gateway.host}:{config.gateway.port}"
 
 
-def _logging(args: argparse.Namespace) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+def warm_spark(spark: SparkFactory, master: str) -> threading.Thread:
+    """Start the region's Spark session on a background thread: starting it takes seconds, which
+    the first join query would otherwise spend waiting with no sign of life."""
+
+    def start() -> None:
+        started = time.perf_counter()
+        log.info("starting Spark (%s) in the background", master)
+        spark()
+        log.info("Spark (%s) ready after %.1f s", master, time.perf_counter() - started)
+
+    thread = threading.Thread(target=start, daemon=True, name="spark-warm-up")
+    thread.start()
+    return thread
+
+
+def cmd_gateway(args: argparse.Namespace, config: Config) -> int:
+    _logging()
+    g = config.gateway
+    spark = session_factory(config.spark.settings(), f"region-{g.region}")
+    gateway = Gateway(config, spark)
+    auth = f"{len(g.tokens)} token(s)" if g.tokens else "no authentication"
+    print(
+        f"gateway: http://{g.host}:{g.port}, region {g.region} ({config.region.backend} nodes), {auth}",
+        flush=True,
     )
+    if config.region.backend == "native" and config.spark.warm_up:
+        warm_spark(spark, config.spark.master)
+    asyncio.run(serve(gateway.app(), g.host, g.port))
+    return 0
 
 
 def _status_app(name: str) -> web.Application:
@@ -36,35 +85,27 @@ def _status_app(name: str) -> web.Application:
 
 
 def cmd_node(args: argparse.Namespace, config: Config) -> int:
-    _logging(args)
+    _logging(args.verbose)
     kind = args.kind or config.region.backend
     slots = args.slots or config.region.slots or os.cpu_count() or 1
     journal = Journal(config.gateway.log_dir or None, "node", args.name)
     url = f"http://{args.host}:{args.port}"
     if kind == "native":
-        from balancer.native_backend import NativeBackend
-        from gpu_kernels.backend import get_backend
-        from storage.node import Node
-        from storage.store import Store
-
         store = Store(args.data or config.storage.data[0], node=args.name)
-        backend = get_backend(args.backend or config.storage.backend)
-        node = Node(store, backend, args.scan_slots, args.threads, args.processes)
+        node = Node(
+            store, get_backend(args.backend or config.storage.backend), args.scan_slots, args.threads, args.processes
+        )
         server = NodeServer(args.name, NativeBackend(store), slots, url, journal)
         node.on_commit.append(server.announce)
         app = node.app()
         detail = f"{store.root}, tables: {', '.join(store.tables()) or 'none'}, {node.backend.name} kernels"
     elif kind == "mysql":
-        from balancer.mysql_backend import MysqlBackend
-
         backend = MysqlBackend(args.mysql_url or config.region.mysql_url, slots)
         backend.check()
         server = NodeServer(args.name, backend, slots, "", journal)
         app = _status_app(args.name)
         detail = f"MariaDB {backend.engine.url.render_as_string(hide_password=True)}"
     elif kind == "simulation":
-        from balancer.simulation import SimulationBackend
-
         scale = args.time_scale if args.time_scale is not None else config.simulation.time_scale
         server = NodeServer(args.name, SimulationBackend(config.simulation.query_types(), scale), slots, "", journal)
         app = _status_app(args.name)
@@ -81,11 +122,10 @@ def cmd_node(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_router(args: argparse.Namespace, config: Config) -> int:
-    _logging(args)
+    _logging(args.verbose)
     token = config.gateway.cluster_token or None
     journal = Journal(config.gateway.log_dir or None, "router", args.name)
-    router = Router(args.name, token, journal)
-    router.pool.free_slot_first = config.region.dispatch == "free-slot-first"
+    router = Router(args.name, token, journal, free_slot_first=config.region.dispatch == "free-slot-first")
     upstream = _upstream(args, config)
     print(f"router {args.name}: http://{args.host}:{args.port}, upstream {upstream}", flush=True)
     asyncio.run(serve(router.app(), args.host, args.port, lambda stop: router.run(upstream, token, stop)))
@@ -93,7 +133,57 @@ def cmd_router(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def served_data(config: Config) -> list[str]:
+    """What a native region's nodes serve, one line per node: its data directory, tables and rows."""
+    lines = []
+    for i, directory in enumerate(config.storage.data):
+        store = Store(directory)
+        tables = ", ".join(f"{name} ({store.table(name).rows:,} rows)" for name in store.tables())
+        lines.append(f"node-{i} serves {store.root}: {tables or 'no tables (load some with `cxg load tpch`)'}")
+    return lines
+
+
+def cmd_up(args: argparse.Namespace, config: Config) -> int:
+    interrupt_on_sigterm()
+    config_args = (["--config", str(args.config)] if args.config else []) + [x for s in args.set for x in ("--set", s)]
+    region = LocalRegion(config, config_args, Path(args.run_dir) if args.run_dir else None)
+    try:
+        with console.status("starting the region"):
+            url = region.start(timeout=args.timeout)
+    except KeyboardInterrupt:
+        return 130  # start() has stopped what it started
+    console.print(f"region {config.gateway.region} is up at [bold]{url}[/] (process output in {region.run_dir})")
+    show_status(Client(url, region.token()).cluster())
+    if config.region.backend == "native":
+        for line in served_data(config):
+            console.print(line, soft_wrap=True, highlight=False, markup=False)
+        if config.spark.warm_up:
+            console.print(
+                f"Spark ({config.spark.master}) is starting in the gateway, in the background: "
+                "the first join query waits until it is ready"
+            )
+    console.print("Ctrl-C stops it")
+    try:
+        while (dead := region.dead()) is None:
+            time.sleep(0.5)
+        console.print(f"[red]{dead.name} exited[/]:\n{region.tail(dead)}")
+        return 1
+    except KeyboardInterrupt:
+        console.print("stopping")
+        return 0
+    finally:
+        region.stop()
+
+
 def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("gateway", help="run the gateway: SQL over HTTP and the region's balancer")
+    p.set_defaults(func=cmd_gateway)
+
+    p = sub.add_parser("up", help="start a local region: gateway, routers and nodes as processes; Ctrl-C stops it")
+    p.add_argument("--run-dir", help="where the processes' output goes (default: a new temporary directory)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for all nodes to join")
+    p.set_defaults(func=cmd_up)
+
     p = sub.add_parser("node", help="run a node: K slots + 1 buffered query, on storage, MariaDB or simulated")
     p.add_argument("--kind", choices=("native", "mysql", "simulation"), help="default region.backend")
     p.add_argument("--name", default="node-0", help="node name (default node-0)")
