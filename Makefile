@@ -9,6 +9,7 @@ test:
 	scripts/bootstrap.sh dev
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
+	.venv/bin/lint-imports --no-logo
 	.venv/bin/python -m pytest
 
 bench:
