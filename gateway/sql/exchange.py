@@ -37,7 +37,10 @@ from sqlglot import exp
 
 from gateway.sql.catalog import RegionCatalog
 from gateway.sql.local import CANCELLED
-from gateway.sql.plan import Plan, Scan, request_key, spark_text
+from gateway.sql.plan import TableQuery
+from gateway.sql.request import request_key
+from gateway.sql.spark_dialect import spark_text
+from gateway.sql.staged import Staged
 from storage.node_client import NodeClient, ScanCancelled
 from storage.scan import plan_scan
 from storage.spark_source import spark_schema
@@ -76,7 +79,7 @@ class Exchange:
         self._frames: dict[tuple, Any] = {}
         self._views: list[str] = []
 
-    def spark_sql(self, plan: Plan) -> str:
+    def spark_sql(self, plan: Staged) -> str:
         """Hand every sub-query of `plan` over (a registered view, or VALUES in the statement);
         the statement Spark runs."""
         inline, handed = [], {}
@@ -91,20 +94,20 @@ class Exchange:
             else:
                 handed.setdefault(self._key(scan, rows), []).append((scan, rows))
         self._register(handed)
-        tree = plan.statement.tree
+        tree = plan.query.tree
         if inline:  # before the query's own common table expressions, which may read them
             tree = tree.copy()
             own = tree.args.get("with_")
             tree.set("with_", exp.With(expressions=inline + (own.expressions if own is not None else [])))
         return spark_text(tree)
 
-    def _register(self, groups: dict[tuple, list[tuple[Scan, pa.Table | None]]]) -> None:
+    def _register(self, groups: dict[tuple, list[tuple[TableQuery, pa.Table | None]]]) -> None:
         """One DataFrame per group of identical sub-queries (by key), registered under each one's
         view name; up to `HANDOVER_THREADS` groups at a time: Spark plans each for 20-50 ms, mostly
         in the JVM (TPC-H SF 1 Q9's six sub-queries: 0.28 -> 0.15 s)."""
         self._views += [scan.view for group in groups.values() for scan, _ in group]
 
-        def one(key: tuple, group: list[tuple[Scan, pa.Table | None]]) -> None:
+        def one(key: tuple, group: list[tuple[TableQuery, pa.Table | None]]) -> None:
             frame = self._frame(key, *group[0])
             for scan, _ in group:
                 frame.createOrReplaceTempView(scan.view)
@@ -117,14 +120,14 @@ class Exchange:
         with ThreadPoolExecutor(min(HANDOVER_THREADS, len(groups))) as pool:
             list(pool.map(lambda c, item: c.run(one, *item), contexts, groups.items()))
 
-    def _key(self, scan: Scan, rows: pa.Table | None) -> tuple:
+    def _key(self, scan: TableQuery, rows: pa.Table | None) -> tuple:
         return request_key(scan.request()), id(rows) if rows is not None else None
 
-    def frame(self, scan: Scan, rows: pa.Table | None):
+    def frame(self, scan: TableQuery, rows: pa.Table | None):
         """A DataFrame of the sub-query's rows; `rows` when the coordinator already holds them."""
         return self._frame(self._key(scan, rows), scan, rows)
 
-    def _frame(self, key: tuple, scan: Scan, rows: pa.Table | None):
+    def _frame(self, key: tuple, scan: TableQuery, rows: pa.Table | None):
         if key not in self._frames:
             request = scan.request()
             schema = plan_scan(request, scan.info.schema).schema
@@ -137,7 +140,7 @@ class Exchange:
                 self._frames[key] = self._source(scan, request, schema)
         return self._frames[key]
 
-    def _files(self, scan: Scan, request: dict[str, Any], rows: pa.Table | None, schema: pa.Schema):
+    def _files(self, scan: TableQuery, request: dict[str, Any], rows: pa.Table | None, schema: pa.Schema):
         # Spark reads a list of files much faster than a directory (no listing, no discovery)
         if rows is not None:
             count = shares(rows.num_rows, self.parallelism)
@@ -158,7 +161,7 @@ class Exchange:
                 list(pool.map(one, range(len(urls))))
         return self.spark.read.schema(spark_schema(schema)).parquet(*map(str, paths))
 
-    def _source(self, scan: Scan, request: dict[str, Any], schema: pa.Schema):
+    def _source(self, scan: TableQuery, request: dict[str, Any], schema: pa.Schema):
         return (
             self.spark.read.format("cxg")
             .schema(spark_schema(schema))
@@ -235,7 +238,7 @@ def values_relation(rows: pa.Table) -> exp.Select:
     ).from_(values)
 
 
-def describe(mode: str, scan: Scan, fetched: pa.Table | None) -> str:
+def describe(mode: str, scan: TableQuery, fetched: pa.Table | None) -> str:
     """How an exchange in `mode` hands the sub-query over, for EXPLAIN."""
     if fetched is not None and inlinable(fetched):
         return "written into Spark's SQL as VALUES"
