@@ -17,6 +17,7 @@ from gateway.sql.local import CANCELLED, run_local
 from gateway.sql.parse import CheckedQuery, prepare
 from gateway.sql.plan import Plan
 from gateway.sql.run import run_on_spark, staged_plan
+from gateway.sql.staged import Staged
 from regions.spark_session import SparkSettings, spark_session
 from storage.errors import StorageError
 from storage.node_client import NodeError
@@ -90,7 +91,7 @@ class Engine:
         table = table.rename_columns(query.names)
         return Result(table, plan, time.perf_counter() - started)
 
-    def _run_spark(self, plan: Plan, query_id: str, catalog: RegionCatalog) -> pa.Table:
+    def _run_spark(self, plan: Staged, query_id: str, catalog: RegionCatalog) -> pa.Table:
         """Spark runs the joins over the sub-queries (the Spark session starts with the first)."""
         settings = self.spark_settings
         return run_on_spark(plan, self.spark, catalog, settings.exchange_mode(), settings.exchange_dir, query_id)

@@ -5,12 +5,12 @@ A plan names its engine: ``coordinator`` (no table: evaluated where the query ar
 ``spark`` (the select-project sub-query of every table reference runs on the nodes, Spark joins
 them and evaluates everything above). `gateway.sql.planner` builds plans; running them is
 `gateway.sql.run`'s job, which may make a plan's sub-queries smaller before Spark (recorded in
-the sub-queries' filters and `reductions`, so that EXPLAIN shows it).
+the sub-queries' filters, `reductions` and `rows`, so that EXPLAIN shows it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlglot import exp
@@ -47,10 +47,6 @@ class TableQuery:
             return R.grouped(self.table, self.group_by, self.aggregates, self.filters)
         computed = [R.named(name, ir) for name, (_, ir) in self.computed.items()]
         return R.select_project(self.table, self.columns, computed, self.filters)
-
-    def copy(self) -> TableQuery:
-        """A copy whose filters and reductions can grow without changing this one."""
-        return replace(self, filters=list(self.filters), reductions=list(self.reductions))
 
     def explain(self) -> list[str]:
         lines = [f"[{self.index}] {self.table} AS {self.alias} on {self.info.where()}"]

@@ -65,9 +65,10 @@ class Planner:
     def __init__(self, catalog: RegionCatalog):
         self.catalog = catalog
 
-    def plan(self, query: CheckedQuery) -> Plan:
-        """The plan of `query` (of a copy of it: `query` is left as it is)."""
-        query = query.copy()
+    def plan(self, query: CheckedQuery, copy: bool = True) -> Plan:
+        """The plan of `query`, made of a copy of it (`query` is left as it is); `copy=False` plans
+        `query` itself, for a caller that made it and has no other use for it."""
+        query = query.copy() if copy else query
         tree = query.tree
         if tree.args.get("from_") is None and not tree.args.get("joins"):
             return plan_constant(query)

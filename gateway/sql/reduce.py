@@ -65,8 +65,9 @@ class _Received:
 
 
 def reduce_and_fetch(plan: Staged, catalog: RegionCatalog, probe_rows: int = PROBE_ROWS) -> dict[int, pa.Table]:
-    """Semi-join reduction, from the smallest sub-queries up; returns the rows of the sub-queries
-    it fetched (index -> rows). The others are scanned again when Spark needs them.
+    """Semi-join reduction of `plan`'s sub-queries (their filters, reductions and row counts are
+    updated), from the smallest up; returns the rows of the sub-queries it fetched (index ->
+    rows). The others are scanned again when Spark needs them.
 
     A sub-query with filters (its own, or a reduction) is fetched when it has at most `probe_rows`
     rows, and the distinct values of its join columns then filter the sub-queries at the other end

@@ -45,8 +45,8 @@ def staged_plan(query: CheckedQuery, catalog: RegionCatalog, mode: str) -> Plan:
     """The plan of `query` as it will run (what EXPLAIN shows): planned after its one-table
     subqueries were answered, and staged when it runs on Spark (`mode`: the exchange's)."""
     planner = Planner(catalog)
-    query, notes = answer_subqueries_first(query, planner, catalog)
-    plan = replace(planner.plan(query), notes=notes)
+    answered, notes = answer_subqueries_first(query, planner, catalog)
+    plan = replace(planner.plan(answered, copy=answered is query), notes=notes)  # a copy made here is ours
     return stage(plan, catalog, mode) if plan.engine == "spark" else plan
 
 
@@ -110,8 +110,9 @@ def _replacement(holder: exp.Expression, user: exp.Expression, answer: pa.Table)
 
 def stage(plan: Plan, catalog: RegionCatalog, mode: str) -> Staged:
     """A ``spark`` plan made ready for Spark: its sub-queries reduced (the small ones fetched, up to
-    the exchange `mode`'s limit), the joins already done left out, how each is handed over."""
-    staged = Staged.of(plan)
+    the exchange `mode`'s limit), the joins already done left out, how each is handed over. The
+    plan is consumed: the staged plan is made of its parts."""
+    staged = Staged.taking_over(plan)
     staged.inputs = reduce_and_fetch(staged, catalog, FETCH_ROWS[mode])
     answer_exists(staged)
     drop_finished_joins(staged)
