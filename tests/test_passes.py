@@ -20,6 +20,7 @@ from gateway.sql.passes import (
     semi_join_edges,
     table_queries,
 )
+from gateway.sql.plan import TableQuery
 from gateway.sql.planner import RULES, Planner
 from gateway.sql.spark_dialect import spark_text
 from gateway.sql.tree import node_at, path_to
@@ -81,7 +82,8 @@ def draft_after(sql: str, rule) -> Draft:
     return draft
 
 
-def queries(draft: Draft) -> dict[str, object]:
+def queries(draft: Draft) -> dict[str, TableQuery]:
+    """The draft's sub-queries by table alias."""
     return {q.alias: q for q in draft.queries.values()}
 
 
