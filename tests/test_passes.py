@@ -3,9 +3,11 @@ catalog built here (no node, no Spark, no data)."""
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 from sqlglot import exp
 
+from gateway.sql import run
 from gateway.sql.catalog import RegionCatalog, TableInfo
 from gateway.sql.parse import CheckedQuery, prepare
 from gateway.sql.passes import (
@@ -22,6 +24,7 @@ from gateway.sql.passes import (
 )
 from gateway.sql.plan import TableQuery
 from gateway.sql.planner import RULES, Planner
+from gateway.sql.run import CardinalityError
 from gateway.sql.spark_dialect import spark_text
 from gateway.sql.tree import node_at, path_to
 from storage.catalog import Column, Placement, TableSchema
@@ -312,3 +315,61 @@ def test_spark_text_divides_as_a_double_and_sorts_in_one_partition() -> None:
     assert "CAST(a AS DOUBLE) / b" in text and "REPARTITION(1)" in text
     assert tree.sql() == "SELECT a / b FROM t ORDER BY 1", "the tree is left as it is"
     assert "REPARTITION" not in spark_text(exp.maybe_parse("select a from t order by 1 limit 5"))
+
+
+# ---- the run's first step, with the nodes' answers made up -------------------------------------
+
+
+@pytest.fixture
+def answers(monkeypatch):
+    """The one-table subqueries' answers by table, instead of the nodes; counts the runs."""
+    made_up: dict[str, pa.Table] = {}
+    runs: list[str] = []
+
+    def run_local(plan, catalog):
+        table = plan.scans[0].table
+        runs.append(table)
+        return made_up[table]
+
+    monkeypatch.setattr(run, "run_local", run_local)
+    return made_up, runs
+
+
+def test_answered_subqueries_are_replaced_in_a_copy_and_the_query_planned_again(answers) -> None:
+    made_up, runs = answers
+    made_up["orders"] = pa.table({"o_custkey": [1, None]})  # NOT IN (..., NULL): Spark keeps SQL's rule
+    made_up["nation"] = pa.table({"m": [7]})
+    sql = (
+        "select c.c_name from customer c where c.c_custkey not in (select o_custkey from orders) "
+        "and c.c_custkey > (select max(n_nationkey) from nation)"
+    )
+    query = checked(sql)
+    before = query.tree.sql()
+    answered, notes = run.answer_subqueries_first(query, Planner(CATALOG), CATALOG)
+    assert query.tree.sql() == before, "the caller's query is left as it is"
+    assert "c.c_custkey > 7" in answered.tree.sql() and "NOT c.c_custkey IN (SELECT" in answered.tree.sql()
+    assert notes == [
+        "evaluated first on the nodes: (SELECT MAX(nation.n_nationkey) AS _col_0 FROM nation AS nation) -> 7"
+    ]
+    assert runs == ["orders", "nation"], "an answer left to Spark is not asked for again"
+    assert Planner(CATALOG).plan(answered).engine == "spark"
+
+
+def test_an_answer_can_make_the_subquery_around_it_answerable(answers) -> None:
+    made_up, runs = answers
+    made_up["nation"] = pa.table({"n_nationkey": [3, 4]})
+    made_up["customer"] = pa.table({"c_custkey": [10]})
+    sql = (
+        "select o.o_orderkey from orders o where o.o_custkey in "
+        "(select c_custkey from customer where c_custkey in (select n_nationkey from nation))"
+    )
+    answered, notes = run.answer_subqueries_first(checked(sql), Planner(CATALOG), CATALOG)
+    assert runs == ["nation", "customer"] and len(notes) == 2
+    assert "o.o_custkey IN (10)" in answered.tree.sql()
+    assert Planner(CATALOG).plan(answered).engine == "nodes", "one table left: it runs on the nodes"
+    with pytest.raises(CardinalityError):  # nation answers two rows
+        run.answer_subqueries_first(
+            checked("select c_name from customer where c_custkey = (select n_nationkey from nation)"),
+            Planner(CATALOG),
+            CATALOG,
+        )
