@@ -54,18 +54,22 @@ class Engine:
     def plan(self, sql: str) -> Plan:
         """The plan of `sql` as it will run; one-table subqueries and semi-join keys are evaluated
         on the nodes."""
-        return self._plan(self.prepare(sql), self.catalog)
+        return self._plan(self.prepare(sql), self.catalog, copy=False)
 
-    def _plan(self, query: CheckedQuery, catalog: RegionCatalog) -> Plan:
-        return staged_plan(query, catalog, self.spark_settings.exchange_mode())
+    def _plan(self, query: CheckedQuery, catalog: RegionCatalog, copy: bool) -> Plan:
+        return staged_plan(query, catalog, self.spark_settings.exchange_mode(), copy)
 
     def execute(self, sql: str, query_id: str | None = None) -> Result:
         """Parse, plan and run one query."""
-        return self.run(self.prepare(sql), query_id)
+        return self._run(self.prepare(sql), query_id, None, copy=False)  # a query of its own: planned as it is
 
     def run(self, query: CheckedQuery, query_id: str | None = None, granted: list[str] | None = None) -> Result:
-        """Run a prepared query; `query_id` lets `cancel` stop it from another thread, `granted`
-        names the nodes whose slots it holds (replicated tables are read there)."""
+        """Run a prepared query (left as it is: it may be run again); `query_id` lets `cancel` stop
+        it from another thread, `granted` names the nodes whose slots it holds (replicated tables
+        are read there)."""
+        return self._run(query, query_id, granted, copy=True)
+
+    def _run(self, query: CheckedQuery, query_id: str | None, granted: list[str] | None, copy: bool) -> Result:
         started = time.perf_counter()
         query_id = query_id or uuid.uuid4().hex
         catalog = self.catalog.restricted(granted) if granted else self.catalog
@@ -74,7 +78,7 @@ class Engine:
             self._running[query_id] = cancelled
         token = CANCELLED.set(cancelled)
         try:
-            plan = self._plan(query, catalog)
+            plan = self._plan(query, catalog, copy)
             if query.explain:
                 return Result(pa.table({"plan": plan.explain()}), plan, time.perf_counter() - started)
             table = self._run_spark(plan, query_id, catalog) if plan.engine == "spark" else run_local(plan, catalog)

@@ -41,25 +41,27 @@ class CardinalityError(SqlError):
     sqlstate = "21000"
 
 
-def staged_plan(query: CheckedQuery, catalog: RegionCatalog, mode: str) -> Plan:
+def staged_plan(query: CheckedQuery, catalog: RegionCatalog, mode: str, copy: bool = True) -> Plan:
     """The plan of `query` as it will run (what EXPLAIN shows): planned after its one-table
-    subqueries were answered, and staged when it runs on Spark (`mode`: the exchange's)."""
+    subqueries were answered, and staged when it runs on Spark (`mode`: the exchange's). Like
+    `Planner.plan`, it rewrites a copy of `query`, unless `copy` is False (the caller made
+    `query` for this and has no other use for it)."""
     planner = Planner(catalog)
-    answered, notes = answer_subqueries_first(query, planner, catalog)
-    plan = replace(planner.plan(answered, copy=answered is query), notes=notes)  # a copy made here is ours
+    answered, notes = answer_subqueries_first(query, planner, catalog, copy)
+    plan = replace(planner.plan(answered, copy=copy and answered is query), notes=notes)  # a copy made here is ours
     return stage(plan, catalog, mode) if plan.engine == "spark" else plan
 
 
 def answer_subqueries_first(
-    query: CheckedQuery, planner: Planner, catalog: RegionCatalog
+    query: CheckedQuery, planner: Planner, catalog: RegionCatalog, copy: bool = True
 ) -> tuple[CheckedQuery, list[str]]:
-    """`query` with the answers of its one-table subqueries in their place (a copy; `query` itself
-    when none was answered), and a note for EXPLAIN per answer. One at a time, innermost first:
-    an answer can leave the subquery around it over one table, to be answered next. An answer
-    that cannot replace its subquery (an IN list too long or with a NULL) is left to Spark."""
+    """`query` with the answers of its one-table subqueries in their place (in a copy, made at
+    the first answer, unless `copy` is False), and a note for EXPLAIN per answer. One at a time,
+    innermost first: an answer can leave the subquery around it over one table, to be answered
+    next. An answer that cannot replace its subquery (an IN list too long or with a NULL) is
+    left to Spark."""
     notes: list[str] = []
     kept: list[exp.Select] = []
-    copied = False
     while True:
         found = (f for f in planner.subqueries_first(query) if not any(f.select is k for k in kept))
         first = next(found, None)
@@ -74,11 +76,11 @@ def answer_subqueries_first(
             continue
         target, new = replacement
         notes.append(f"evaluated first on the nodes: ({first.select.sql()}) -> {_describe(answer)}")
-        if not copied:  # the first answer: rewrite a copy, never the caller's query
+        if copy:  # the first answer: rewrite a copy, never the caller's query
             paths = [path_to(node) for node in (target, *kept)]
             query = query.copy()
             target, *kept = [node_at(query.tree, path) for path in paths]
-            copied = True
+            copy = False
         target.replace(new)
 
 
