@@ -259,6 +259,7 @@ def test_the_planner_leaves_its_input_as_it_is(sql: str, engine: str) -> None:
     assert query.tree == before and query.tree.sql() == before.sql()
     assert plan.query.tree is not query.tree
     assert not hasattr(plan, "inputs"), "a plan holds no rows"
+    assert Planner(CATALOG).plan(query, copy=False).query is query, "a query handed over is planned as it is"
 
 
 def test_a_join_plan_is_explained_without_running_anything() -> None:
