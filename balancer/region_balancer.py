@@ -35,7 +35,7 @@ log = logging.getLogger("cxg.balancer")
 class DispatchFailed(Exception):
     """A query the balancer took ended without a result: `code` says why (cancelled, busy,
     node_lost, execution_error, or the code a backend reported). Named apart from the SQL
-    layer's `QueryFailed`, which is a query's own fault."""
+    layer's `InvalidQuery`, which is a query's own fault."""
 
     def __init__(self, code: str, message: str):
         super().__init__(message)

@@ -26,8 +26,7 @@ from gateway.config import SparkFactory, SparkSettings
 from gateway.sql import params as parameters
 from gateway.sql.engine import Engine
 from gateway.sql.errors import SqlSyntaxError
-from gateway.sql.parse import Statement as Parsed
-from gateway.sql.parse import refuse_writes, syntax_error
+from gateway.sql.parse import CheckedQuery, refuse_writes, syntax_error
 from gateway.statements import Statement
 from storage.sql_types import sql_name
 
@@ -39,7 +38,7 @@ class Prepared:
     sql: str
     params: dict[str, Any] = field(default_factory=dict)
     tag: str = ""
-    parsed: Parsed | None = None  # native: the checked, bound query
+    parsed: CheckedQuery | None = None  # native: the checked, bound query
     nodes: frozenset[str] | None = None  # native: a slot on each of these; None: any one node
     local: bool = False  # native: no table, the gateway answers
 

@@ -1,1 +1,9 @@
-"""SQL: parsing, the regular plan, and its execution on storage nodes and Spark."""
+"""SQL: parsing, the regular plan, and its execution on storage nodes and Spark.
+
+Parsing and checking: `parse` (with `params`), errors in `errors`. Planning, which runs nothing:
+`planner` (the strategies `constant`, `one_table`, and the rewrite passes of `passes` in the order
+of `planner.RULES`) builds a `plan.Plan`, over `tree` helpers, the scan requests of `request` and
+`translate`, and the Spark text of `spark_dialect`. Running consumes plans: `run` (subqueries
+answered first, staging into a `staged.Staged` plan through `reduce` and `eliminate`, Spark
+through `exchange`), `local` at the coordinator. `engine` puts the two together for a region.
+"""

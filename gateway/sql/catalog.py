@@ -78,11 +78,16 @@ class RegionCatalog:
     def restricted(self, granted: list[str]) -> RegionCatalog:
         """The same catalog with replicated tables read only from the `granted` nodes (those
         whose slots a query holds); hash-placed tables keep all their owners."""
-        view = RegionCatalog.__new__(RegionCatalog)
-        view._lock = threading.Lock()
-        view.nodes, view.clients = self.nodes, self.clients
-        view._tables = {}
+        tables = {}
         for name, info in self.tables().items():
             nodes = [n for n in info.nodes if n in granted] if info.replicated else info.nodes
-            view._tables[name] = TableInfo(info.schema, nodes or info.nodes, info.rows)
-        return view
+            tables[name] = TableInfo(info.schema, nodes or info.nodes, info.rows)
+        return RegionCatalog.known(self.nodes, tables)
+
+    @classmethod
+    def known(cls, nodes: dict[str, str], tables: dict[str, TableInfo]) -> RegionCatalog:
+        """A catalog of `tables` on `nodes` that never asks the nodes what they hold (planning
+        without a region, as tests do)."""
+        catalog = cls(nodes)
+        catalog._tables = dict(tables)
+        return catalog

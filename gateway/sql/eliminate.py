@@ -22,27 +22,28 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from gateway.sql.keysets import distinct, is_in
-from gateway.sql.plan import Plan, Scan, and_all, split_and
-from gateway.sql.reduce import membership_filter
+from gateway.sql.plan import TableQuery
+from gateway.sql.request import membership, no_membership
+from gateway.sql.staged import Staged
+from gateway.sql.tree import and_all, split_and
 
 
-def answer_exists(plan: Plan) -> None:
+def answer_exists(plan: Staged) -> None:
     """Answer every one-key ``[NOT] EXISTS`` conjunct whose two sides the coordinator holds; the
     inner sub-query's index goes to `plan.dropped` with the reason."""
     by_view = {scan.view: scan for scan in plan.scans}
-    for node in list(plan.statement.tree.find_all(exp.Exists)):
+    for node in list(plan.query.tree.find_all(exp.Exists)):
         found = _one_key_exists(plan, by_view, node)
         if found is None:
             continue
         where, conjunct, (inner, key), (outer, column) = found
         negated = conjunct is not node
         keys = distinct(plan.inputs[inner.index].column(key))
-        condition = membership_filter(column, keys)
+        condition = membership(column, keys)
         if condition is None:
             continue
         if negated:  # NOT EXISTS keeps a NULL column (it matches nothing)
-            unknown = {"op": "is_null", "args": [{"col": column}]}
-            condition = {"op": "or", "args": [unknown, {"op": "not", "args": [condition]}]}
+            condition = no_membership(column, condition)
         outer.filters.append(condition)  # the same rows when the exchange scans the nodes again
         rows = plan.inputs[outer.index]
         matched = is_in(rows.column(column), keys)
@@ -61,7 +62,7 @@ def answer_exists(plan: Plan) -> None:
         )
 
 
-def _one_key_exists(plan: Plan, by_view: dict[str, Scan], node: exp.Exists):
+def _one_key_exists(plan: Staged, by_view: dict[str, TableQuery], node: exp.Exists):
     """(the outer WHERE, the conjunct, (inner scan, its key), (outer scan, its column)) when `node`
     (or NOT `node`) is a conjunct of a SELECT with plain inner joins, and tests a one-table
     subquery whose only condition is `inner.key = outer.column`, both sides held here."""
@@ -104,7 +105,7 @@ def _one_key_exists(plan: Plan, by_view: dict[str, Scan], node: exp.Exists):
     return where, conjunct, (inner_scan, key.name), (outer_scan, column.name)
 
 
-def drop_finished_joins(plan: Plan) -> None:
+def drop_finished_joins(plan: Staged) -> None:
     """Take every join that can no longer change the answer out of `plan`'s statement; the
     dropped sub-queries' indexes go to `plan.dropped` with the reason."""
     by_view = {scan.view: scan for scan in plan.scans}
@@ -112,11 +113,11 @@ def drop_finished_joins(plan: Plan) -> None:
         rows = plan.inputs.get(scan.index)
         if rows is None or scan.group_by:
             continue
-        found = _place(plan.statement.tree, scan)
+        found = _place(plan.query.tree, scan)
         if found is None:
             continue
         select, table = found
-        partners = _only_joined(plan.statement.tree, select, scan.alias)
+        partners = _only_joined(plan.query.tree, select, scan.alias)
         if partners is None or len({own.name for _, own, _ in partners}) != 1:
             continue
         column = partners[0][1].name
@@ -135,7 +136,7 @@ def drop_finished_joins(plan: Plan) -> None:
         )
 
 
-def _place(tree: exp.Expression, scan: Scan):
+def _place(tree: exp.Expression, scan: TableQuery):
     """(the SELECT whose FROM holds the scan's view, the table node) when every join of that
     SELECT is a plain inner one (commas, no ON); None otherwise."""
     tables = [t for t in tree.find_all(exp.Table) if t.name == scan.view]
@@ -181,7 +182,7 @@ def _unique(keys: pa.ChunkedArray) -> bool:
     return keys.null_count == 0 and len(distinct(keys)) == len(keys)
 
 
-def _covered(plan: Plan, partner: Scan | None, column: str, keys: pa.ChunkedArray) -> bool:
+def _covered(plan: Staged, partner: TableQuery | None, column: str, keys: pa.ChunkedArray) -> bool:
     """Every row the coordinator holds for `partner` has its `column` among `keys` (not NULL)."""
     if partner is None or partner.index in plan.dropped:
         return False

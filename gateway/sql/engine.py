@@ -13,13 +13,12 @@ import pyarrow as pa
 
 from gateway.config import SparkFactory, SparkSettings
 from gateway.sql.catalog import RegionCatalog
-from gateway.sql.eliminate import answer_exists, drop_finished_joins
-from gateway.sql.errors import ExecutionError, QueryCancelled, QueryFailed, SqlError
-from gateway.sql.exchange import FETCH_ROWS, Exchange, describe
+from gateway.sql.errors import ExecutionError, InvalidQuery, QueryCancelled, SqlError
 from gateway.sql.local import CANCELLED, run_local
-from gateway.sql.parse import Statement, prepare
-from gateway.sql.plan import Plan, Planner
-from gateway.sql.reduce import reduce_and_fetch, substitute_subqueries
+from gateway.sql.parse import CheckedQuery, prepare
+from gateway.sql.plan import Plan
+from gateway.sql.run import run_on_spark, staged_plan
+from gateway.sql.staged import Staged
 from storage.errors import StorageError
 from storage.node_client import NodeError
 
@@ -54,37 +53,28 @@ class Engine:
         self._session = self._spark_factory()
         return self._session
 
-    def prepare(self, sql: str, params: dict[str, Any] | None = None) -> Statement:
+    def prepare(self, sql: str, params: dict[str, Any] | None = None) -> CheckedQuery:
         return prepare(sql, self.catalog.sql_schema(), params)
 
     def plan(self, sql: str) -> Plan:
-        """The plan of `sql`; one-table subqueries and semi-join keys are evaluated on the nodes."""
-        return self._plan(self.prepare(sql), self.catalog)
+        """The plan of `sql` as it will run; one-table subqueries and semi-join keys are evaluated
+        on the nodes."""
+        return self._plan(self.prepare(sql), self.catalog, copy=False)
 
-    def _plan(self, statement: Statement, catalog: RegionCatalog) -> Plan:
-        planner = Planner(catalog)
-        notes = []
-        if statement.tree.args.get("from_") is not None and planner._local(statement) is None:
-            notes = substitute_subqueries(statement, planner, catalog)
-        plan = planner.plan(statement)
-        plan.notes = notes
-        if plan.engine == "spark":
-            mode = self.spark_settings.exchange_mode()
-            plan.inputs = reduce_and_fetch(plan, catalog, FETCH_ROWS[mode])
-            answer_exists(plan)
-            drop_finished_joins(plan)
-            plan.deliveries = {
-                s.index: plan.dropped.get(s.index) or describe(mode, s, plan.inputs.get(s.index)) for s in plan.scans
-            }
-        return plan
+    def _plan(self, query: CheckedQuery, catalog: RegionCatalog, copy: bool) -> Plan:
+        return staged_plan(query, catalog, self.spark_settings.exchange_mode(), copy)
 
     def execute(self, sql: str, query_id: str | None = None) -> Result:
         """Parse, plan and run one query."""
-        return self.run(self.prepare(sql), query_id)
+        return self._run(self.prepare(sql), query_id, None, copy=False)  # a query of its own: planned as it is
 
-    def run(self, statement: Statement, query_id: str | None = None, granted: list[str] | None = None) -> Result:
-        """Run a prepared query; `query_id` lets `cancel` stop it from another thread, `granted`
-        names the nodes whose slots it holds (replicated tables are read there)."""
+    def run(self, query: CheckedQuery, query_id: str | None = None, granted: list[str] | None = None) -> Result:
+        """Run a prepared query (left as it is: it may be run again); `query_id` lets `cancel` stop
+        it from another thread, `granted` names the nodes whose slots it holds (replicated tables
+        are read there)."""
+        return self._run(query, query_id, granted, copy=True)
+
+    def _run(self, query: CheckedQuery, query_id: str | None, granted: list[str] | None, copy: bool) -> Result:
         started = time.perf_counter()
         query_id = query_id or uuid.uuid4().hex
         catalog = self.catalog.restricted(granted) if granted else self.catalog
@@ -93,8 +83,8 @@ class Engine:
             self._running[query_id] = cancelled
         token = CANCELLED.set(cancelled)
         try:
-            plan = self._plan(statement, catalog)
-            if statement.explain:
+            plan = self._plan(query, catalog, copy)
+            if query.explain:
                 return Result(pa.table({"plan": plan.explain()}), plan, time.perf_counter() - started)
             table = self._run_spark(plan, query_id, catalog) if plan.engine == "spark" else run_local(plan, catalog)
         except SqlError:
@@ -107,19 +97,13 @@ class Engine:
             CANCELLED.reset(token)
             with self._lock:
                 self._running.pop(query_id, None)
-        table = table.rename_columns(statement.names)
+        table = table.rename_columns(query.names)
         return Result(table, plan, time.perf_counter() - started)
 
-    def _run_spark(self, plan: Plan, query_id: str, catalog: RegionCatalog) -> pa.Table:
-        """Spark runs the joins over the sub-queries, handed over by an `Exchange`."""
-        spark = self.spark
-        spark.sparkContext.setJobGroup(query_id, plan.statement.text[:200], interruptOnCancel=True)
+    def _run_spark(self, plan: Staged, query_id: str, catalog: RegionCatalog) -> pa.Table:
+        """Spark runs the joins over the sub-queries (the Spark session starts with the first)."""
         settings = self.spark_settings
-        exchange = Exchange(spark, catalog, settings.exchange_mode(), settings.exchange_dir)
-        try:
-            return spark.sql(exchange.spark_sql(plan)).toArrow()
-        finally:
-            exchange.close()
+        return run_on_spark(plan, self.spark, catalog, settings.exchange_mode(), settings.exchange_dir, query_id)
 
     def cancel(self, query_id: str) -> bool:
         """Stop a running query: its scans end at the next batch, its Spark jobs are cancelled.
@@ -142,7 +126,7 @@ def _execution_error(error: Exception) -> SqlError:
     (a string where a number is needed) and Spark failing on the query's data or types are the
     query's fault (400); anything else is the service's (500)."""
     if isinstance(error, NodeError) and error.code == "invalid_scan":
-        return QueryFailed(str(error))
+        return InvalidQuery(str(error))
     if isinstance(error, StorageError):
         return ExecutionError(f"{error.code}: {error}")
     text = str(error).strip()
@@ -150,5 +134,5 @@ def _execution_error(error: Exception) -> SqlError:
     sql_state = getattr(error, "getSqlState", None)  # Spark's errors carry one (pyspark is imported lazily)
     sqlstate = sql_state() if callable(sql_state) else None
     if sqlstate and sqlstate.startswith(USER_ERROR_CLASSES):
-        return QueryFailed(message, sqlstate)
+        return InvalidQuery(message, sqlstate)
     return ExecutionError(message)

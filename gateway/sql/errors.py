@@ -47,7 +47,7 @@ class InvalidLiteral(SqlError):
     sqlstate = "22007"
 
 
-class QueryFailed(SqlError):
+class InvalidQuery(SqlError):
     """Valid SQL whose types or data make it fail: a string added to a number, a cast that does not
     parse, several rows from a scalar subquery. The SQLSTATE names the class of failure."""
 

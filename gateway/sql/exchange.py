@@ -37,7 +37,10 @@ from sqlglot import exp
 
 from gateway.sql.catalog import RegionCatalog
 from gateway.sql.local import CANCELLED
-from gateway.sql.plan import Plan, Scan, request_key, spark_text
+from gateway.sql.plan import TableQuery
+from gateway.sql.request import request_key
+from gateway.sql.spark_dialect import spark_text
+from gateway.sql.staged import Staged
 from storage.node_client import NodeClient, ScanCancelled
 from storage.scan_protocol import ScanRequest
 from storage.scan_typing import output_schema
@@ -77,7 +80,7 @@ class Exchange:
         self._frames: dict[tuple, Any] = {}
         self._views: list[str] = []
 
-    def spark_sql(self, plan: Plan) -> str:
+    def spark_sql(self, plan: Staged) -> str:
         """Hand every sub-query of `plan` over (a registered view, or VALUES in the statement);
         the statement Spark runs."""
         inline, handed = [], {}
@@ -92,20 +95,20 @@ class Exchange:
             else:
                 handed.setdefault(self._key(scan, rows), []).append((scan, rows))
         self._register(handed)
-        tree = plan.statement.tree
+        tree = plan.query.tree
         if inline:  # before the query's own common table expressions, which may read them
             tree = tree.copy()
             own = tree.args.get("with_")
             tree.set("with_", exp.With(expressions=inline + (own.expressions if own is not None else [])))
         return spark_text(tree)
 
-    def _register(self, groups: dict[tuple, list[tuple[Scan, pa.Table | None]]]) -> None:
+    def _register(self, groups: dict[tuple, list[tuple[TableQuery, pa.Table | None]]]) -> None:
         """One DataFrame per group of identical sub-queries (by key), registered under each one's
         view name; up to `HANDOVER_THREADS` groups at a time: Spark plans each for 20-50 ms, mostly
         in the JVM (TPC-H SF 1 Q9's six sub-queries: 0.28 -> 0.15 s)."""
         self._views += [scan.view for group in groups.values() for scan, _ in group]
 
-        def one(key: tuple, group: list[tuple[Scan, pa.Table | None]]) -> None:
+        def one(key: tuple, group: list[tuple[TableQuery, pa.Table | None]]) -> None:
             frame = self._frame(key, *group[0])
             for scan, _ in group:
                 frame.createOrReplaceTempView(scan.view)
@@ -118,14 +121,14 @@ class Exchange:
         with ThreadPoolExecutor(min(HANDOVER_THREADS, len(groups))) as pool:
             list(pool.map(lambda c, item: c.run(one, *item), contexts, groups.items()))
 
-    def _key(self, scan: Scan, rows: pa.Table | None) -> tuple:
+    def _key(self, scan: TableQuery, rows: pa.Table | None) -> tuple:
         return request_key(scan.request()), id(rows) if rows is not None else None
 
-    def frame(self, scan: Scan, rows: pa.Table | None):
+    def frame(self, scan: TableQuery, rows: pa.Table | None):
         """A DataFrame of the sub-query's rows; `rows` when the coordinator already holds them."""
         return self._frame(self._key(scan, rows), scan, rows)
 
-    def _frame(self, key: tuple, scan: Scan, rows: pa.Table | None):
+    def _frame(self, key: tuple, scan: TableQuery, rows: pa.Table | None):
         if key not in self._frames:
             request = ScanRequest.from_json(scan.request())
             schema = output_schema(request, scan.info.schema)
@@ -138,7 +141,7 @@ class Exchange:
                 self._frames[key] = self._source(scan, request, schema)
         return self._frames[key]
 
-    def _files(self, scan: Scan, request: ScanRequest, rows: pa.Table | None, schema: pa.Schema):
+    def _files(self, scan: TableQuery, request: ScanRequest, rows: pa.Table | None, schema: pa.Schema):
         # Spark reads a list of files much faster than a directory (no listing, no discovery)
         if rows is not None:
             count = shares(rows.num_rows, self.parallelism)
@@ -159,7 +162,7 @@ class Exchange:
                 list(pool.map(one, range(len(urls))))
         return self.spark.read.schema(spark_schema(schema)).parquet(*map(str, paths))
 
-    def _source(self, scan: Scan, request: ScanRequest, schema: pa.Schema):
+    def _source(self, scan: TableQuery, request: ScanRequest, schema: pa.Schema):
         return (
             self.spark.read.format("cxg")
             .schema(spark_schema(schema))
@@ -236,7 +239,7 @@ def values_relation(rows: pa.Table) -> exp.Select:
     ).from_(values)
 
 
-def describe(mode: str, scan: Scan, fetched: pa.Table | None) -> str:
+def describe(mode: str, scan: TableQuery, fetched: pa.Table | None) -> str:
     """How an exchange in `mode` hands the sub-query over, for EXPLAIN."""
     if fetched is not None and inlinable(fetched):
         return "written into Spark's SQL as VALUES"

@@ -164,13 +164,17 @@ _JOIN_METHODS = {"", "NATURAL"}
 
 
 @dataclass
-class Statement:
+class CheckedQuery:
     """A checked query: its tree (columns qualified), output names, and whether it is EXPLAIN."""
 
     tree: exp.Select
     names: list[str]
     explain: bool
     text: str
+
+    def copy(self) -> CheckedQuery:
+        """The same query over a copy of its tree, to rewrite without touching this one."""
+        return CheckedQuery(self.tree.copy(), list(self.names), self.explain, self.text)
 
 
 def syntax_error(e: ParseError) -> SqlSyntaxError:
@@ -267,7 +271,7 @@ def output_names(select: exp.Select) -> list[str]:
     return names
 
 
-def prepare(sql: str, schema: dict[str, dict[str, str]], params: dict[str, Any] | None = None) -> Statement:
+def prepare(sql: str, schema: dict[str, dict[str, str]], params: dict[str, Any] | None = None) -> CheckedQuery:
     """Parse, bind the named parameters, refuse what cannot run, and qualify every column against
     `schema` (table -> column -> type)."""
     statement, explain = parse(sql)
@@ -289,7 +293,7 @@ def prepare(sql: str, schema: dict[str, dict[str, str]], params: dict[str, Any] 
     if "*" in names:  # SELECT * expands to the columns' own names
         names = [p.alias_or_name for p in tree.expressions]
     read_text_as_dates(tree, schema)
-    return Statement(tree, names, explain, sql)
+    return CheckedQuery(tree, names, explain, sql)
 
 
 def expand_all(tree: exp.Expression) -> None:

@@ -1,178 +1,56 @@
-"""Making the select-project sub-queries of a join query as small as possible before Spark runs.
+"""Semi-join reduction: the select-project sub-queries of a join query made as small as possible
+on the nodes before Spark runs.
 
-Two steps, both evaluated on the storage nodes:
-
-- `substitute_subqueries`: an uncorrelated subquery over one table (``o_orderkey IN (SELECT
-  l_orderkey FROM lineitem GROUP BY l_orderkey HAVING sum(l_quantity) > 300)``, a scalar
-  ``(SELECT avg(c_acctbal) FROM customer WHERE ...)``, an uncorrelated EXISTS) runs first, as a
-  one-table query on the nodes, and its answer replaces it as literals; the predicate around it
-  can then be pushed into a sub-query like any other.
-- `reduce_and_fetch`: sub-queries are visited from the smallest table up; a filtered one that
-  turns out small is fetched whole, and the distinct values of its join columns become
-  ``key IN (values)`` on the sub-query at the other end of an inner equi-join (or inside a
-  correlated subquery). Along a chain of joins (region -> nation -> customer -> orders ->
-  lineitem) each step shrinks the next. What was fetched is handed to Spark as is
-  (`gateway.sql.exchange`).
-
-Spark still executes every join; it only receives fewer rows.
+Sub-queries are visited from the smallest table up; a filtered one that turns out small is
+fetched whole, and the distinct values of its join columns become ``key IN (values)`` on the
+sub-query at the other end of an inner equi-join (or inside a correlated subquery). Along a chain
+of joins (region -> nation -> customer -> orders -> lineitem) each step shrinks the next. What was
+fetched is handed to Spark as is (`gateway.sql.exchange`). Spark still executes every join; it
+only receives fewer rows.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 from collections.abc import Hashable
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
 
 import pyarrow as pa
-import pyarrow.compute as pc
-from sqlglot import exp
-from sqlglot.optimizer.scope import traverse_scope
 
 from gateway.sql.catalog import RegionCatalog
-from gateway.sql.errors import SqlError
 from gateway.sql.keysets import distinct, is_in
-from gateway.sql.local import run_local, scan_nodes
-from gateway.sql.parse import Statement
-from gateway.sql.plan import Plan, Planner, Scan, request_key
+from gateway.sql.local import scan_nodes
+from gateway.sql.plan import TableQuery
+from gateway.sql.request import membership, request_key
+from gateway.sql.staged import Staged
 from gpu_kernels.aggregate import final_aggregate
-from storage.scan_protocol import Int64List, ScanRequest, ValueList, col, in_, int64_values, lit, values
+from storage.scan_protocol import ScanRequest
 from storage.scan_typing import type_scan
 
-MAX_SUBSTITUTED = 10_000  # values an IN subquery may become
 MAX_KEYS = 500_000  # values a semi-join filter may carry
 PROBE_ROWS = 500_000  # sub-queries up to this size are fetched for their join keys (default)
 SMALL_TABLE = 100_000  # an unfiltered table this small is fetched anyway (it is needed whole)
 MAX_PROBES = 2  # fetch attempts per sub-query (a reduction earns it a second one)
 
 
-class CardinalityError(SqlError):
-    code = "cardinality_violation"
-    sqlstate = "21000"
-
-
-def literal(value: Any) -> exp.Expression:
-    if value is None:
-        return exp.null()
-    if isinstance(value, bool):
-        return exp.Boolean(this=value)
-    if isinstance(value, (int, float, decimal.Decimal)):
-        return exp.Literal.number(str(value))
-    if isinstance(value, dt.datetime):
-        return exp.cast(exp.Literal.string(value.isoformat(sep=" ")), "TIMESTAMP")
-    if isinstance(value, dt.date):
-        return exp.cast(exp.Literal.string(value.isoformat()), "DATE")
-    return exp.Literal.string(str(value))
-
-
-def _single_table(scope) -> bool:
-    select = scope.expression
-    return (
-        isinstance(select, exp.Select)
-        and not scope.external_columns
-        and not scope.subquery_scopes
-        and len(scope.sources) == 1
-        and isinstance(next(iter(scope.sources.values())), exp.Table)
-    )
-
-
-def substitute_subqueries(statement: Statement, planner: Planner, catalog: RegionCatalog) -> list[str]:
-    """Evaluate uncorrelated one-table subqueries on the nodes and put their answers in their place."""
-    notes: list[str] = []
-    replaced = True
-    while replaced:
-        replaced = False
-        for scope in traverse_scope(statement.tree):
-            if not scope.is_subquery or not _single_table(scope):
-                continue
-            select = scope.expression
-            holder = select.parent  # exp.Subquery, or the IN / EXISTS node itself
-            user = holder.parent if isinstance(holder, exp.Subquery) else holder
-            sub = Statement(select.copy(), [p.alias_or_name for p in select.expressions], False, select.sql())
-            plan = planner._local(sub)
-            if plan is None:
-                continue
-            answer = run_local(plan, catalog)
-            replacement = _replacement(holder, user, answer)
-            if replacement is None:
-                continue
-            target, new = replacement
-            notes.append(f"evaluated first on the nodes: ({select.sql()}) -> {_describe(answer)}")
-            target.replace(new)
-            replaced = True
-            break
-    return notes
-
-
-def _describe(answer: pa.Table) -> str:
-    if answer.num_rows == 1 and answer.num_columns == 1:
-        return f"{answer.column(0)[0].as_py()!r}"
-    return f"{answer.num_rows} value(s)"
-
-
-def _replacement(holder: exp.Expression, user: exp.Expression, answer: pa.Table):
-    """(node to replace, its replacement) for a subquery's answer, or None to leave it to Spark."""
-    if isinstance(user, exp.Exists):
-        return user, exp.Boolean(this=answer.num_rows > 0)
-    if isinstance(user, exp.In) and user.args.get("query") is holder:
-        if answer.num_columns != 1 or answer.num_rows > MAX_SUBSTITUTED:
-            return None
-        values = pc.unique(answer.column(0)).to_pylist()
-        if None in values:  # x NOT IN (..., NULL) is never true: keep SQL's exact rule in Spark
-            return None
-        if not values:
-            return user, exp.false()
-        return user, exp.In(this=user.this.copy(), expressions=[literal(v) for v in values])
-    if isinstance(holder, exp.Subquery) and answer.num_columns == 1:
-        if answer.num_rows > 1:
-            raise CardinalityError("a scalar subquery returned more than one row")
-        return holder, literal(answer.column(0)[0].as_py() if answer.num_rows else None)
-    return None
-
-
-# ---- semi-join reduction ------------------------------------------------------------------------
-
-
-def _values(keys: pa.Array) -> ValueList | Int64List | None:
-    """A values list for IN, or None for types not worth it."""
-    t = keys.type
-    if pa.types.is_integer(t):  # as one base64 array (a JSON number list above 2**63 for uint64)
-        return int64_values(keys.to_numpy(zero_copy_only=False)) if t != pa.uint64() else values(keys.to_pylist())
-    if pa.types.is_date32(t):
-        return values([d.isoformat() for d in keys.to_pylist()], "date")
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return values(keys.to_pylist())
-    return None
-
-
-def membership_filter(column: str, keys: pa.Array) -> dict[str, Any] | None:
-    """``column IN keys`` as a scan filter in its JSON form (what a sub-query's filters hold); None
-    for key types not worth it."""
-    if not len(keys):
-        return lit(False).to_json()
-    listed = _values(keys)
-    return None if listed is None else in_(col(column), listed).to_json()
-
-
-def _probe(catalog: RegionCatalog, scan: Scan, limit: int, seen: dict[Hashable, pa.Table | None]) -> pa.Table | None:
+def _probe(
+    catalog: RegionCatalog, scan: TableQuery, limit: int, seen: dict[Hashable, pa.Table | None]
+) -> pa.Table | None:
     """The sub-query's rows if there are at most `limit` of them, else None; an identical request
     (the same table in a subquery and outside it) is answered from `seen`. A grouped (pre-aggregated
     or distinct) sub-query, to which no row limit applies, is fetched when its table is at most
     4 x `limit` rows, and the partial groups of every block and node are merged here."""
+    request = scan.request()
     if scan.group_by and scan.info.rows > 4 * limit:
         return None
-    request = ScanRequest.from_json(scan.request())
     if not scan.group_by:
-        request = replace(request, limit=limit + 1)
-    key = request_key(request.to_json())
+        request["limit"] = limit + 1
+    key = request_key(request)
     if key not in seen:
         data = scan_nodes(catalog, scan.info, request)
         if scan.group_by:
-            typed = type_scan(request, scan.info.schema)
-            keys = [k.name for k in request.group_by]
-            data = final_aggregate(data, keys, list(typed.task.aggregates))
-            data = data.select(typed.schema.names).cast(typed.schema)
+            task = type_scan(ScanRequest.from_json(request), scan.info.schema)
+            keys = [k["name"] for k in scan.group_by]
+            data = final_aggregate(data, keys, list(task.task.aggregates)).select(task.schema.names).cast(task.schema)
         seen[key] = data if data.num_rows <= limit else None
     return seen[key]
 
@@ -187,9 +65,10 @@ class _Received:
     filter: int | None = None  # position among the target's filters (None: it was filtered locally)
 
 
-def reduce_and_fetch(plan: Plan, catalog: RegionCatalog, probe_rows: int = PROBE_ROWS) -> dict[int, pa.Table]:
-    """Semi-join reduction, from the smallest sub-queries up; returns the rows of the sub-queries
-    it fetched (index -> rows). The others are scanned again when Spark needs them.
+def reduce_and_fetch(plan: Staged, catalog: RegionCatalog, probe_rows: int = PROBE_ROWS) -> dict[int, pa.Table]:
+    """Semi-join reduction of `plan`'s sub-queries (their filters, reductions and row counts are
+    updated), from the smallest up; returns the rows of the sub-queries it fetched (index ->
+    rows). The others are scanned again when Spark needs them.
 
     A sub-query with filters (its own, or a reduction) is fetched when it has at most `probe_rows`
     rows, and the distinct values of its join columns then filter the sub-queries at the other end
@@ -242,7 +121,7 @@ def reduce_and_fetch(plan: Plan, catalog: RegionCatalog, probe_rows: int = PROBE
 def _send(
     source: str,
     keys: pa.Array,
-    target: Scan,
+    target: TableQuery,
     column: str,
     fetched: dict[int, pa.Table],
     received: dict[tuple[int, str], _Received],
@@ -265,7 +144,7 @@ def _send(
         keys = keys.filter(is_in(keys, slot.keys))
         if len(keys) >= len(slot.keys):
             return False
-    condition = membership_filter(column, keys)
+    condition = membership(column, keys)
     if condition is None:
         return False
     slot.keys = keys
@@ -279,7 +158,7 @@ def _send(
     return True
 
 
-def _note(target: Scan, slot: _Received, key: str, text: str) -> None:
+def _note(target: TableQuery, slot: _Received, key: str, text: str) -> None:
     """Say what reduced `target` in its explanation: one line per source for a fetched sub-query
     (filtered by each in turn), one for the filter of a column sent to the nodes (key "")."""
     if key not in slot.notes:

@@ -12,11 +12,18 @@ from typing import Any
 
 from sqlglot import exp
 
+from gateway.sql.request import call, col
+
 ColumnMap = Callable[[exp.Column], dict[str, Any]]
 
 
 class NotTranslatable(Exception):
     pass
+
+
+def plain(column: exp.Column) -> dict[str, Any]:
+    """A column of the one table a scan reads, by its name (the `ColumnMap` of sub-queries)."""
+    return col(column.name)
 
 
 LONG_IN_LIST = 64  # longer IN lists travel as one values array
@@ -26,10 +33,6 @@ _COMPARISONS = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: 
 _ARITHMETIC = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/"}
 _INTERVAL_UNITS = {"DAY": "interval_day", "MONTH": "interval_month", "YEAR": "interval_year"}
 _EXTRACT = {"YEAR": "extract_year", "MONTH": "extract_month", "DAY": "extract_day"}
-
-
-def call(op: str, *args: dict) -> dict:
-    return {"op": op, "args": list(args)}
 
 
 def literal(node: exp.Literal) -> dict[str, Any]:

@@ -1,0 +1,110 @@
+"""The planner: a checked query in, a plan (`gateway.sql.plan`) out. It never runs anything and
+never changes the query it is given (it plans a copy).
+
+The regular plan (seed 004 §2.2) is built automatically from the qualified query:
+
+- a query without FROM is evaluated by the coordinator (`gateway.sql.constant`);
+- a query over one table runs entirely on the nodes (`gateway.sql.one_table`);
+- any other query runs on Spark: every base-table reference becomes a select-project sub-query
+  for the nodes, and the `RULES` below, in this order, rewrite the query around them; what is
+  left of the tree is the statement Spark runs over the sub-queries' views.
+
+An uncorrelated subquery over one table can be answered on the nodes before its query is
+planned; `Planner.subqueries_first` names them, and the run (`gateway.sql.run`) answers them,
+puts the answers in their place and plans the query again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from sqlglot import exp
+from sqlglot.optimizer.scope import Scope, traverse_scope
+
+from gateway.sql.catalog import RegionCatalog
+from gateway.sql.constant import plan_constant
+from gateway.sql.one_table import plan_one_table
+from gateway.sql.parse import CheckedQuery
+from gateway.sql.passes import (
+    Draft,
+    distinct_if_only_tested,
+    preaggregate,
+    prune_columns,
+    push_expressions,
+    push_predicates,
+    read_from_views,
+    select_one_in_exists,
+    semi_join_edges,
+    table_queries,
+)
+from gateway.sql.plan import Plan
+
+RULES = (
+    select_one_in_exists,  # EXISTS needs no column of its subquery
+    table_queries,  # one sub-query per base-table reference
+    push_predicates,  # conditions on one table (and those implied by ORs) into its sub-query
+    push_expressions,  # scalar expressions over one table computed by its sub-query
+    semi_join_edges,  # the equalities along which one sub-query's keys filter another's rows
+    preaggregate,  # aggregates over one table start as partial aggregates on the nodes
+    prune_columns,  # each sub-query returns only the columns still read
+    distinct_if_only_tested,  # a subquery only tested for its keys returns each key once
+    read_from_views,  # the tables become the sub-queries' views: the statement for Spark
+)
+
+
+@dataclass
+class FirstSubquery:
+    """An uncorrelated subquery over one table that the nodes answer before its query is planned."""
+
+    select: exp.Select  # the subquery, in the tree of the query it was found in
+    plan: Plan  # its one-table plan
+
+
+class Planner:
+    def __init__(self, catalog: RegionCatalog):
+        self.catalog = catalog
+
+    def plan(self, query: CheckedQuery, copy: bool = True) -> Plan:
+        """The plan of `query`, made of a copy of it (`query` is left as it is); `copy=False` plans
+        `query` itself, for a caller that made it and has no other use for it."""
+        query = query.copy() if copy else query
+        tree = query.tree
+        if tree.args.get("from_") is None and not tree.args.get("joins"):
+            return plan_constant(query)
+        return plan_one_table(query, self.catalog) or plan_joins(query, self.catalog)
+
+    def subqueries_first(self, query: CheckedQuery) -> Iterator[FirstSubquery]:
+        """The uncorrelated subqueries over one table (no subquery of their own) that the nodes can
+        run, innermost first; `query` is only read. A query without FROM has none: its select
+        list is evaluated as it is."""
+        tree = query.tree
+        if tree.args.get("from_") is None or not tree.find(exp.Subquery, exp.Exists):
+            return
+        for scope in traverse_scope(tree):
+            if not scope.is_subquery or not _single_table(scope):
+                continue
+            select = scope.expression
+            names = [p.alias_or_name for p in select.expressions]
+            plan = plan_one_table(CheckedQuery(select.copy(), names, False, select.sql()), self.catalog)
+            if plan is not None:
+                yield FirstSubquery(select, plan)
+
+
+def plan_joins(query: CheckedQuery, catalog: RegionCatalog) -> Plan:
+    """The ``spark`` plan of `query`, whose tree the `RULES` rewrite in place."""
+    draft = Draft(query.tree, catalog)
+    for rule in RULES:
+        draft = rule(draft)
+    return Plan("spark", query, list(draft.queries.values()), edges=draft.edges)
+
+
+def _single_table(scope: Scope) -> bool:
+    select = scope.expression
+    return (
+        isinstance(select, exp.Select)
+        and not scope.external_columns
+        and not scope.subquery_scopes
+        and len(scope.sources) == 1
+        and isinstance(next(iter(scope.sources.values())), exp.Table)
+    )

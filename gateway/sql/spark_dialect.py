@@ -1,0 +1,34 @@
+"""What the SQL handed to Spark needs beyond a translation into Spark's dialect: division as
+DuckDB and the nodes divide, and a sort without a sampling job."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+
+def _double_division(node: exp.Expression) -> exp.Expression:
+    if isinstance(node, exp.Div) and not (isinstance(node.this, exp.Cast) and node.this.to.is_type("double")):
+        return exp.Div(this=exp.cast(node.this, "double"), expression=node.expression)
+    return node
+
+
+def spark_text(tree: exp.Expression) -> str:
+    """Spark SQL for `tree` (left unchanged), dividing as DuckDB and the nodes do (`/` gives a
+    DOUBLE: Spark divides decimals into a decimal of 6 places, and TPC-H Q8's share 0.0344358904
+    became 0.034436), and sorting in one partition (`sort_in_one_partition`)."""
+    return sort_in_one_partition(tree.transform(_double_division)).sql(dialect="spark", pretty=True)
+
+
+def sort_in_one_partition(tree: exp.Expression) -> exp.Expression:
+    """Spark range-partitions the input of an ORDER BY without LIMIT, and finds the ranges with a
+    sampling job of its own; gathered into one partition first (a REPARTITION(1) hint), the rows
+    are sorted there without one. The whole result goes to one client anyway.
+
+    Example: ``SELECT a FROM t ORDER BY a`` -> ``SELECT /*+ REPARTITION(1) */ a FROM t ORDER BY a``;
+    ``... ORDER BY a LIMIT 10`` is left as it is (Spark takes the top rows of each partition).
+    """
+    if isinstance(tree, exp.Select) and tree.args.get("order") is not None and tree.args.get("limit") is None:
+        hint = tree.args.get("hint")
+        single = exp.Anonymous(this="REPARTITION", expressions=[exp.Literal.number(1)])
+        tree.set("hint", exp.Hint(expressions=[*(hint.expressions if hint is not None else []), single]))
+    return tree
