@@ -74,7 +74,7 @@ def render_summary(summary: TableSummary) -> RichTable:
 
 
 def render_candidates(summary: TableSummary) -> RichTable:
-    """Every candidate chain's size per column (summed over blocks); the planner kept the smallest per block."""
+    """Every candidate chain's size per column (summed over blocks); the encoding choice kept the smallest per block."""
     chains = sorted({chain for c in summary.columns for chain in c.candidates}, key=CHAIN_PREFERENCE.index)
     table = RichTable("column", *chains, title="candidate sizes (smallest per block is chosen)", title_justify="left")
     for c in summary.columns:

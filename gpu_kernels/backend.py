@@ -1,8 +1,8 @@
 """The array backends: NumPy on the CPU, CuPy on a GPU, behind one interface.
 
 Kernels are written once against ``backend.xp`` (NumPy's API, which CuPy mirrors); the few
-operations where the libraries differ (bit unpacking, run expansion, grouped min/max, moving
-data between host and device) are methods that the CuPy backend overrides. `get_backend`
+operations where the libraries differ (bit unpacking, run expansion, grouping, segment sums,
+moving data between host and device) are methods that the CuPy backend overrides. `get_backend`
 picks CuPy when a CUDA device is present unless configured otherwise, and never falls back
 silently: asking for ``cupy`` without a device is an error.
 """
@@ -75,7 +75,7 @@ class NumpyBackend:
 
     def unique_inverse(self, values: Array) -> tuple[Array, Array]:
         """Distinct values (in no particular order) and the position of each value among them."""
-        if values.dtype.kind in "iu":  # a hash table: faster than sorting (13.7 -> 9.7 ms on 190,000 keys)
+        if values.dtype.kind in "iu":  # a hash table is faster than sorting, and group order does not matter
             encoded = pc.dictionary_encode(pa.array(values))
             return encoded.dictionary.to_numpy(), encoded.indices.to_numpy().astype(np.int64)
         uniques, inverse = np.unique(values, return_inverse=True)

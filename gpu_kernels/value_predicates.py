@@ -138,7 +138,7 @@ def membership_of(backend: NumpyBackend, members: np.ndarray) -> ValuePredicate:
     low, high = int(members.min()), int(members.max())
     if high - low < _TABLE_SPAN:
         # one False slot on each side: a value outside [low, high] is clipped onto one (a clip and
-        # a gather, no masks: a quarter faster than gathering only the values inside)
+        # a gather, no masks: faster than gathering only the values inside)
         span = high - low + 2
         table = np.zeros(span + 1, dtype=bool)
         table[members - (low - 1)] = True

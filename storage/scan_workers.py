@@ -1,8 +1,8 @@
 """Worker processes that run a CPU scan's blocks on every core of the node.
 
 NumPy lets go of the GIL inside its loops, but a block's operator spends much of its time between
-them (dispatch, small arrays), so the threads of one process hardly add up: TPC-H Q1's scan at
-SF 1 took 0.15 s on one thread and 0.16 s on two (1.3 cores busy). Processes do add up.
+them (dispatch, small arrays), so the threads of one process hardly add up, even on a scan as
+simple as TPC-H Q1's. Processes do add up.
 
 A scan first runs its blocks in the node's own process. Once it has run for `SPREAD_AFTER_S`, if
 the time the workers would save on the remaining blocks (estimated from the blocks done) exceeds
@@ -49,9 +49,9 @@ from storage.blockfile import BlockEntry, read_block
 log = logging.getLogger("cxg.node")
 SPREAD_AFTER_S = 0.005  # a scan still running after this long may send its remaining blocks to the workers
 # ... if that saves more than it costs: a round trip, and per byte of the pickled task, unpickling
-# it and building its IN lists' lookup tables in each worker (7 ms for 150,000 order keys), and
-# the lookups themselves, which slow each other down across cores (a table of 6 MB per worker):
-# TPC-H Q3's lineitem scan with 147,126 order keys took 0.066 s on one core, 0.081 s spread
+# it and building its IN lists' lookup tables in each worker, and the lookups themselves, which
+# slow each other down across cores (a table of megabytes per worker): a scan of long IN lists,
+# as TPC-H Q3's lineitem against its order keys, is often slower spread than on one core
 SPREAD_COST_S = 0.003
 SPREAD_COST_PER_BYTE_S = 20e-9
 CHUNKS_PER_WORKER = 2
