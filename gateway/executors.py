@@ -29,7 +29,7 @@ from gateway.sql.errors import SqlSyntaxError
 from gateway.sql.parse import Statement as Parsed
 from gateway.sql.parse import refuse_writes, syntax_error
 from gateway.statements import Statement
-from storage.sql_types import sql_name
+from storage import sql_name
 
 Started = Callable[[list[str]], None]
 

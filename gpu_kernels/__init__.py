@@ -20,7 +20,6 @@ _FACE: dict[str, tuple[str, ...]] = {
         "DomainValues",
         "UnsupportedTypeError",
         "domain_of",
-        "from_domain",
         "parse_type",
         "to_domain",
         "type_name",
