@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from pyspark.sql.datasource import EqualTo, GreaterThan, In, Not, StringStartsWith
 
 from gpu_kernels import expr as E
-from storage.catalog import Column as CatalogColumn
-from storage.catalog import TableSchema
+from storage import Column as CatalogColumn
+from storage import TableSchema, output_schema, type_scan
 from storage.scan import plan_scan
 from storage.scan_protocol import (
     MERGED_ON_NODE,
@@ -48,7 +48,6 @@ from storage.scan_protocol import (
     or_,
     values,
 )
-from storage.scan_typing import output_schema, type_scan
 from storage.spark_source import filter_to_expr
 
 # ---- generated requests ------------------------------------------------------------------------
