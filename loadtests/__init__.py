@@ -14,7 +14,7 @@ _FACE: dict[str, tuple[str, ...]] = {
     "cli": ("report", "run_load"),
     "logs": ("write_logs",),
     "measures": ("Summary", "summarize"),
-    "scenario": ("Scenario", "ScenarioError", "load_scenario", "scenario_from", "tpch_list"),
+    "scenario": ("Scenario", "tpch_list"),
     "simulator": ("Run", "Simulator", "Target"),
     "tpch_queries": ("query",),
 }
