@@ -5,7 +5,7 @@ the engine's scans run on those nodes, and the slots are released when it has fi
 from __future__ import annotations
 
 from balancer.packets import Answer, Request
-from storage.store import Store
+from storage import Store
 
 
 class NativeBackend:

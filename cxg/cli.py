@@ -8,9 +8,8 @@ import sys
 from pathlib import Path
 
 from cxg import client_commands, demo, load, serve, storage_commands
-from gateway.client import GatewayError
-from gateway.config import ConfigError, load_config
-from gpu_kernels.backend import BackendUnavailable
+from gateway import ConfigError, GatewayError, load_config
+from gpu_kernels import BackendUnavailable
 from loadtests import cli as loadtest_cli
 from storage import StorageError
 

@@ -12,9 +12,7 @@ import pyarrow.csv as pacsv
 from rich.table import Table as RichTable
 
 from cxg.console import console
-from gateway.client import Client
-from gateway.config import Config
-from gateway.results import json_rows
+from gateway import Client, Config, json_rows
 
 
 def _client(args: argparse.Namespace, config: Config) -> Client:

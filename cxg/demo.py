@@ -24,16 +24,10 @@ from cxg.console import console
 from cxg.data_dirs import add_data_option, stores_of
 from cxg.load import load_options, load_tpch
 from cxg.storage_commands import cmd_tables, render_summary
-from gateway.client import Client
-from gateway.config import Config, load_config
-from loadtests.cli import report, run_load
-from loadtests.logs import write_logs
-from loadtests.measures import summarize
-from loadtests.scenario import Scenario, tpch_list
-from loadtests.simulator import Simulator, Target
-from loadtests.tpch_queries import query
+from gateway import Client, Config, load_config
+from loadtests import Scenario, Simulator, Target, query, report, run_load, summarize, tpch_list, write_logs
 from regions import LocalRegion, interrupt_on_sigterm, stop_all
-from storage.stats import summarize as storage_summary
+from storage import summarize as storage_summary
 
 PARAMETERIZED = (
     "select o_orderpriority, count(*) as orders from orders "

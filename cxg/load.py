@@ -22,14 +22,22 @@ from sqlalchemy.engine import make_url
 
 from cxg.console import console
 from cxg.data_dirs import add_data_option, stores_of
-from gateway.config import Config, parse_size
+from gateway import Config, parse_size
 from regions import spark_session
-from storage import Column, Placement, SchemaError, Store, TableSchema, tpch
-from storage.encoding_choice import EncodingOptions
-from storage.loader import LoadOptions, load_table
-from storage.mysql_load import load_mysql
-from storage.sources import Source
-from storage.spark_ingest import spark_load
+from storage import (
+    Column,
+    EncodingOptions,
+    LoadOptions,
+    Placement,
+    SchemaError,
+    Source,
+    Store,
+    TableSchema,
+    load_mysql,
+    load_table,
+    spark_load,
+    tpch,
+)
 
 Job = tuple[TableSchema, Source]
 Loaded = tuple[str, int, float]  # table, rows, seconds

@@ -14,22 +14,16 @@ from pathlib import Path
 
 from aiohttp import web
 
-from balancer.journal import Journal
+from balancer import Journal, NodeServer, Router, serve
 from balancer.mysql_backend import MysqlBackend
 from balancer.native_backend import NativeBackend
-from balancer.router import Router
-from balancer.server import NodeServer
-from balancer.service import serve
 from balancer.simulation import SimulationBackend
 from cxg.client_commands import show_status
 from cxg.console import console
-from gateway.client import Client
-from gateway.config import Config, ConfigError, SparkFactory
-from gateway.server import Gateway
-from gpu_kernels.backend import get_backend
+from gateway import Client, Config, ConfigError, Gateway, SparkFactory
+from gpu_kernels import get_backend
 from regions import LocalRegion, interrupt_on_sigterm, session_factory
-from storage import Store
-from storage.node import Node
+from storage import Node, Store
 
 log = logging.getLogger("cxg.gateway")
 

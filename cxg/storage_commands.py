@@ -9,9 +9,8 @@ from rich.table import Table as RichTable
 
 from cxg.console import console
 from cxg.data_dirs import add_data_option, stores_of
-from gateway.config import Config
-from storage.encoding_choice import CHAIN_PREFERENCE
-from storage.stats import TableSummary, summarize
+from gateway import Config
+from storage import CHAIN_PREFERENCE, TableSummary, summarize
 
 
 def human_bytes(n: float) -> str:

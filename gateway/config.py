@@ -16,6 +16,8 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from balancer.simulation import QueryType, table_5_5
+
 DEFAULT_CONFIG = Path("cxg.toml")
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*", re.IGNORECASE)
 
@@ -146,9 +148,7 @@ class SimulationConfig:
     size_gb: int = 5  # which column of seed 004 Table 5.5 gives the query times
     queries: dict[str, dict[str, float]] = field(default_factory=dict)  # tag -> {seconds, rows}; replaces Table 5.5
 
-    def query_types(self):
-        from balancer.simulation import QueryType, table_5_5
-
+    def query_types(self) -> dict[str, QueryType]:
         if not self.queries:
             return table_5_5(self.size_gb)
         try:

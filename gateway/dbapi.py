@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from gateway.client import Client, GatewayError
-from storage.sql_types import sql_name
+from storage import sql_name
 
 apilevel = "2.0"
 threadsafety = 2  # threads may share the module and connections, not cursors

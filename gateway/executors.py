@@ -28,7 +28,7 @@ from gateway.sql.engine import Engine
 from gateway.sql.errors import SqlSyntaxError
 from gateway.sql.parse import CheckedQuery, refuse_writes, syntax_error
 from gateway.statements import Statement
-from storage.sql_types import sql_name
+from storage import sql_name
 
 Started = Callable[[list[str]], None]
 

@@ -15,7 +15,7 @@ import pyarrow.csv as pacsv
 
 from balancer import arrow_payload
 from gateway.media import ARROW, CSV, JSON
-from storage.sql_types import sql_name
+from storage import sql_name
 
 FORMATS = {JSON: JSON, "application/*": JSON, CSV: CSV, "text/*": CSV, ARROW: ARROW, "*/*": JSON}
 

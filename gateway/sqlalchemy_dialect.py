@@ -14,7 +14,7 @@ from sqlalchemy import types as sqltypes
 from sqlalchemy.engine import default
 from sqlalchemy.engine.url import URL
 
-from storage.sql_types import by_sql_name
+from storage import by_sql_name
 
 
 def sqlalchemy_type(name: str) -> sqltypes.TypeEngine:

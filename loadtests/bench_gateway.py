@@ -31,12 +31,10 @@ import aiohttp
 from aiohttp import web
 from hdrh.histogram import HdrHistogram
 
-from gateway.background import free_port
-from gateway.client import Client, GatewayError
-from gateway.config import load_config
+from gateway import Client, GatewayError, free_port, load_config
 from loadtests.common import console, print_table, write_json
 from loadtests.performsys import TABLE_4_1, Setup, run_setup
-from regions.launcher import LocalRegion
+from regions import LocalRegion
 
 Request = Callable[[aiohttp.ClientSession], Awaitable[None]]
 
@@ -199,7 +197,7 @@ def _mariadb_overhead(count: int, concurrency: int, seconds: float) -> list[dict
     import pymysql
 
     from loadtests.mariadb_server import MariaDB
-    from storage.mysql_load import create_database
+    from storage import create_database
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="cxg-bench-mariadb-") as tmp, MariaDB(Path(tmp)) as server:

@@ -26,18 +26,15 @@ from typing import Any
 
 import sqlglot
 
-from gateway.client import Client
-from gateway.config import load_config
+from gateway import Client, load_config
 from loadtests.cli import report, run_load
 from loadtests.common import console, print_table, write_json
 from loadtests.logs import write_logs
 from loadtests.measures import Summary, summarize
 from loadtests.scenario import Query, Scenario, tpch_list
 from loadtests.simulator import Simulator, Target
-from regions.launcher import LocalRegion
-from storage import Store, tpch
-from storage.loader import load_table
-from storage.sources import read_parquet
+from regions import LocalRegion
+from storage import Store, load_table, read_parquet, tpch
 
 
 def load_native(sf: float, root: Path, nodes: int = 2) -> list[str]:
@@ -112,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         from loadtests.mariadb_server import MariaDB, available
 
         if not args.no_mariadb and available():
-            from storage.mysql_load import load_mysql
+            from storage import load_mysql
 
             with MariaDB(Path(tmp) / "mariadb", buffer_pool="2G") as server:
                 with console.status(f"loading TPC-H SF {args.sf:g} into MariaDB"):

@@ -23,13 +23,10 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from gpu_kernels.aggregate import final_aggregate
-from gpu_kernels.backend import NumpyBackend, cuda_available, get_backend
+from gpu_kernels import NumpyBackend, cuda_available, final_aggregate, get_backend
+from gpu_kernels import expr as kernel_expr
 from loadtests.common import console, parser, print_table, write_json
-from storage import Store, tpch
-from storage.loader import LoadOptions, load_table
-from storage.scan import TableCache, scan_table
-from storage.sources import read_parquet
+from storage import LoadOptions, Store, TableCache, load_table, read_parquet, scan_table, tpch
 
 
 def _col(name: str) -> dict:
@@ -162,13 +159,11 @@ def _same(ours: pa.Table, theirs: pa.Table, keys: list[str]) -> bool:
 
 def decoded_bytes(cache: TableCache, request: dict, stats) -> int:
     """Bytes the touched columns take decoded (plain Arrow), over the rows of the blocks scanned."""
-    from gpu_kernels.expr import columns_of, from_json
-
     loaded = cache.get("lineitem")
     names = set()
     for part in (request.get("filter"), *(a.get("arg") for a in request.get("aggregates", []))):
         if part is not None:
-            names |= columns_of(from_json(part))
+            names |= kernel_expr.columns_of(kernel_expr.from_json(part))
     names |= set(request.get("group_by", []))
     total_rows = sum(entry.rows for entry, _ in loaded.blocks)
     plain = sum(entry.columns[n].plain_bytes for entry, _ in loaded.blocks for n in names)

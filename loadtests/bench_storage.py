@@ -23,11 +23,7 @@ import zstandard
 
 from gpu_kernels import EncodedBlock, plain_nbytes
 from loadtests.common import console, mb, parser, print_table, timed, write_json
-from storage import Store, tpch
-from storage.block import block_to_ipc
-from storage.blockfile import ZSTD_LEVEL
-from storage.loader import LoadOptions, load_table
-from storage.sources import read_parquet
+from storage import ZSTD_LEVEL, LoadOptions, Store, block_to_ipc, load_table, read_parquet, tpch
 
 DUCKDB_BLOCK = 256 * 1024
 TABLE = "lineitem"

@@ -23,19 +23,14 @@ from typing import Any
 import duckdb
 import sqlglot
 
-from gateway.background import free_port
-from gateway.config import SparkSettings
+from gateway import SparkSettings, free_port
 from gateway.sql.engine import Engine
 from gateway.sql.local import scan_nodes
 from loadtests.common import console, parser, print_table, write_json
 from loadtests.compare import rows, rows_match
 from loadtests.tpch_queries import SINGLE_TABLE, all_queries
-from regions.spark_session import session_factory, spark_options, spark_session
-from storage import Store, tpch
-from storage.loader import load_table
-from storage.node_client import NodeClient, NodeError
-from storage.sources import read_parquet
-from storage.spark_source import spark_schema
+from regions import session_factory, spark_options, spark_session
+from storage import NodeClient, NodeError, Store, load_table, read_parquet, spark_schema, tpch
 
 
 def _best(fn, repeat: int) -> tuple[float, Any]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gateway.config import Config
+from gateway import Config
 from loadtests.common import console, print_table
 from loadtests.logs import STATS_HEADERS, stats_rows, write_logs
 from loadtests.measures import Record, Summary, summarize

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pymysql
 
-from gateway.background import free_port
+from gateway import free_port
 
 
 def _binary(*names: str) -> str:

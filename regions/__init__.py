@@ -5,6 +5,14 @@ yet."""
 
 from regions.embedded import EmbeddedRegion
 from regions.launcher import LocalRegion, interrupt_on_sigterm
-from regions.spark_session import session_factory, spark_session, stop_all
+from regions.spark_session import session_factory, spark_options, spark_session, stop_all
 
-__all__ = ["EmbeddedRegion", "LocalRegion", "interrupt_on_sigterm", "session_factory", "spark_session", "stop_all"]
+__all__ = [
+    "EmbeddedRegion",
+    "LocalRegion",
+    "interrupt_on_sigterm",
+    "session_factory",
+    "spark_options",
+    "spark_session",
+    "stop_all",
+]

@@ -12,11 +12,8 @@ from typing import Any
 
 from aiohttp import web
 
-from balancer.router import Router
-from balancer.server import NodeServer
-from gateway.background import free_port
-from gateway.config import Config
-from gateway.server import Gateway
+from balancer import NodeServer, Router
+from gateway import Config, Gateway, free_port
 from regions.spark_session import session_factory
 
 

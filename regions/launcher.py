@@ -15,9 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway.background import free_port
-from gateway.client import Client, GatewayError
-from gateway.config import Config, ConfigError
+from gateway import Client, Config, ConfigError, GatewayError, free_port
 
 
 def interrupt_on_sigterm() -> None:

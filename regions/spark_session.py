@@ -17,8 +17,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from gateway.config import SparkSettings
-from storage.spark_source import CxgDataSource
+from gateway import SparkSettings
+from storage import CxgDataSource
 
 _SESSIONS: dict[str, Any] = {}
 _LOCK = threading.Lock()

@@ -2,7 +2,8 @@
 
 Storage builds on `gpu_kernels` (the encoded column vectors) and knows nothing above it. The
 public names below load their module on first use (PEP 562), so that a client of one part (the
-catalog, the MariaDB loader) does not load the others (Parquet readers, SQLAlchemy).
+catalog, the MariaDB loader, the node's client) does not load the others (Parquet readers,
+SQLAlchemy, the node server and its kernels, Spark).
 """
 
 from __future__ import annotations
@@ -12,15 +13,47 @@ from typing import Any
 
 _FACE: dict[str, tuple[str, ...]] = {
     "block": ("block_to_ipc", "plain_block"),
+    "blockfile": ("ZSTD_LEVEL",),
     "catalog": ("Column", "Placement", "TableSchema"),
-    "encoding_choice": ("EncodingOptions",),
+    "encoding_choice": ("CHAIN_PREFERENCE", "EncodingOptions"),
     "errors": ("CorruptBlockError", "SchemaError", "StorageError", "TableNotFoundError"),
     "loader": ("LoadOptions", "load_table"),
     "mysql_load": ("create_database", "load_mysql"),
     "mysql_urls": ("mysql_url",),
-    "sources": ("read_parquet",),
+    "node": ("Node",),
+    "node_client": ("NodeClient", "NodeError", "ScanCancelled"),
+    "scan": ("TableCache", "fold", "scan_table"),
+    "scan_protocol": (
+        "Aggregate",
+        "Int64List",
+        "Named",
+        "Partition",
+        "ScanRequest",
+        "ScanRequestError",
+        "ValueList",
+        "and_",
+        "call",
+        "col",
+        "compare",
+        "conjoin",
+        "expr_from_json",
+        "in_",
+        "int64_values",
+        "is_not_null",
+        "is_null",
+        "like",
+        "lit",
+        "not_",
+        "or_",
+        "values",
+    ),
+    "scan_typing": ("kernel_expr", "output_schema", "type_scan", "typed_output"),
+    "sources": ("Source", "read_parquet"),
+    "spark_ingest": ("spark_load",),
+    "spark_source": ("CxgDataSource", "spark_schema"),
+    "sql_types": ("by_sql_name", "sql_name"),
+    "stats": ("TableSummary", "summarize"),
     "store": ("Store", "Table"),
-    "types": ("working_type",),
 }
 _HOME = {name: module for module, names in _FACE.items() for name in names}
 __all__ = sorted(_HOME)

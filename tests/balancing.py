@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from balancer.packets import Answer, Request
+from balancer import Answer, Request
 
 
 class Gate:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from gpu_kernels.backend import cuda_available
+from gpu_kernels import cuda_available
 from storage import tpch
 
 TPCH_SF = 0.01
@@ -35,7 +35,7 @@ def tpch_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def spark_settings():
-    from gateway.config import SparkSettings
+    from gateway import SparkSettings
 
     return SparkSettings(master="local[2]", driver_memory="2g")
 
@@ -43,7 +43,7 @@ def spark_settings():
 @pytest.fixture(scope="session")
 def spark(spark_settings):
     """The one SparkSession of the test session."""
-    from regions.spark_session import spark_session
+    from regions import spark_session
 
     return spark_session(spark_settings)
 
@@ -52,9 +52,7 @@ def spark(spark_settings):
 def region_stores(tmp_path_factory: pytest.TempPathFactory, tpch_files: dict[str, Path]):
     """Two stores: TPC-H SF 0.01 (hash-placed and replicated tables) and the small tables of
     `tests.sql_cases`."""
-    from storage import Store
-    from storage.loader import load_table
-    from storage.sources import read_parquet
+    from storage import Store, load_table, read_parquet
     from tests.sql_cases import edge_tables
 
     root = tmp_path_factory.mktemp("region")
@@ -73,8 +71,8 @@ def region(region_stores):
     from contextlib import ExitStack
 
     from gateway.background import serve
-    from gpu_kernels.backend import get_backend
-    from storage.node import Node
+    from gpu_kernels import get_backend
+    from storage import Node
 
     with ExitStack() as stack:
         yield {s.node: stack.enter_context(serve(Node(s, get_backend("numpy"), slots=2).app())) for s in region_stores}
@@ -107,10 +105,10 @@ def duck(tpch_files: dict[str, Path]):
 def native_gateway(region_stores, region, spark):
     """A gateway in front of the two storage nodes, each joined as a native node with two slots;
     joins run on the test session's Spark."""
+    from balancer import NodeServer
     from balancer.native_backend import NativeBackend
-    from balancer.server import NodeServer
-    from gateway.config import load_config
-    from regions.embedded import EmbeddedRegion
+    from gateway import load_config
+    from regions import EmbeddedRegion
 
     config = load_config(None, ["gateway.port=0", 'spark.master="local[2]"', 'spark.driver_memory="2g"'])
     nodes = [NodeServer(s.node, NativeBackend(s), 2, region[s.node]) for s in region_stores]
@@ -122,8 +120,7 @@ def native_gateway(region_stores, region, spark):
 def mariadb(tmp_path_factory: pytest.TempPathFactory, tpch_files: dict[str, Path]):
     """A MariaDB server in a temporary directory with TPC-H SF 0.01 loaded; yields its URL."""
     from loadtests.mariadb_server import MariaDB
-    from storage.mysql_load import load_mysql
-    from storage.sources import read_parquet
+    from storage import load_mysql, read_parquet
 
     server = MariaDB(tmp_path_factory.mktemp("mariadb"))
     server.start()

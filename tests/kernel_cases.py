@@ -14,9 +14,7 @@ import pyarrow.compute as pc
 from hypothesis import strategies as st
 
 from gpu_kernels import expr as E
-from storage import Placement, Store, TableSchema
-from storage.loader import LoadOptions, load_table
-from storage.scan import TableCache, scan_table
+from storage import LoadOptions, Placement, Store, TableCache, TableSchema, load_table, scan_table
 
 ROWS = 3000
 CITIES = ["Berlin", "Lima", "Москва", "Zürich", "東京"]

@@ -9,15 +9,13 @@ import asyncio
 import pytest
 from aiohttp import web
 
+from balancer import DispatchFailed, NodeServer, query_id
 from balancer.downstream import Pool
 from balancer.link import CONNECT_PATH, accept
 from balancer.packets import Answer, Hello, NodeInfo, Request, Status, decode, encode
-from balancer.region_balancer import DispatchFailed, query_id
-from balancer.server import NodeServer
 from balancer.serving import serve_member
-from gateway.background import free_port
-from gateway.config import load_config
-from regions.embedded import EmbeddedRegion
+from gateway import free_port, load_config
+from regions import EmbeddedRegion
 from tests.balancing import Gate, on_loop, until
 
 

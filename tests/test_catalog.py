@@ -1,9 +1,9 @@
 import pyarrow as pa
 import pytest
 
-from gpu_kernels.column_types import UnsupportedTypeError, parse_type, type_name
+from gpu_kernels import UnsupportedTypeError, parse_type, type_name
+from storage import SchemaError
 from storage.catalog import Column, Placement, TableSchema, catalog_type_name
-from storage.errors import SchemaError
 
 TYPES = [
     pa.bool_(),

@@ -15,9 +15,8 @@ import pytest
 from cxg import build_parser, main
 from cxg.data_dirs import stores_of
 from cxg.serve import served_data
-from gateway.background import free_port
-from gateway.config import ConfigError, load_config, parse_size
-from regions.launcher import LocalRegion
+from gateway import ConfigError, free_port, load_config, parse_size
+from regions import LocalRegion
 from storage import Store
 
 CSV = "id,city,amount,day\n1,Zürich,10.50,2024-01-02\n2,,7.25,2024-01-02\n3,東京,,2024-01-03\n"

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.background import free_port
-from gateway.client import Client, GatewayError
+from gateway import Client, GatewayError, free_port
 from tests.http import http
 
 CLI = [sys.executable, "-m", "cxg"]

@@ -11,9 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_kernels import encodings
-from gpu_kernels.column_types import Domain, domain_of, to_domain
-from gpu_kernels.encoded_block import EncodedBlock, EncodedColumn
+from gpu_kernels import Domain, EncodedBlock, EncodedColumn, domain_of, encodings, to_domain
 from storage.block import block_from_ipc, block_to_ipc, encode_column
 from storage.encoding_choice import EncodingOptions, choose_encoding, column_stats, encode_as
 

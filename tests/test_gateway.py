@@ -13,10 +13,10 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pytest
 
-from balancer.server import NodeServer
+from balancer import NodeServer
 from balancer.simulation import QueryType, SimulationBackend
-from gateway.config import load_config
-from regions.embedded import EmbeddedRegion
+from gateway import load_config
+from regions import EmbeddedRegion
 from tests.balancing import on_loop, until
 from tests.http import http
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from gateway.client import Client, GatewayError
+from gateway import Client, GatewayError
 from loadtests.compare import rows, rows_match
 from loadtests.tpch_queries import query
 from tests.balancing import until

@@ -15,15 +15,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpu_kernels import (
+    AggSpec,
+    BackendUnavailable,
+    NumpyBackend,
+    cuda_available,
+    final_aggregate,
+    get_backend,
+    pipeline,
+    to_domain,
+)
 from gpu_kernels import expr as E
-from gpu_kernels import pipeline
-from gpu_kernels.aggregate import AggSpec, final_aggregate
-from gpu_kernels.backend import BackendUnavailable, NumpyBackend, cuda_available, get_backend
-from gpu_kernels.column_types import to_domain
 from gpu_kernels.selection import Selection
+from storage import ScanRequestError, scan_table
 from storage.partitioning import buckets_of
-from storage.scan import scan_table
-from storage.scan_protocol import ScanRequestError
 from tests.kernel_cases import (
     call,
     col,
@@ -328,9 +333,7 @@ def test_scalar_expressions(tmp_path: Path) -> None:
 
 
 def load_simple(root: Path, source: pa.Table):
-    from storage import Store, TableSchema
-    from storage.loader import load_table
-    from storage.scan import TableCache
+    from storage import Store, TableCache, TableSchema, load_table
 
     store = Store(root)
     load_table([store], TableSchema.from_arrow("t", source.schema), source)

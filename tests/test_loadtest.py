@@ -17,13 +17,13 @@ import sys
 
 import pytest
 
-from balancer.server import NodeServer
+from balancer import NodeServer
 from balancer.simulation import QueryType, SimulationBackend
-from gateway.config import load_config
+from gateway import load_config
 from loadtests.measures import Record, counted, stats, summarize
 from loadtests.scenario import Query, Scenario, ScenarioError, Step, scenario_from
 from loadtests.simulator import Simulator, Target
-from regions.embedded import EmbeddedRegion
+from regions import EmbeddedRegion
 
 TYPES = {"a": QueryType(0.004, 3), "b": QueryType(0.012, 5), "slow": QueryType(0.2, 1)}
 QUERIES = [Query("a", "SELECT 'a'"), Query("b", "SELECT 'b'")]

@@ -10,15 +10,13 @@ import pytest
 import sqlglot
 from sqlalchemy import create_engine, text
 
+from balancer import NodeServer
 from balancer.mysql_backend import MysqlBackend
-from balancer.server import NodeServer
-from gateway.client import Client, GatewayError
-from gateway.config import load_config
+from gateway import Client, GatewayError, load_config
 from loadtests.compare import rows, rows_match
 from loadtests.tpch_queries import query
-from regions.embedded import EmbeddedRegion
-from storage.errors import StorageError
-from storage.mysql_load import load_mysql
+from regions import EmbeddedRegion
+from storage import StorageError, load_mysql
 from tests.balancing import until
 from tests.http import http
 

@@ -16,13 +16,8 @@ import pyarrow as pa
 import pytest
 
 from gateway.background import free_port, serve
-from gpu_kernels.aggregate import final_aggregate
-from gpu_kernels.backend import get_backend
-from storage import Store, TableSchema
-from storage.loader import LoadOptions, load_table
-from storage.node import Node
-from storage.node_client import NodeClient, NodeError
-from storage.scan import TableCache, scan_table
+from gpu_kernels import final_aggregate, get_backend
+from storage import LoadOptions, Node, NodeClient, NodeError, Store, TableCache, TableSchema, load_table, scan_table
 from tests.kernel_cases import call, col, lit, make_table, plain_strings
 
 ROOT = Path(__file__).resolve().parents[1]

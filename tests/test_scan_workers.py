@@ -11,9 +11,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from gpu_kernels.backend import get_backend
-from storage import scan_workers
-from storage.scan import TableCache, scan_table
+from gpu_kernels import get_backend
+from storage import TableCache, scan_table, scan_workers
 from storage.scan_workers import ScanWorkers
 from tests.kernel_cases import call, col, lit, load, make_table
 

@@ -9,14 +9,9 @@ import pyarrow as pa
 import pytest
 
 from gateway.background import serve
-from gpu_kernels.backend import get_backend
-from gpu_kernels.column_types import to_domain
-from storage import Placement, Store, TableSchema
-from storage.loader import LoadOptions, load_table
-from storage.node import Node
+from gpu_kernels import get_backend, to_domain
+from storage import LoadOptions, Node, Placement, Source, Store, TableSchema, load_table, spark_load
 from storage.partitioning import buckets_of
-from storage.sources import Source
-from storage.spark_ingest import spark_load
 from storage.tpch import schema_for
 from tests.kernel_cases import plain_strings
 

@@ -7,9 +7,8 @@ from pyspark.sql.types import StructType
 from sqlalchemy import types as sqltypes
 
 from gateway.sqlalchemy_dialect import sqlalchemy_type
-from storage import Column
+from storage import Column, spark_schema
 from storage.mysql_load import column_type
-from storage.spark_source import spark_schema
 from storage.sql_types import by_sql_name, names_of, sql_name
 
 

@@ -16,10 +16,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from gpu_kernels.column_types import to_domain
-from storage import CorruptBlockError, Placement, SchemaError, Store, TableSchema
+from gpu_kernels import to_domain
+from storage import CorruptBlockError, LoadOptions, Placement, SchemaError, Store, TableSchema, load_table
 from storage.block import record_size
-from storage.loader import LoadOptions, load_table
 from storage.partitioning import buckets_of
 from storage.store import ORPHAN_AGE_S
 
@@ -205,7 +204,7 @@ _CHILD = textwrap.dedent(
 
 
 def test_a_load_killed_midway_leaves_the_previous_version_readable(tmp_path: Path, tpch_files: dict[str, Path]) -> None:
-    from storage.sources import read_parquet
+    from storage import read_parquet
     from storage.tpch import schema_for
 
     store = Store(tmp_path / "store")

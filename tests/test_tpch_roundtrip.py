@@ -7,9 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from storage import Store
-from storage.loader import LoadOptions, load_table
-from storage.sources import read_parquet
+from storage import LoadOptions, Store, load_table, read_parquet
 from storage.tpch import TABLES, schema_for
 
 PRIMARY_KEYS = {
