@@ -28,13 +28,16 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pymysql
 from aiohttp import web
 from hdrh.histogram import HdrHistogram
 
 from gateway import Client, GatewayError, free_port, load_config
 from loadtests.common import console, print_table, write_json
+from loadtests.mariadb_server import MariaDB
 from loadtests.performsys import TABLE_4_1, Setup, run_setup
 from regions import LocalRegion
+from storage import create_database
 
 Request = Callable[[aiohttp.ClientSession], Awaitable[None]]
 
@@ -194,11 +197,6 @@ def overhead(count: int, concurrency: int, seconds: float, with_mariadb: bool) -
 
 
 def _mariadb_overhead(count: int, concurrency: int, seconds: float) -> list[dict[str, Any]]:
-    import pymysql
-
-    from loadtests.mariadb_server import MariaDB
-    from storage import create_database
-
     rows = []
     with tempfile.TemporaryDirectory(prefix="cxg-bench-mariadb-") as tmp, MariaDB(Path(tmp)) as server:
         create_database(server.url)

@@ -30,11 +30,12 @@ from gateway import Client, load_config
 from loadtests.cli import report, run_load
 from loadtests.common import console, print_table, write_json
 from loadtests.logs import write_logs
+from loadtests.mariadb_server import MariaDB, available
 from loadtests.measures import Summary, summarize
 from loadtests.scenario import Query, Scenario, tpch_list
 from loadtests.simulator import Simulator, Target
 from regions import LocalRegion
-from storage import Store, load_table, read_parquet, tpch
+from storage import Store, load_mysql, load_table, read_parquet, tpch
 
 
 def load_native(sf: float, root: Path, nodes: int = 2) -> list[str]:
@@ -106,11 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         figures["native"] = {**summary.to_json(), **extra, "wall_s": time.perf_counter() - started}
         rows.append(("cxg: native nodes + Spark", summary))
-        from loadtests.mariadb_server import MariaDB, available
-
         if not args.no_mariadb and available():
-            from storage import load_mysql
-
             with MariaDB(Path(tmp) / "mariadb", buffer_pool="2G") as server:
                 with console.status(f"loading TPC-H SF {args.sf:g} into MariaDB"):
                     for name, path in tpch.generate(args.sf, Path(tmp) / "parquet").items():

@@ -20,6 +20,7 @@ from storage.catalog import TableSchema
 from storage.encoding_choice import EncodingOptions
 from storage.errors import StorageError
 from storage.manifest import Sizing
+from storage.node_client import NodeClient
 from storage.store import LOAD_ID, Store
 
 BLOCK_FILE = re.compile(r"[0-9a-f]{8,32}-\d{4}-[0-9a-z]+-\d{6}\.arrow(\.zst)?")
@@ -82,8 +83,6 @@ class NodeTarget(Target):
     """A storage node reached over HTTP."""
 
     def __init__(self, url: str):
-        from storage.node_client import NodeClient
-
         self.client = NodeClient(url)
         self.url = url
         self.node = self.client.get("/v1/node")["node"]
