@@ -5,5 +5,6 @@ Parsing and checking: `parse` (with `params`), errors in `errors`. Planning, whi
 of `planner.RULES`) builds a `plan.Plan`, over `tree` helpers, the scan requests of `request` and
 `translate`, and the Spark text of `spark_dialect`. Running consumes plans: `run` (subqueries
 answered first, staging into a `staged.Staged` plan through `reduce` and `eliminate`, Spark
-through `exchange`), `local` at the coordinator. `engine` puts the two together for a region.
+through `exchange`, join-key sets in `keysets`), `local` at the coordinator. Both read the
+region's tables through `catalog`; `engine` puts the two together for a region.
 """

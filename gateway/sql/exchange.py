@@ -1,19 +1,20 @@
 """How the rows of a join query's select-project sub-queries reach Spark.
 
 Tiny fetched sub-queries (at most `VALUES_ROWS` rows) are written into Spark's SQL as a common
-table expression over ``VALUES``: no DataFrame to create and register (about 15 ms each). The
-others go one of two ways, chosen by `SparkSettings.exchange`:
+table expression over ``VALUES``: creating and registering a DataFrame costs Spark more planning
+than a few literals. Other small fetched ones (up to `local_rows`) become local relations
+(`createDataFrame`), which Spark plans faster than a file scan. The rest go one of two ways,
+chosen by `SparkSettings.exchange`:
 
 - ``files`` (the default with a local master): the coordinator writes each sub-query's rows as
   uncompressed Parquet in a directory of its own for the query, and Spark reads them with its
   native vectorized reader; a sub-query already fetched for semi-join reduction is written from
   memory, the others stream from every node straight into one file per node. Crossing from
-  Python into the JVM this way costs a Parquet write (a few ns per value) instead of 0.3-1.7 µs
-  per row, and Spark knows each input's size (small ones are broadcast).
-- ``source``: small fetched sub-queries become local relations (`createDataFrame`), the others
-  are read by Spark's executors from the nodes through the ``cxg`` Python data source. This is
-  what a remote cluster uses: its executors cannot read the coordinator's disk, unless
-  `exchange_dir` names storage they share (then ``files`` works there too).
+  Python into the JVM this way costs a Parquet write instead of a conversion per row, and Spark
+  knows each input's size (small ones are broadcast).
+- ``source``: Spark's executors read the sub-queries from the nodes through the ``cxg`` Python
+  data source. This is what a remote cluster uses: its executors cannot read the coordinator's
+  disk, unless `exchange_dir` names storage they share (then ``files`` works there too).
 
 Identical sub-queries (the same request and the same fetched rows, as when a correlated subquery
 reads the outer query's tables with the same filters) are handed over once, under each view name.
@@ -54,14 +55,14 @@ VALUES_ROWS = 100  # up to this size a fetched sub-query is written into the SQL
 ROW_GROUP = 131_072  # rows per Parquet row group: Spark splits a file between tasks by row groups
 SHARE_ROWS = 32_768  # the fewest rows worth a file (a task) of their own
 # plain pages without statistics: Spark reads them as fast, and dictionary attempts and min/max
-# cost most of the write (319,404 rows of 5 columns: 55 -> 16 ms)
+# would cost most of the write
 PARQUET = {"compression": "none", "use_dictionary": False, "write_statistics": False}
 
 
 def shares(rows: int, parallelism: int) -> int:
     """Files to write `rows` to, so that every core gets a share: Spark gives a file smaller than
-    spark.sql.files.openCostInBytes one task whatever its row groups (TPC-H Q16's 118,274 rows of
-    partsupp: one task, 0.15 s, before)."""
+    spark.sql.files.openCostInBytes one task whatever its row groups, and the other cores would
+    wait for it (TPC-H Q16's partsupp)."""
     return max(1, min(parallelism, rows // SHARE_ROWS))
 
 
@@ -104,8 +105,8 @@ class Exchange:
 
     def _register(self, groups: dict[tuple, list[tuple[TableQuery, pa.Table | None]]]) -> None:
         """One DataFrame per group of identical sub-queries (by key), registered under each one's
-        view name; up to `HANDOVER_THREADS` groups at a time: Spark plans each for 20-50 ms, mostly
-        in the JVM (TPC-H SF 1 Q9's six sub-queries: 0.28 -> 0.15 s)."""
+        view name; up to `HANDOVER_THREADS` groups at a time: Spark's planning of each (resolving
+        the source, analysing the view) happens mostly in the JVM, so several overlap."""
         self._views += [scan.view for group in groups.values() for scan, _ in group]
 
         def one(key: tuple, group: list[tuple[TableQuery, pa.Table | None]]) -> None:

@@ -1,9 +1,9 @@
 """Sets of join keys at the coordinator: the distinct values of a column, and membership in them.
 
 Integer and date keys spanning a compact range go through a table over the range (a scatter and a
-scan, results in ascending order): Arrow's hash kernels cost about 80 ns a value here, and the
-semi-join reduction of TPC-H Q9 and Q21 spent 60-70 ms of each query in them. Other keys, and
-integers spread too thinly over their range, use Arrow's kernels.
+scan, results in ascending order): hashing every value costs more than that, and the semi-join
+reduction of the large TPC-H joins (Q9, Q21) spends a visible part of its time here. Other keys,
+and integers spread too thinly over their range, use Arrow's hash kernels.
 """
 
 from __future__ import annotations

@@ -71,8 +71,9 @@ def reduce_and_fetch(plan: Staged, catalog: RegionCatalog, probe_rows: int = PRO
     rows). The others are scanned again when Spark needs them.
 
     A sub-query with filters (its own, or a reduction) is fetched when it has at most `probe_rows`
-    rows, and the distinct values of its join columns then filter the sub-queries at the other end
-    of its edges; one that receives a reduction is visited again, and sends its keys again if it
+    rows (an unfiltered table of at most `SMALL_TABLE` rows too: Spark needs it whole), and the
+    distinct values of its join columns then filter the sub-queries at the other end of its
+    edges; one that receives a reduction is visited again, and sends its keys again if it
     shrank. An unfiltered table's join keys are the whole domain and filter nothing.
     """
     fetched: dict[int, pa.Table] = {}
