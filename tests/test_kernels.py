@@ -15,7 +15,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpu_kernels import expr as E
 from gpu_kernels import pipeline
 from gpu_kernels.aggregate import AggSpec, final_aggregate
 from gpu_kernels.backend import BackendUnavailable, NumpyBackend, cuda_available, get_backend
@@ -23,7 +22,7 @@ from gpu_kernels.column_types import to_domain
 from gpu_kernels.selection import Selection
 from storage.partitioning import buckets_of
 from storage.scan import scan_table
-from storage.scan_protocol import ScanRequestError
+from storage.scan_protocol import ScanRequestError, int64_values
 from tests.kernel_cases import (
     call,
     col,
@@ -401,7 +400,7 @@ def test_a_values_list_selects_like_the_equivalent_literals(cache, table, backen
     keys = list(range(0, 3000, 7))
     as_values = run_scan(cache, {"columns": ["rid"], "filter": call("in", col("rid"), {"values": keys})}, backend)
     assert sorted(as_values.column("rid").to_pylist()) == keys
-    packed = E.int64_json(np.array(keys[::-1]))  # the compact form: base64 of int64, any order
+    packed = int64_values(np.array(keys[::-1])).to_json()  # the compact form: base64 of int64, any order
     as_int64 = run_scan(cache, {"columns": ["rid"], "filter": call("in", col("rid"), packed)}, backend)
     assert sorted(as_int64.column("rid").to_pylist()) == keys
     days = ["1991-12-01", "1992-01-15", "1992-03-01"]
