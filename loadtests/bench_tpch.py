@@ -11,6 +11,7 @@ answer of this engine is checked against DuckDB's. Times are the best of `--repe
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import subprocess
@@ -72,7 +73,7 @@ def spark_floor(engine: Engine, sql: str, repeat: int) -> float | None:
     for scan in handed:
         fetched = plan.inputs.get(scan.index)
         if fetched is None:
-            fetched = scan_nodes(engine.catalog, scan.info, {**scan.request(), "limit": 1})
+            fetched = scan_nodes(engine.catalog, scan.info, dataclasses.replace(scan.request(), limit=1))
         one = fetched.slice(0, 1).combine_chunks()
         spark.createDataFrame(one, schema=spark_schema(one.schema)).createOrReplaceTempView(scan.view)
     try:

@@ -78,12 +78,23 @@ class Column:
         return {"col": self.name}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Literal:
-    """A value and, where JSON cannot tell it, its catalog type name (``date``, ``decimal(12,2)``)."""
+    """A value and, where JSON cannot tell it, its catalog type name (``date``, ``decimal(12,2)``).
+    Equal literals are equal on the wire: 1, 1.0 and True are equal in Python, not in a request,
+    so that equal requests (and their hashes) find identical sub-queries."""
 
     value: Any
     type: str | None = None
+
+    def _key(self) -> tuple[type, Any, str | None]:
+        return type(self.value), self.value, self.type
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Literal) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
     def to_json(self) -> dict[str, Any]:
         return {"lit": self.value} if self.type is None else {"lit": self.value, "type": self.type}

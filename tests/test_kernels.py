@@ -25,9 +25,8 @@ from gpu_kernels import (
     pipeline,
     to_domain,
 )
-from gpu_kernels import expr as E
 from gpu_kernels.selection import Selection
-from storage import ScanRequestError, scan_table
+from storage import ScanRequestError, int64_values, scan_table
 from storage.partitioning import buckets_of
 from tests.kernel_cases import (
     call,
@@ -404,7 +403,7 @@ def test_a_values_list_selects_like_the_equivalent_literals(cache, table, backen
     keys = list(range(0, 3000, 7))
     as_values = run_scan(cache, {"columns": ["rid"], "filter": call("in", col("rid"), {"values": keys})}, backend)
     assert sorted(as_values.column("rid").to_pylist()) == keys
-    packed = E.int64_json(np.array(keys[::-1]))  # the compact form: base64 of int64, any order
+    packed = int64_values(np.array(keys[::-1])).to_json()  # the compact form: base64 of int64, any order
     as_int64 = run_scan(cache, {"columns": ["rid"], "filter": call("in", col("rid"), packed)}, backend)
     assert sorted(as_int64.column("rid").to_pylist()) == keys
     days = ["1991-12-01", "1992-01-15", "1992-03-01"]

@@ -36,7 +36,7 @@ def test_q3_is_split_into_select_project_subqueries_and_a_spark_join(engine) -> 
     [(name, (expression, _))] = scans["lineitem"].computed.items()
     assert expression.sql() == "lineitem.l_extendedprice * (1 - lineitem.l_discount)"
     # revenue is summed per order on the nodes (eager aggregation); Spark sums the partial sums
-    assert [k["name"] for k in scans["lineitem"].group_by] == ["l_orderkey"]
+    assert [k.name for k in scans["lineitem"].group_by] == ["l_orderkey"]
     assert scans["lineitem"].partials == [f"SUM(lineitem.{name}) AS __a0"]
     assert "c_mktsegment" not in plan.spark_sql and "SUM(lineitem.__a0) AS revenue" in plan.spark_sql
     text = "\n".join(plan.explain())
@@ -107,7 +107,7 @@ def test_the_same_aggregate_twice_is_one_partial_state(engine, duck) -> None:
         "join visits v on p.id = v.person_id group by p.city having sum(v.amount) > 1 order by p.city nulls first"
     )
     [visits] = [s for s in engine.plan(sql).scans if s.table == "visits"]
-    assert [a["func"] for a in visits.aggregates] == ["sum", "max"], visits.aggregates
+    assert [a.func for a in visits.aggregates] == ["sum", "max"], visits.aggregates
     assert rows_match(rows(engine.execute(sql).table), duck.sql(sql).fetchall(), ordered=True)
 
 
@@ -154,8 +154,8 @@ def test_single_table_queries_run_on_the_nodes_only(engine) -> None:
     plan = engine.plan(query(1))
     assert plan.engine == "nodes" and plan.spark_sql is None
     request = plan.local.request
-    assert [g["name"] for g in request["group_by"]] == ["__g0", "__g1"]
-    assert {a["func"] for a in request["aggregates"]} == {"sum", "avg", "count"}
+    assert [g.name for g in request.group_by] == ["__g0", "__g1"]
+    assert {a.func for a in request.aggregates} == {"sum", "avg", "count"}
     explain = engine.execute("EXPLAIN " + query(6)).table.column("plan").to_pylist()
     assert explain[0].startswith("engine: storage nodes") and any("reduce/final" in line for line in explain)
 
@@ -477,7 +477,7 @@ def test_exists_on_one_key_is_answered_at_the_coordinator(engine, duck, sql: str
 )
 def test_having_runs_on_the_nodes_when_every_group_lives_on_one(engine, duck, sql: str, on_nodes: bool) -> None:
     plan = engine.plan(sql)
-    assert plan.engine == "nodes" and ("having" in plan.local.request) is on_nodes, plan.local.request
+    assert plan.engine == "nodes" and ("having" in plan.local.request.to_json()) is on_nodes, plan.local.request
     assert ("HAVING (every group lives on one node)" in "\n".join(plan.explain())) is on_nodes
     assert rows_match(rows(engine.execute(sql).table), duck.sql(sql).fetchall(), ordered=True)
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import decimal
+import json
 
 import pytest
 
+from gateway.sql.local import scan_nodes
 from loadtests.compare import rows, rows_match, same_value
 from loadtests.tpch_queries import SINGLE_TABLE, query
+from storage.scan_protocol import ScanRequest
 
 
 @pytest.mark.parametrize("number", range(1, 23), ids=lambda n: f"Q{n}")
@@ -20,6 +23,23 @@ def test_tpch_query_matches_duckdb(engine, duck, number: int) -> None:
         rows(result.table)[:5],
         expected[:5],
     )
+
+
+@pytest.mark.parametrize("number", range(1, 23), ids=lambda n: f"Q{n}")
+def test_planned_requests_travel_unchanged_and_the_nodes_take_them(engine, number: int) -> None:
+    """The plan's typed requests (semi-join key lists included) survive the wire, and a node runs each."""
+    plan = engine.plan(query(number))
+    requests = [(scan.info, scan.request()) for scan in plan.scans]
+    if plan.local is not None and plan.local.request is not None:
+        requests.append((plan.local.scan.info, plan.local.request))
+    assert requests
+    for info, request in requests:
+        assert ScanRequest.from_json(json.loads(json.dumps(request.to_json()))) == request
+        answer = scan_nodes(engine.catalog, info, request)
+        if request.aggregating:  # group keys, then the partial states
+            assert answer.column_names[: len(request.group_by)] == [k.name for k in request.group_by]
+        else:
+            assert answer.column_names == request.output_names
 
 
 def test_numbers_are_compared_with_a_relative_tolerance() -> None:

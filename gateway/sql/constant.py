@@ -20,5 +20,5 @@ def plan_constant(query: CheckedQuery) -> Plan:
         except NotTranslatable as e:
             raise SqlError(f"cannot evaluate {e} without a table") from None
     return Plan(
-        "coordinator", query, local=LocalQuery(scan=None, request={}, aggregating=False, keys=[], outputs=outputs)
+        "coordinator", query, local=LocalQuery(scan=None, request=None, aggregating=False, keys=[], outputs=outputs)
     )

@@ -39,7 +39,6 @@ from sqlglot import exp
 from gateway.sql.catalog import RegionCatalog
 from gateway.sql.local import CANCELLED
 from gateway.sql.plan import TableQuery
-from gateway.sql.request import request_key
 from gateway.sql.spark_dialect import spark_text
 from gateway.sql.staged import Staged
 from storage.node_client import NodeClient, ScanCancelled
@@ -123,7 +122,7 @@ class Exchange:
             list(pool.map(lambda c, item: c.run(one, *item), contexts, groups.items()))
 
     def _key(self, scan: TableQuery, rows: pa.Table | None) -> tuple:
-        return request_key(scan.request()), id(rows) if rows is not None else None
+        return scan.request(), id(rows) if rows is not None else None
 
     def frame(self, scan: TableQuery, rows: pa.Table | None):
         """A DataFrame of the sub-query's rows; `rows` when the coordinator already holds them."""
@@ -131,7 +130,7 @@ class Exchange:
 
     def _frame(self, key: tuple, scan: TableQuery, rows: pa.Table | None):
         if key not in self._frames:
-            request = ScanRequest.from_json(scan.request())
+            request = scan.request()
             schema = output_schema(request, scan.info.schema)
             if rows is not None and rows.num_rows <= self.local_rows:
                 # one chunk: PySpark loses rows after an empty first chunk

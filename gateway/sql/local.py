@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,7 +20,7 @@ from gpu_kernels.vectors import to_arrow
 from storage.block import plain_block
 from storage.node_client import NodeClient
 from storage.scan import fold
-from storage.scan_protocol import ScanRequest, expr_from_json
+from storage.scan_protocol import Expr, ScanRequest
 from storage.scan_typing import kernel_expr, type_scan, typed_output
 
 _BACKEND = NumpyBackend()
@@ -29,21 +28,21 @@ _BACKEND = NumpyBackend()
 CANCELLED: ContextVar[threading.Event | None] = ContextVar("cxg_cancelled", default=None)
 
 
-def evaluate(table: pa.Table, outputs: list[tuple[str, dict[str, Any]]], predicate: dict | None = None) -> pa.Table:
+def evaluate(table: pa.Table, outputs: list[tuple[str, Expr]], predicate: Expr | None = None) -> pa.Table:
     """The `outputs` (name, expression) over the rows of `table` where `predicate` holds."""
     block = plain_block(table)
     ev = BlockEvaluator(block, _BACKEND)
     arrow_types = {name: column.type for name, column in block.columns.items()}
-    sel = ev.filter(fold(kernel_expr(expr_from_json(predicate)))) if predicate is not None else ev.everything()
+    sel = ev.filter(fold(kernel_expr(predicate))) if predicate is not None else ev.everything()
     arrays, names = [], []
     for name, ir in outputs:
-        output = typed_output(name, expr_from_json(ir), arrow_types)
+        output = typed_output(name, ir, arrow_types)
         arrays.append(to_arrow(_BACKEND, ev.vec(fold(output.expr), sel), sel.count(), output.arrow_type))
         names.append(name)
     return pa.Table.from_arrays(arrays, names=names)
 
 
-def scan_nodes(catalog: RegionCatalog, info: TableInfo, request: ScanRequest | dict[str, Any]) -> pa.Table:
+def scan_nodes(catalog: RegionCatalog, info: TableInfo, request: ScanRequest) -> pa.Table:
     """A scan on every node holding the table (one node for a replicated table), results concatenated."""
     urls = catalog.urls(info)
     if info.replicated:
@@ -65,7 +64,7 @@ def run_local(plan: Plan, catalog: RegionCatalog) -> pa.Table:
     if plan.engine == "coordinator":
         return evaluate(pa.table({"_": [0]}), query.outputs)
     info = query.scan.info
-    request = ScanRequest.from_json(query.request)
+    request = query.request
     merged = scan_nodes(catalog, info, request)
     if query.aggregating:
         merged = final_aggregate(merged, query.keys, list(type_scan(request, info.schema).task.aggregates))

@@ -8,18 +8,18 @@ one node. A query with a join, a subquery or a common table expression is not on
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
 
 from sqlglot import exp
 from sqlglot.optimizer.scope import traverse_scope
 
-from gateway.sql import request as R
 from gateway.sql.catalog import RegionCatalog, TableInfo
 from gateway.sql.errors import SqlError
 from gateway.sql.parse import CheckedQuery
 from gateway.sql.plan import LocalQuery, Plan, TableQuery
 from gateway.sql.translate import NotTranslatable, plain, to_ir
 from gateway.sql.tree import split_and
+from storage.scan_protocol import Aggregate, Expr, Named, ScanRequest, col, conjoin
 
 AGGREGATES = {exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max", exp.Count: "count"}
 MERGED_ON_NODES = ("count", "sum", "min", "max")  # partial states a node can finish for HAVING
@@ -68,29 +68,28 @@ def _local_query(tree: exp.Select, names: list[str], scan: TableQuery, catalog: 
     everything = [*projections, *([having] if having is not None else []), *(o.this for o in ordered)]
     aggregates = _aggregates(everything)
     aggregating = bool(group or aggregates)
-    request: dict[str, Any] = {"table": scan.table}
-    if scan.filters:
-        request["filter"] = R.conjunction(scan.filters)
+    request = ScanRequest(scan.table, filter=conjoin(scan.filters))
+    select: list[Named] = []
     if aggregating:
         keys = {g.sql(): f"__g{i}" for i, g in enumerate(group)}
-        request["group_by"] = [R.named(name, to_ir(g, plain)) for g, name in zip(group, keys.values(), strict=True)]
-        request["aggregates"] = [agg for agg, _ in aggregates.values()]
+        group_by = tuple(Named(name, to_ir(g, plain)) for g, name in zip(group, keys.values(), strict=True))
+        request = dataclasses.replace(request, group_by=group_by, aggregates=tuple(a for a, _ in aggregates.values()))
 
-        def final(node: exp.Expression) -> dict[str, Any]:
+        def final(node: exp.Expression) -> Expr:
             return to_ir(_replace_groups(node, keys, aggregates), _grouped_column)
 
         outputs = [(name, final(p)) for name, p in zip(names, projections, strict=True)]
         local = LocalQuery(scan, request, True, list(keys.values()), outputs)
         if having is not None:
             local.having = final(having)
-            merged_on_nodes = all(a["func"] in MERGED_ON_NODES for a in request["aggregates"])
+            merged_on_nodes = all(a.func in MERGED_ON_NODES for a in request.aggregates)
             if merged_on_nodes and groups_on_one_node(catalog, scan.info, group):
-                request["having"] = local.having  # the nodes keep only the qualifying groups
+                request = dataclasses.replace(request, having=local.having)  # the nodes keep the qualifying groups
     else:
-        request["select"] = [R.named(f"__p{i}", to_ir(p, plain)) for i, p in enumerate(projections)]
-        outputs = [(name, R.col(f"__p{i}")) for i, name in enumerate(names)]
+        select = [Named(f"__p{i}", to_ir(p, plain)) for i, p in enumerate(projections)]
+        outputs = [(name, col(f"__p{i}")) for i, name in enumerate(names)]
         if not ordered and limit is not None:
-            request["limit"] = limit + offset
+            request = dataclasses.replace(request, limit=limit + offset)
         local = LocalQuery(scan, request, False, [], outputs)
     aliases = [p.alias_or_name for p in tree.expressions]  # ORDER BY count(*) reads `_col_1` once qualified
     for i, o in enumerate(ordered):
@@ -99,9 +98,10 @@ def _local_query(tree: exp.Select, names: list[str], scan: TableQuery, catalog: 
             if aggregating:
                 key = final(o.this)
             else:
-                request["select"].append(R.named(f"__o{i}", to_ir(o.this, plain)))
-                key = R.col(f"__o{i}")
+                select.append(Named(f"__o{i}", to_ir(o.this, plain)))
+                key = col(f"__o{i}")
         local.order.append((key, bool(o.args.get("desc")), bool(o.args.get("nulls_first"))))
+    local.request = dataclasses.replace(request, select=tuple(select))
     local.limit, local.offset = limit, offset
     return local
 
@@ -132,9 +132,9 @@ def _limit(tree: exp.Select) -> tuple[int | None, int]:
     return number(limit), number(offset) or 0
 
 
-def _aggregates(nodes: list[exp.Expression]) -> dict[str, tuple[dict[str, Any], str]]:
+def _aggregates(nodes: list[exp.Expression]) -> dict[str, tuple[Aggregate, str]]:
     """Distinct aggregate calls (SQL text -> (scan aggregate, partial column))."""
-    found: dict[str, tuple[dict[str, Any], str]] = {}
+    found: dict[str, tuple[Aggregate, str]] = {}
     for node in nodes:
         for agg in node.find_all(exp.AggFunc):
             if type(agg) not in AGGREGATES:
@@ -145,19 +145,19 @@ def _aggregates(nodes: list[exp.Expression]) -> dict[str, tuple[dict[str, Any], 
             name = f"__a{len(found)}"
             inner = agg.this
             if isinstance(agg, exp.Count) and isinstance(inner, exp.Star):
-                spec = R.aggregate(name, "count")
+                spec = Aggregate(name, "count")
             elif isinstance(inner, exp.Distinct):
                 if not isinstance(agg, exp.Count) or len(inner.expressions) != 1:
                     raise NotTranslatable(key)
-                spec = R.aggregate(name, "count_distinct", to_ir(inner.expressions[0], plain))
+                spec = Aggregate(name, "count_distinct", to_ir(inner.expressions[0], plain))
             else:
-                spec = R.aggregate(name, AGGREGATES[type(agg)], to_ir(inner, plain))
+                spec = Aggregate(name, AGGREGATES[type(agg)], to_ir(inner, plain))
             found[key] = (spec, name)
     return found
 
 
 def _replace_groups(
-    node: exp.Expression, keys: dict[str, str], aggregates: dict[str, tuple[dict, str]]
+    node: exp.Expression, keys: dict[str, str], aggregates: dict[str, tuple[Aggregate, str]]
 ) -> exp.Expression:
     """The expression over the merged partial result: aggregates and group keys become its columns."""
 
@@ -171,13 +171,13 @@ def _replace_groups(
     return node.copy().transform(swap)
 
 
-def _grouped_column(column: exp.Column) -> dict[str, Any]:
+def _grouped_column(column: exp.Column) -> Expr:
     if column.table or not column.name.startswith("__"):
         raise GroupingError(f"column {column.sql()} must appear in GROUP BY or be used in an aggregate")
-    return R.col(column.name)
+    return col(column.name)
 
 
-def _output_reference(node: exp.Expression, names: list[str], outputs: list[tuple[str, dict]]) -> dict | None:
+def _output_reference(node: exp.Expression, names: list[str], outputs: list[tuple[str, Expr]]) -> Expr | None:
     """ORDER BY <output name> or ORDER BY <position>: that output's expression."""
     if isinstance(node, exp.Column) and not node.table and node.name in names:
         return outputs[names.index(node.name)][1]

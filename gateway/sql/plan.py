@@ -11,15 +11,14 @@ the sub-queries' filters, `reductions` and `rows`, so that EXPLAIN shows it).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from sqlglot import exp
 
-from gateway.sql import request as R
 from gateway.sql.catalog import TableInfo
 from gateway.sql.parse import CheckedQuery
 from gateway.sql.spark_dialect import spark_text
 from gateway.sql.tree import brief
+from storage.scan_protocol import Aggregate, Expr, Named, ScanRequest, conjoin
 
 
 @dataclass
@@ -32,21 +31,26 @@ class TableQuery:
     info: TableInfo
     conjuncts: list[exp.Expression] = field(default_factory=list)  # moved out of the query
     implied: list[exp.Expression] = field(default_factory=list)  # derived from ORs, also kept above
-    filters: list[dict[str, Any]] = field(default_factory=list)
-    computed: dict[str, tuple[exp.Expression, dict[str, Any]]] = field(default_factory=dict)
+    filters: list[Expr] = field(default_factory=list)
+    computed: dict[str, tuple[exp.Expression, Expr]] = field(default_factory=dict)
     columns: list[str] = field(default_factory=list)
     reductions: list[str] = field(default_factory=list)  # semi- and anti-join filters added at run time
     rows: int | None = None  # rows the sub-query returns, when counted before Spark runs
     view: str = ""
-    group_by: list[dict[str, Any]] = field(default_factory=list)  # pre-aggregated or distinct: its keys
-    aggregates: list[dict[str, Any]] = field(default_factory=list)  # ... and partial aggregates
+    group_by: list[Named] = field(default_factory=list)  # pre-aggregated or distinct: its keys
+    aggregates: list[Aggregate] = field(default_factory=list)  # ... and partial aggregates
     partials: list[str] = field(default_factory=list)  # the partial aggregates, for EXPLAIN
 
-    def request(self) -> dict[str, Any]:
+    def request(self) -> ScanRequest:
+        """The scan each node runs: rows that pass every filter, projected or grouped."""
+        predicate = conjoin(self.filters)
         if self.group_by:
-            return R.grouped(self.table, self.group_by, self.aggregates, self.filters)
-        computed = [R.named(name, ir) for name, (_, ir) in self.computed.items()]
-        return R.select_project(self.table, self.columns, computed, self.filters)
+            return ScanRequest(
+                self.table, filter=predicate, group_by=tuple(self.group_by), aggregates=tuple(self.aggregates)
+            )
+        columns = tuple(Named.column(c) for c in self.columns)
+        computed = tuple(Named(name, ir) for name, (_, ir) in self.computed.items())
+        return ScanRequest(self.table, columns, computed, predicate)
 
     def explain(self) -> list[str]:
         lines = [f"[{self.index}] {self.table} AS {self.alias} on {self.info.where()}"]
@@ -57,7 +61,7 @@ class TableQuery:
             lines.append(f"    filter: {brief(conjunct)}")
         for implied in self.implied:
             lines.append(f"    implied filter: {brief(implied)}")
-        keys = ", ".join(k["name"] for k in self.group_by)
+        keys = ", ".join(k.name for k in self.group_by)
         if self.aggregates:
             lines.append(f"    pre-aggregated on the nodes: group by {keys}; {', '.join(self.partials)}")
         elif self.group_by:
@@ -74,12 +78,12 @@ class LocalQuery:
     """A one-table query run on the nodes; the coordinator finishes it."""
 
     scan: TableQuery | None  # None: no table, the coordinator evaluates the outputs alone
-    request: dict[str, Any]  # the scan sent to each node
+    request: ScanRequest | None  # the scan sent to each node (None without a table)
     aggregating: bool
     keys: list[str]  # group key columns of the merged partial result
-    outputs: list[tuple[str, dict[str, Any]]]  # result columns over the merged result
-    having: dict[str, Any] | None = None
-    order: list[tuple[dict[str, Any], bool, bool]] = field(default_factory=list)  # (key, descending, nulls first)
+    outputs: list[tuple[str, Expr]]  # result columns over the merged result
+    having: Expr | None = None
+    order: list[tuple[Expr, bool, bool]] = field(default_factory=list)  # (key, descending, nulls first)
     limit: int | None = None
     offset: int = 0
 
@@ -148,11 +152,11 @@ def _explain_local(local: LocalQuery) -> list[str]:
     lines = []
     if local.aggregating:
         request = local.request
-        keys = ", ".join(k["name"] for k in request.get("group_by", [])) or "(none)"
-        aggs = ", ".join(f"{a['func']}() AS {a['name']}" for a in request.get("aggregates", []))
+        keys = ", ".join(k.name for k in request.group_by) or "(none)"
+        aggs = ", ".join(f"{a.func}() AS {a.name}" for a in request.aggregates)
         lines.append(f"partial aggregates on each node: group by {keys}; {aggs}")
         lines.append("coordinator: reduce/final of the partial states")
-    if "having" in local.request:
+    if local.request is not None and local.request.having is not None:
         lines.append("each node: its groups merged, HAVING (every group lives on one node)")
     elif local.having is not None:
         lines.append("coordinator: HAVING")

@@ -11,7 +11,7 @@ only receives fewer rows.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import dataclasses
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -20,7 +20,7 @@ from gateway.sql.catalog import RegionCatalog
 from gateway.sql.keysets import distinct, is_in
 from gateway.sql.local import scan_nodes
 from gateway.sql.plan import TableQuery
-from gateway.sql.request import membership, request_key
+from gateway.sql.request import membership
 from gateway.sql.staged import Staged
 from gpu_kernels.aggregate import final_aggregate
 from storage.scan_protocol import ScanRequest
@@ -33,7 +33,7 @@ MAX_PROBES = 2  # fetch attempts per sub-query (a reduction earns it a second on
 
 
 def _probe(
-    catalog: RegionCatalog, scan: TableQuery, limit: int, seen: dict[Hashable, pa.Table | None]
+    catalog: RegionCatalog, scan: TableQuery, limit: int, seen: dict[ScanRequest, pa.Table | None]
 ) -> pa.Table | None:
     """The sub-query's rows if there are at most `limit` of them, else None; an identical request
     (the same table in a subquery and outside it) is answered from `seen`. A grouped (pre-aggregated
@@ -43,16 +43,15 @@ def _probe(
     if scan.group_by and scan.info.rows > 4 * limit:
         return None
     if not scan.group_by:
-        request["limit"] = limit + 1
-    key = request_key(request)
-    if key not in seen:
+        request = dataclasses.replace(request, limit=limit + 1)
+    if request not in seen:
         data = scan_nodes(catalog, scan.info, request)
         if scan.group_by:
-            task = type_scan(ScanRequest.from_json(request), scan.info.schema)
-            keys = [k["name"] for k in scan.group_by]
+            task = type_scan(request, scan.info.schema)
+            keys = [k.name for k in scan.group_by]
             data = final_aggregate(data, keys, list(task.task.aggregates)).select(task.schema.names).cast(task.schema)
-        seen[key] = data if data.num_rows <= limit else None
-    return seen[key]
+        seen[request] = data if data.num_rows <= limit else None
+    return seen[request]
 
 
 @dataclass
@@ -77,7 +76,7 @@ def reduce_and_fetch(plan: Staged, catalog: RegionCatalog, probe_rows: int = PRO
     shrank. An unfiltered table's join keys are the whole domain and filter nothing.
     """
     fetched: dict[int, pa.Table] = {}
-    seen: dict[Hashable, pa.Table | None] = {}
+    seen: dict[ScanRequest, pa.Table | None] = {}  # equal requests are equal sub-queries
     probes: dict[int, int] = {}
     pending = {scan.index: scan for scan in plan.scans}
     sent: dict[tuple[int, str, int], int] = {}  # (source, column, target) -> the source's rows when it sent

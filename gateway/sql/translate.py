@@ -8,20 +8,19 @@ from __future__ import annotations
 
 import decimal
 from collections.abc import Callable
-from typing import Any
 
 from sqlglot import exp
 
-from gateway.sql.request import call, col
+from storage.scan_protocol import Expr, Literal, call, col, lit, values
 
-ColumnMap = Callable[[exp.Column], dict[str, Any]]
+ColumnMap = Callable[[exp.Column], Expr]
 
 
 class NotTranslatable(Exception):
     pass
 
 
-def plain(column: exp.Column) -> dict[str, Any]:
+def plain(column: exp.Column) -> Expr:
     """A column of the one table a scan reads, by its name (the `ColumnMap` of sub-queries)."""
     return col(column.name)
 
@@ -35,21 +34,21 @@ _INTERVAL_UNITS = {"DAY": "interval_day", "MONTH": "interval_month", "YEAR": "in
 _EXTRACT = {"YEAR": "extract_year", "MONTH": "extract_month", "DAY": "extract_day"}
 
 
-def literal(node: exp.Literal) -> dict[str, Any]:
+def literal(node: exp.Literal) -> Literal:
     if node.is_string:
-        return {"lit": node.this}
+        return lit(node.this)
     text = node.this
     try:
-        return {"lit": int(text)}
+        return lit(int(text))
     except ValueError:
         pass
     number = decimal.Decimal(text)
     if "e" in text.lower():
-        return {"lit": float(number), "type": "float64"}
-    return {"lit": text, "type": f"decimal(38,{max(0, -number.as_tuple().exponent)})"}
+        return lit(float(number), "float64")
+    return lit(text, f"decimal(38,{max(0, -number.as_tuple().exponent)})")
 
 
-def _interval(node: exp.Interval) -> dict[str, Any]:
+def _interval(node: exp.Interval) -> Literal:
     unit = node.args.get("unit")
     unit_name = (unit.name if unit is not None else "").upper().rstrip("S")
     amount = node.this
@@ -59,10 +58,10 @@ def _interval(node: exp.Interval) -> dict[str, Any]:
         count = int(str(amount.this).strip())
     except ValueError:
         raise NotTranslatable(f"interval {node.sql()}") from None
-    return {"lit": count, "type": _INTERVAL_UNITS[unit_name]}
+    return lit(count, _INTERVAL_UNITS[unit_name])
 
 
-def to_ir(node: exp.Expression, column: ColumnMap) -> dict[str, Any]:
+def to_ir(node: exp.Expression, column: ColumnMap) -> Expr:
     """Translate `node`; `column` maps each column reference to its IR."""
     kind = type(node)
     if isinstance(node, exp.Column):
@@ -72,13 +71,13 @@ def to_ir(node: exp.Expression, column: ColumnMap) -> dict[str, Any]:
     if isinstance(node, exp.Literal):
         return literal(node)
     if isinstance(node, exp.Boolean):
-        return {"lit": node.this}
+        return lit(node.this)
     if isinstance(node, exp.Null):
-        return {"lit": None}
+        return lit(None)
     if isinstance(node, exp.Cast):
         target = node.to.this
         if isinstance(node.this, exp.Literal) and node.this.is_string and target == exp.DataType.Type.DATE:
-            return {"lit": node.this.this, "type": "date"}
+            return lit(node.this.this, "date")
         raise NotTranslatable(f"cast {node.sql()}")
     if isinstance(node, exp.Interval):
         return _interval(node)
@@ -93,17 +92,15 @@ def to_ir(node: exp.Expression, column: ColumnMap) -> dict[str, Any]:
     if isinstance(node, exp.In):
         if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
             raise NotTranslatable("IN with a subquery")
-        values = [to_ir(v, column) for v in node.expressions]
-        if not all("lit" in v for v in values):
+        items = [to_ir(v, column) for v in node.expressions]
+        if not all(isinstance(v, Literal) for v in items):
             raise NotTranslatable("IN with non-literal values")
         left = to_ir(node.this, column)
-        types = {v.get("type") for v in values}
-        if len(values) > LONG_IN_LIST and len(types) == 1 and all(v["lit"] is not None for v in values):
+        types = {v.type for v in items}
+        if len(items) > LONG_IN_LIST and len(types) == 1 and all(v.value is not None for v in items):
             [type_name] = types
-            return call(
-                "in", left, {"values": [v["lit"] for v in values], **({"type": type_name} if type_name else {})}
-            )
-        return call("in", left, *values)
+            return call("in", left, values([v.value for v in items], type_name))
+        return call("in", left, *items)
     if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
         return call("is_null", to_ir(node.this, column))
     if isinstance(node, exp.Like):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, walk_in_scope
 
-from gateway.sql import request as R
 from gateway.sql.passes.draft import Draft
+from storage.scan_protocol import Named
 
 
 def distinct_if_only_tested(draft: Draft) -> Draft:
@@ -39,4 +39,4 @@ def _distinct(scope: Scope, draft: Draft) -> None:
     [alias] = scope.sources
     scan = draft.query_of(select, alias)
     if scan is not None and not scan.group_by and not scan.computed and len(scan.columns) == 1:
-        scan.group_by = [R.named(scan.columns[0], R.col(scan.columns[0]))]
+        scan.group_by = [Named.column(scan.columns[0])]

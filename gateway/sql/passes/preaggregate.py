@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from typing import Any
-
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, walk_in_scope
 
-from gateway.sql import request as R
 from gateway.sql.passes.draft import Draft, owner
 from gateway.sql.translate import NotTranslatable, to_ir
+from storage.scan_protocol import Aggregate, Expr, Named, col
 
 PARTIAL = {exp.Count: "count", exp.Sum: "sum", exp.Min: "min", exp.Max: "max"}
 
@@ -58,28 +55,28 @@ def _preaggregate(scope: Scope, draft: Draft) -> None:
     if not keys or _used_by_inner_scopes(scope, alias, draft.scopes):
         return
 
-    def ir(column: exp.Column) -> dict[str, Any]:
-        return scan.computed[column.name][1] if column.name in scan.computed else R.col(column.name)
+    def ir(column: exp.Column) -> Expr:
+        return scan.computed[column.name][1] if column.name in scan.computed else col(column.name)
 
-    states: dict[Hashable, dict[str, Any]] = {}  # the same aggregate twice (Q11) is taken once
+    states: dict[tuple[str, Expr], Aggregate] = {}  # the same aggregate twice (Q11) is taken once
     try:
         partial = [
-            states.setdefault(R.request_key(state), R.aggregate(f"__a{len(states)}", state["func"], state["arg"]))
-            for state in ({"func": PARTIAL[type(a)], "arg": to_ir(a.this, ir)} for a in aggregates)
+            states.setdefault(state, Aggregate(f"__a{len(states)}", *state))
+            for state in ((PARTIAL[type(a)], to_ir(a.this, ir)) for a in aggregates)
         ]
     except NotTranslatable:
         return
     described: dict[str, str] = {}
     for aggregate, state in zip(aggregates, partial, strict=True):
-        described.setdefault(state["name"], f"{aggregate.sql()} AS {state['name']}")
-    scan.group_by = [R.named(key, ir(exp.column(key, table=alias))) for key in keys]
+        described.setdefault(state.name, f"{aggregate.sql()} AS {state.name}")
+    scan.group_by = [Named(key, ir(exp.column(key, table=alias))) for key in keys]
     scan.aggregates = list(states.values())
     scan.partials = list(described.values())
     for aggregate, state in zip(aggregates, partial, strict=True):
-        column = exp.column(state["name"], table=alias)
-        merged = exp.Sum(this=column) if state["func"] in ("count", "sum") else type(aggregate)(this=column)
+        column = exp.column(state.name, table=alias)
+        merged = exp.Sum(this=column) if state.func in ("count", "sum") else type(aggregate)(this=column)
         aggregate.replace(
-            exp.Coalesce(this=merged, expressions=[exp.Literal.number(0)]) if state["func"] == "count" else merged
+            exp.Coalesce(this=merged, expressions=[exp.Literal.number(0)]) if state.func == "count" else merged
         )
 
 
