@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -57,6 +58,9 @@ class DirectoryTarget(Target):
         directory = self.store.table_dir(table)
         directory.mkdir(parents=True, exist_ok=True)
         write_file(directory, name, payload)
+        if _aborted(directory, load_id).exists():  # aborted while this block was on its way: remove it here
+            (directory / name).unlink(missing_ok=True)
+            raise StorageError(f"load {load_id} of table {table} was aborted")
 
     def commit(
         self, schema: TableSchema, sizing: Sizing, compression: str, mode: str, load_id: str, entries: list[BlockEntry]
@@ -74,9 +78,18 @@ class DirectoryTarget(Target):
         if not LOAD_ID.fullmatch(load_id):
             raise StorageError(f"invalid load id {load_id!r}")
         directory = self.store.table_dir(table)
-        if directory.exists():
-            for path in directory.glob(f"{load_id}-*"):
-                path.unlink(missing_ok=True)
+        directory.mkdir(parents=True, exist_ok=True)
+        _aborted(directory, load_id).touch()  # first the mark, then the files: see `_aborted`
+        for path in directory.glob(f"{load_id}-*"):
+            path.unlink(missing_ok=True)
+
+
+def _aborted(directory: Path, load_id: str) -> Path:
+    """The mark an abort leaves. A task of the load may still be uploading when the load is aborted
+    (Spark aborts a write when one task fails, while others still run): an upload checks the mark
+    after writing its file, and an abort marks before removing files, so each late block is removed
+    by one of the two. Marks are removed with other leftovers (`storage.store.ORPHAN_AGE_S`)."""
+    return directory / f"{load_id}.aborted"
 
 
 class NodeTarget(Target):

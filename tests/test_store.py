@@ -19,6 +19,8 @@ import pytest
 from gpu_kernels import to_domain
 from storage import CorruptBlockError, LoadOptions, Placement, SchemaError, Store, TableSchema, load_table
 from storage.block import record_size
+from storage.errors import StorageError
+from storage.ingest import DirectoryTarget
 from storage.partitioning import buckets_of
 from storage.store import ORPHAN_AGE_S
 
@@ -248,3 +250,14 @@ def test_decoded_strings_keep_non_ascii_text(tmp_path: Path) -> None:
     load_table([store], schema_of(source), source)
     cities = set(pc.unique(store.table("sales").to_arrow().column("city")).to_pylist())
     assert cities == {"Москва", "Zürich", "東京", "Lima", None}
+
+
+def test_an_aborted_load_keeps_no_block_even_one_uploaded_after_the_abort(tmp_path: Path) -> None:
+    target = DirectoryTarget(Store(tmp_path / "n0", node="node-0"))
+    load = "0123456789ab"
+    target.put("t", load, f"{load}-0000-part1-000000.arrow", b"early")
+    target.abort("t", load)  # one task failed: Spark aborts while another task still uploads
+    with pytest.raises(StorageError, match="aborted"):
+        target.put("t", load, f"{load}-0001-part2-000000.arrow", b"late")
+    assert not list((tmp_path / "n0" / "t").glob(f"{load}-*"))
+    assert target.store.tables() == []
