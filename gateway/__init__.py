@@ -1,6 +1,6 @@
 """The SQL-over-HTTP gateway in front of one region, and its Python clients.
 
-The public names below load their module on first use (PEP 562), and `import gateway` imports
+The public names below load their module on first use (`lazy_loader.attach`, PEP 562), and `import gateway` imports
 no module at all, so that a client (`from gateway import dbapi`) loads neither the HTTP server
 nor Spark nor the kernels:
 
@@ -13,8 +13,7 @@ nor Spark nor the kernels:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+import lazy_loader
 
 _FACE: dict[str, tuple[str, ...]] = {
     "background": ("free_port",),
@@ -24,17 +23,4 @@ _FACE: dict[str, tuple[str, ...]] = {
     "server": ("Gateway",),
 }
 _MODULES = ("dbapi", "sqlalchemy_dialect")
-_HOME = {name: module for module, names in _FACE.items() for name in names}
-__all__ = sorted([*_HOME, *_MODULES])
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MODULES:
-        return importlib.import_module(f"gateway.{name}")
-    if name not in _HOME:
-        raise AttributeError(f"module 'gateway' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"gateway.{_HOME[name]}"), name)
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submodules=_MODULES, submod_attrs=_FACE)

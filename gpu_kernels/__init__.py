@@ -3,14 +3,13 @@ encodings, the encoded block, the placement hash) and every kernel on them (pred
 expressions, partial aggregates, hash partitioning), behind one interface with a NumPy and a
 CuPy backend. It imports nothing of the project; storage and everything above build on it.
 
-The public names below load their module on first use (PEP 562), so that storage's catalog,
+The public names below load their module on first use (`lazy_loader.attach`, PEP 562), so that storage's catalog,
 which needs only the column types, does not load every kernel with them.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+import lazy_loader
 
 _FACE: dict[str, tuple[str, ...]] = {
     "aggregate": ("FUNCTIONS", "AggSpec", "NamedExpr", "final_aggregate"),
@@ -47,15 +46,4 @@ _FACE: dict[str, tuple[str, ...]] = {
     "value_predicates": ("membership_of",),
     "vectors": ("arrow_type", "exact_fraction", "scalar_literal", "to_arrow"),
 }
-_HOME = {name: module for module, names in _FACE.items() for name in names}
-__all__ = sorted(_HOME)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module 'gpu_kernels' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"gpu_kernels.{_HOME[name]}"), name)
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs=_FACE)

@@ -2,13 +2,12 @@
 
 The public names below serve the demo and the `cxg loadtest` command (`loadtests.cli`): a
 scenario, the simulated users that play it against gateways, the measures of a run and its logs.
-They load their module on first use (PEP 562), so that running one benchmark loads no other.
+They load their module on first use (`lazy_loader.attach`, PEP 562), so that running one benchmark loads no other.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+import lazy_loader
 
 _FACE: dict[str, tuple[str, ...]] = {
     "cli": ("report", "run_load"),
@@ -18,15 +17,4 @@ _FACE: dict[str, tuple[str, ...]] = {
     "simulator": ("Run", "Simulator", "Target"),
     "tpch_queries": ("query",),
 }
-_HOME = {name: module for module, names in _FACE.items() for name in names}
-__all__ = sorted(_HOME)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module 'loadtests' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"loadtests.{_HOME[name]}"), name)
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs=_FACE)

@@ -1,15 +1,14 @@
 """Compressed columnar storage: the catalog, block files, tables, loaders and the node service.
 
 Storage builds on `gpu_kernels` (the encoded column vectors) and knows nothing above it. The
-public names below load their module on first use (PEP 562), so that a client of one part (the
+public names below load their module on first use (`lazy_loader.attach`, PEP 562), so that a client of one part (the
 catalog, the MariaDB loader, the node's client) does not load the others (Parquet readers,
 SQLAlchemy, the node server and its kernels, Spark).
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+import lazy_loader
 
 _FACE: dict[str, tuple[str, ...]] = {
     "block": ("block_to_ipc", "plain_block"),
@@ -55,15 +54,4 @@ _FACE: dict[str, tuple[str, ...]] = {
     "stats": ("TableSummary", "summarize"),
     "store": ("Store", "Table"),
 }
-_HOME = {name: module for module, names in _FACE.items() for name in names}
-__all__ = sorted(_HOME)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module 'storage' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"storage.{_HOME[name]}"), name)
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs=_FACE)
