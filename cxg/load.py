@@ -90,8 +90,8 @@ def _spark_tasks(spark: Any, progress: Progress, task: TaskID) -> Iterator[None]
     finally:
         done.set()
         watcher.join()
-    _, total = look()
-    progress.update(task, total=max(total, 1), completed=max(total, 1))
+    _, total = look()  # the load succeeded, so every task of its jobs did (the tracker may lag behind)
+    progress.update(task, total=total, completed=total)
 
 
 def load_jobs_mysql(url: str, jobs: list[Job]) -> list[Loaded]:

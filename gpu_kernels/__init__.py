@@ -39,6 +39,7 @@ _FACE: dict[str, tuple[str, ...]] = {
         "plain_nbytes",
         "run_starts",
     ),
+    "constant_folding": ("fold",),
     "evaluate": ("BlockEvaluator",),
     "operators": ("BlockTask", "run_block"),
     "pipeline": ("BlockPipeline", "block_parts"),

@@ -34,7 +34,7 @@ from hdrh.histogram import HdrHistogram
 
 from gateway import Client, GatewayError, free_port, load_config
 from loadtests.common import console, print_table, write_json
-from loadtests.mariadb_server import MariaDB
+from loadtests.mariadb_server import MariaDB, available
 from loadtests.performsys import TABLE_4_1, Setup, run_setup
 from regions import LocalRegion
 from storage import create_database
@@ -302,8 +302,6 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     figures: dict[str, Any] = {"requests": args.requests, "concurrency": args.concurrency}
     if not args.skip_overhead:
-        from loadtests.mariadb_server import available
-
         console.print("[bold]overhead per trivial query[/]")
         rows = overhead(args.requests, args.concurrency, args.seconds, not args.no_mariadb and available())
         figures["overhead"] = rows

@@ -21,7 +21,7 @@ _FACE: dict[str, tuple[str, ...]] = {
     "mysql_urls": ("mysql_url",),
     "node": ("Node",),
     "node_client": ("NodeClient", "NodeError", "ScanCancelled"),
-    "scan": ("TableCache", "fold", "scan_table"),
+    "scan": ("TableCache", "scan_table"),
     "scan_protocol": (
         "Aggregate",
         "Int64List",

@@ -22,10 +22,11 @@ from gpu_kernels import BlockEvaluator, EncodedBlock, ScanStats
 from gpu_kernels import expr as E
 from gpu_kernels.aggregate import final_aggregate
 from gpu_kernels.backend import NumpyBackend
+from gpu_kernels.constant_folding import fold
 from gpu_kernels.expr import Call, Col, Kind, Lit, Type
 from gpu_kernels.operators import BlockTask
 from gpu_kernels.pipeline import BlockPipeline, block_parts
-from gpu_kernels.vectors import exact_fraction, scalar_literal
+from gpu_kernels.vectors import exact_fraction
 from storage.block import plain_block
 from storage.blockfile import BlockEntry
 from storage.catalog import TableSchema
@@ -73,23 +74,7 @@ def plan_scan(request: ScanRequest, schema: TableSchema) -> ScanPlan:
     return ScanPlan(request.table, task, buckets, request.limit, request.block_range, having)
 
 
-_FOLDABLE = (*E.ARITHMETIC, "neg", "extract_year", "extract_month", "extract_day")
-_HOST = NumpyBackend()
-_SCALARS = BlockEvaluator(EncodedBlock(0, {}), _HOST)
-
-
-def fold(e: E.Expr) -> E.Expr:
-    """Evaluate constant sub-expressions (e.g. date '1998-12-01' - interval '90' day)."""
-    if not isinstance(e, Call):
-        return e
-    args = tuple(fold(a) for a in e.args)
-    e = Call(e.op, args)
-    if e.op in _FOLDABLE and all(isinstance(a, Lit) for a in args):
-        E.check(e, {})
-        vec = _SCALARS.vec(e, _SCALARS.everything())
-        if vec.is_scalar:
-            return scalar_literal(vec)
-    return e
+_HOST = NumpyBackend()  # the merged groups of a HAVING on the node are few: evaluated on the host
 
 
 # ---- pruning by block statistics ---------------------------------------------------------------

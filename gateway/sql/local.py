@@ -15,11 +15,11 @@ from gateway.sql.catalog import RegionCatalog, TableInfo
 from gateway.sql.plan import Plan
 from gpu_kernels.aggregate import final_aggregate
 from gpu_kernels.backend import NumpyBackend
+from gpu_kernels.constant_folding import fold
 from gpu_kernels.evaluate import BlockEvaluator
 from gpu_kernels.vectors import to_arrow
 from storage.block import plain_block
 from storage.node_client import NodeClient
-from storage.scan import fold
 from storage.scan_protocol import Expr, ScanRequest
 from storage.scan_typing import kernel_expr, type_scan, typed_output
 
