@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from gateway.media import ARROW
+from gateway.media import ARROW, JSON
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -58,7 +58,7 @@ class Client:
         self.timeout = timeout
 
     def _request(
-        self, method: str, path: str, body: dict | None = None, accept: str = "application/json"
+        self, method: str, path: str, body: dict | None = None, accept: str = JSON
     ) -> tuple[int, dict[str, str], bytes]:
         headers = {"Accept": accept}
         if self.token:
@@ -66,7 +66,7 @@ class Client:
         data = None
         if body is not None:
             data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = JSON
         request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
@@ -92,7 +92,7 @@ class Client:
         body = {"sql": sql, **{k: v for k, v in options.items() if v is not None}}
         if params:
             body["params"] = {k: parameter(v) for k, v in params.items()}
-        return self._request("POST", "/v1/statements", body, accept=f"{ARROW}, application/json;q=0.5")
+        return self._request("POST", "/v1/statements", body, accept=f"{ARROW}, {JSON};q=0.5")
 
     def execute(self, sql: str, params: dict[str, Any] | None = None, **options: Any) -> Result:
         """Run one query to its end (polling while it is queued or running)."""
@@ -100,9 +100,9 @@ class Client:
         while status == 202:
             doc = json.loads(payload)
             status, headers, payload = self._request(
-                "GET", f"/v1/statements/{doc['id']}?wait=30", accept=f"{ARROW}, application/json;q=0.5"
+                "GET", f"/v1/statements/{doc['id']}?wait=30", accept=f"{ARROW}, {JSON};q=0.5"
             )
-        if headers.get("Content-Type", "").startswith("application/json"):
+        if headers.get("Content-Type", "").startswith(JSON):
             doc = json.loads(payload)  # a finished statement in JSON: an error or an empty result
             if "error" in doc:
                 error = doc["error"]

@@ -1,7 +1,10 @@
 """The media types a result travels in, shared by the server, which negotiates them from
 `Accept`, and its clients, which ask for them: a module of its own so that a client imports
-nothing of the server."""
+nothing of the server. JSON and the Arrow stream are the names the storage nodes' protocol uses too."""
 
-JSON = "application/json"
+from storage.scan_protocol import ARROW_STREAM as ARROW
+from storage.scan_protocol import JSON
+
 CSV = "text/csv"
-ARROW = "application/vnd.apache.arrow.stream"
+
+__all__ = ["ARROW", "CSV", "JSON"]
