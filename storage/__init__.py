@@ -24,7 +24,9 @@ _FACE: dict[str, tuple[str, ...]] = {
     "scan": ("TableCache", "scan_table"),
     "scan_protocol": (
         "Aggregate",
+        "Expr",
         "Int64List",
+        "Literal",
         "Named",
         "Partition",
         "ScanRequest",

@@ -13,8 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpu_kernels import bitpack
-from gpu_kernels.column_types import Domain
+from gpu_kernels import Domain, bitpack
 from gpu_kernels.encodings import (
     BitPacked,
     DeltaRunLength,

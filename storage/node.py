@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pyarrow as pa
 from aiohttp import web
 
-from gpu_kernels.backend import NumpyBackend
+from gpu_kernels import NumpyBackend
 from storage.blockfile import BlockEntry
 from storage.catalog import TableSchema
 from storage.errors import StorageError, TableNotFoundError

@@ -18,15 +18,20 @@ from typing import Any
 
 import pyarrow as pa
 
-from gpu_kernels import BlockEvaluator, EncodedBlock, ScanStats
+from gpu_kernels import (
+    BlockEvaluator,
+    BlockPipeline,
+    BlockTask,
+    EncodedBlock,
+    NumpyBackend,
+    ScanStats,
+    block_parts,
+    exact_fraction,
+    final_aggregate,
+    fold,
+)
 from gpu_kernels import expr as E
-from gpu_kernels.aggregate import final_aggregate
-from gpu_kernels.backend import NumpyBackend
-from gpu_kernels.constant_folding import fold
 from gpu_kernels.expr import Call, Col, Kind, Lit, Type
-from gpu_kernels.operators import BlockTask
-from gpu_kernels.pipeline import BlockPipeline, block_parts
-from gpu_kernels.vectors import exact_fraction
 from storage.block import plain_block
 from storage.blockfile import BlockEntry
 from storage.catalog import TableSchema

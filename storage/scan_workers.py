@@ -39,11 +39,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from gpu_kernels import EncodedBlock, ScanStats
+from gpu_kernels import BlockTask, EncodedBlock, NumpyBackend, ScanStats, run_block
 from gpu_kernels import expr as E
-from gpu_kernels.backend import NumpyBackend
 from gpu_kernels.expr import Expr
-from gpu_kernels.operators import BlockTask, run_block
 from storage.blockfile import BlockEntry, read_block
 
 log = logging.getLogger("cxg.node")

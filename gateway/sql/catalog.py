@@ -6,9 +6,7 @@ import threading
 from dataclasses import dataclass, field
 
 from gateway.sql.errors import UndefinedTable
-from storage.catalog import TableSchema
-from storage.node_client import NodeClient
-from storage.sql_types import sql_name
+from storage import NodeClient, TableSchema, sql_name
 
 
 @dataclass

@@ -19,8 +19,7 @@ from gateway.sql.parse import CheckedQuery, prepare
 from gateway.sql.plan import Plan
 from gateway.sql.run import run_on_spark, staged_plan
 from gateway.sql.staged import Staged
-from storage.errors import StorageError
-from storage.node_client import NodeError
+from storage import NodeError, StorageError
 
 
 @dataclass

@@ -41,10 +41,7 @@ from gateway.sql.local import CANCELLED
 from gateway.sql.plan import TableQuery
 from gateway.sql.spark_dialect import spark_text
 from gateway.sql.staged import Staged
-from storage.node_client import NodeClient, ScanCancelled
-from storage.scan_protocol import ScanRequest
-from storage.scan_typing import output_schema
-from storage.spark_source import spark_schema
+from storage import NodeClient, ScanCancelled, ScanRequest, output_schema, spark_schema
 
 INLINE_ROWS = 100_000  # "source": up to this size a fetched sub-query is a local relation
 LOCAL_ROWS = 20_000  # "files": up to this size too (Spark plans local relations faster than files)

@@ -12,8 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpu_kernels import membership_of
-from gpu_kernels.backend import NumpyBackend
+from gpu_kernels import NumpyBackend, membership_of
 
 SLOTS_PER_VALUE = 128  # beyond this many slots per value, filling and scanning the table costs more than hashing
 MAX_SLOTS = 1 << 26

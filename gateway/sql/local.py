@@ -13,15 +13,8 @@ import pyarrow.compute as pc
 
 from gateway.sql.catalog import RegionCatalog, TableInfo
 from gateway.sql.plan import Plan
-from gpu_kernels.aggregate import final_aggregate
-from gpu_kernels.backend import NumpyBackend
-from gpu_kernels.constant_folding import fold
-from gpu_kernels.evaluate import BlockEvaluator
-from gpu_kernels.vectors import to_arrow
-from storage.block import plain_block
-from storage.node_client import NodeClient
-from storage.scan_protocol import Expr, ScanRequest
-from storage.scan_typing import kernel_expr, type_scan, typed_output
+from gpu_kernels import BlockEvaluator, NumpyBackend, final_aggregate, fold, to_arrow
+from storage import Expr, NodeClient, ScanRequest, kernel_expr, plain_block, type_scan, typed_output
 
 _BACKEND = NumpyBackend()
 # set while a query runs; `Engine.cancel` sets the event and the query's scans stop at the next batch

@@ -19,7 +19,7 @@ from gateway.sql.parse import CheckedQuery
 from gateway.sql.plan import LocalQuery, Plan, TableQuery
 from gateway.sql.translate import NotTranslatable, plain, to_ir
 from gateway.sql.tree import split_and
-from storage.scan_protocol import Aggregate, Expr, Named, ScanRequest, col, conjoin
+from storage import Aggregate, Expr, Named, ScanRequest, col, conjoin
 
 AGGREGATES = {exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max", exp.Count: "count"}
 MERGED_ON_NODES = ("count", "sum", "min", "max")  # partial states a node can finish for HAVING

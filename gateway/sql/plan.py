@@ -18,7 +18,7 @@ from gateway.sql.catalog import TableInfo
 from gateway.sql.parse import CheckedQuery
 from gateway.sql.spark_dialect import spark_text
 from gateway.sql.tree import brief
-from storage.scan_protocol import Aggregate, Expr, Named, ScanRequest, conjoin
+from storage import Aggregate, Expr, Named, ScanRequest, conjoin
 
 
 @dataclass

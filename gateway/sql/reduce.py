@@ -22,9 +22,8 @@ from gateway.sql.local import scan_nodes
 from gateway.sql.plan import TableQuery
 from gateway.sql.request import membership
 from gateway.sql.staged import Staged
-from gpu_kernels.aggregate import final_aggregate
-from storage.scan_protocol import ScanRequest
-from storage.scan_typing import type_scan
+from gpu_kernels import final_aggregate
+from storage import ScanRequest, type_scan
 
 MAX_KEYS = 500_000  # values a semi-join filter may carry
 PROBE_ROWS = 500_000  # sub-queries up to this size are fetched for their join keys (default)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from storage.scan_protocol import Expr, col, in_, int64_values, is_null, lit, not_, or_, values
+from storage import Expr, col, in_, int64_values, is_null, lit, not_, or_, values
 
 
 def _values(keys: pa.Array) -> Expr | None:

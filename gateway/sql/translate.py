@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from storage.scan_protocol import Expr, Literal, call, col, lit, values
+from storage import Expr, Literal, call, col, lit, values
 
 ColumnMap = Callable[[exp.Column], Expr]
 

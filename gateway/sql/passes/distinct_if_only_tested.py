@@ -6,7 +6,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, walk_in_scope
 
 from gateway.sql.passes.draft import Draft
-from storage.scan_protocol import Named
+from storage import Named
 
 
 def distinct_if_only_tested(draft: Draft) -> Draft:

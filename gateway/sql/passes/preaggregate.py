@@ -7,7 +7,7 @@ from sqlglot.optimizer.scope import Scope, walk_in_scope
 
 from gateway.sql.passes.draft import Draft, owner
 from gateway.sql.translate import NotTranslatable, to_ir
-from storage.scan_protocol import Aggregate, Expr, Named, col
+from storage import Aggregate, Expr, Named, col
 
 PARTIAL = {exp.Count: "count", exp.Sum: "sum", exp.Min: "min", exp.Max: "max"}
 
