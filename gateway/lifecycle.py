@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from balancer import RegionBalancer
@@ -21,20 +22,13 @@ from gateway.statements import CANCELLED, FAILED, RUNNING, SUCCEEDED, Statement,
 log = logging.getLogger("cxg.gateway")
 
 
+@dataclass(eq=False)
 class StatementLifecycle:
-    def __init__(
-        self,
-        settings: GatewayConfig,
-        balancer: RegionBalancer,
-        executor: Executor,
-        statements: Statements,
-        metrics: Metrics,
-    ):
-        self.settings = settings
-        self.balancer = balancer
-        self.executor = executor
-        self.statements = statements
-        self.metrics = metrics
+    settings: GatewayConfig
+    balancer: RegionBalancer
+    executor: Executor
+    statements: Statements
+    metrics: Metrics
 
     async def submit(
         self,

@@ -4,6 +4,7 @@ and the door its routers and nodes link in through (/v1/cluster/connect, the bal
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -13,20 +14,13 @@ from gateway.executors import Executor
 from gateway.statements import Statements
 
 
+@dataclass(eq=False)
 class RegionHandlers:
-    def __init__(
-        self,
-        backend: str,
-        auth: Auth,
-        balancer: RegionBalancer,
-        executor: Executor,
-        statements: Statements,
-    ):
-        self.backend = backend
-        self.auth = auth
-        self.balancer = balancer
-        self.executor = executor
-        self.statements = statements
+    backend: str
+    auth: Auth
+    balancer: RegionBalancer
+    executor: Executor
+    statements: Statements
 
     def routes(self) -> list[web.RouteDef]:
         return [

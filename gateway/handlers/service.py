@@ -4,6 +4,8 @@ needs a token, so probes and scrapers need no secret."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from aiohttp import web
 
 from balancer import RegionBalancer
@@ -11,10 +13,10 @@ from gateway.metrics import Metrics
 from gateway.openapi import document
 
 
+@dataclass(eq=False)
 class ServiceHandlers:
-    def __init__(self, balancer: RegionBalancer, metrics: Metrics):
-        self.balancer = balancer
-        self.metrics = metrics
+    balancer: RegionBalancer
+    metrics: Metrics
 
     def routes(self) -> list[web.RouteDef]:
         return [

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -20,12 +21,12 @@ from gateway.lifecycle import StatementLifecycle
 from gateway.statements import SUCCEEDED, Statement, Statements
 
 
+@dataclass(eq=False)
 class StatementHandlers:
-    def __init__(self, settings: GatewayConfig, auth: Auth, statements: Statements, lifecycle: StatementLifecycle):
-        self.settings = settings
-        self.auth = auth
-        self.statements = statements
-        self.lifecycle = lifecycle
+    settings: GatewayConfig
+    auth: Auth
+    statements: Statements
+    lifecycle: StatementLifecycle
 
     def routes(self) -> list[web.RouteDef]:
         return [
