@@ -53,7 +53,8 @@ class ApiError(Exception):
         if isinstance(error, ApiError):
             return error
         if isinstance(error, SqlError):
-            return cls(error.status if error.status != 499 else 409, error.code, str(error), error.sqlstate)
+            status = error.status if error.status != 499 else 409
+            return cls(status, error.code, str(error), error.sqlstate, error.retry_after)
         if isinstance(error, DispatchFailed):
             status, sqlstate = NODE_CODES.get(error.code, (500, "XX000"))
             return cls(status, error.code, str(error), sqlstate, RETRY_AFTER.get(error.code))

@@ -24,6 +24,7 @@ from sqlglot.errors import ParseError
 from balancer import NodeInfo, RegionBalancer, Ticket, read_payload
 from gateway.config import SparkFactory, SparkSettings
 from gateway.sql import params as parameters
+from gateway.sql.catalog import Snapshot
 from gateway.sql.engine import Engine
 from gateway.sql.errors import SqlSyntaxError
 from gateway.sql.parse import CheckedQuery, refuse_writes, syntax_error
@@ -41,6 +42,12 @@ class Prepared:
     parsed: CheckedQuery | None = None  # native: the checked, bound query
     nodes: frozenset[str] | None = None  # native: a slot on each of these; None: any one node
     local: bool = False  # native: no table, the gateway answers
+    catalog: Snapshot | None = None  # native: the table versions the query reads, pinned until `close`
+
+    def close(self) -> None:
+        """The query is over (or will never run): its table versions may be released."""
+        if self.catalog is not None:
+            self.catalog.close()
 
 
 class Executor(Protocol):
@@ -80,6 +87,9 @@ class NativeExecutor:
                 "rows": info.rows,
                 "placement": str(info.schema.placement),
                 "nodes": info.nodes,
+                "version": info.version,
+                "available": info.available,
+                **({"missing": info.missing} if info.missing else {}),
                 "columns": [
                     {"name": c.name, "type": sql_name(c.arrow_type), "nullable": c.nullable}
                     for c in info.schema.columns
@@ -89,14 +99,22 @@ class NativeExecutor:
         }
 
     def prepare(self, sql: str, params: dict[str, Any], tag: str) -> Prepared:
-        parsed = self.engine.prepare(sql, params)
-        ctes = {cte.alias_or_name for cte in parsed.tree.find_all(exp.CTE)}
-        names = {t.name.lower() for t in parsed.tree.find_all(exp.Table) if t.name and t.name not in ctes}
-        if not names:
-            return Prepared(sql, params, tag, parsed, local=True)
-        infos = [self.engine.catalog.table(name) for name in sorted(names)]
+        """Check the query against one snapshot of the catalog, which it then runs on: every table
+        it reads at one version from planning to the last scan."""
+        snapshot = self.engine.catalog.snapshot()
+        try:
+            parsed = self.engine.prepare(sql, params, snapshot)
+            ctes = {cte.alias_or_name for cte in parsed.tree.find_all(exp.CTE)}
+            names = {t.name.lower() for t in parsed.tree.find_all(exp.Table) if t.name and t.name not in ctes}
+            if not names:
+                snapshot.close()
+                return Prepared(sql, params, tag, parsed, local=True)
+            infos = [snapshot.table(name) for name in sorted(names)]
+        except BaseException:
+            snapshot.close()
+            raise
         owners = frozenset(node for info in infos if not info.replicated for node in info.nodes)
-        return Prepared(sql, params, tag, parsed, owners or None)
+        return Prepared(sql, params, tag, parsed, owners or None, catalog=snapshot)
 
     async def run(self, statement: Statement, prepared: Prepared, started: Started) -> pa.Table:
         loop = asyncio.get_running_loop()
@@ -117,7 +135,9 @@ class NativeExecutor:
         try:
             granted = await ticket.started
             started(granted)
-            result = await loop.run_in_executor(self.pool, self.engine.run, prepared.parsed, key, granted)
+            result = await loop.run_in_executor(
+                self.pool, self.engine.run, prepared.parsed, key, granted, prepared.catalog
+            )
         except asyncio.CancelledError:
             self.engine.cancel(key)
             await self.balancer.cancel(ticket)

@@ -44,6 +44,7 @@ class StatementLifecycle:
         refused (the token's limit, a full region, a query that does not prepare)."""
         self._admit(token)
         statement = Statement(self.balancer.new_id(client), sql, token.name, tag, client)
+        prepared: Prepared | None = None
         try:
             if self.executor.blocking_prepare:
                 loop = asyncio.get_running_loop()
@@ -53,6 +54,8 @@ class StatementLifecycle:
             if not prepared.local:
                 self.balancer.check_admission()
         except Exception as e:
+            if prepared is not None:
+                prepared.close()
             error = ApiError.of(e)
             self.metrics.rejected.labels(error.code).inc()
             raise error from None
@@ -60,6 +63,7 @@ class StatementLifecycle:
         self.statements.add(statement)
         self.metrics.admitted.inc()
         statement.task = asyncio.create_task(self._execute(statement, prepared, limit_s, max_rows))
+        statement.task.add_done_callback(lambda _: prepared.close())  # however it ended, even unstarted
         return statement
 
     def _admit(self, token: TokenConfig) -> None:

@@ -3,11 +3,17 @@
 A block file is the block's Arrow IPC bytes, or one zstd frame around them. Its size and
 CRC-32 are recorded in the manifest; reading checks both before parsing, so a truncated or
 corrupt file raises `CorruptBlockError` naming the file instead of being read as data.
+
+A node serves its blocks memory-mapped (`map_block`): a zstd block is checked and decompressed once
+into `decoded/<file>.ipc` beside it, and every process of the node (the node and its scan workers)
+maps that file, so they share one copy of the encoded block in the page cache, which the kernel can
+also evict under pressure, instead of a private copy per process.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,6 +27,7 @@ from storage.block import ChosenColumn, block_from_ipc, block_to_ipc
 from storage.errors import CorruptBlockError
 
 COMPRESSIONS = ("zstd", "none")
+DECODED = "decoded"  # the table directory's folder of decompressed block files (see `map_block`)
 ZSTD_LEVEL = 3
 _MAX_STAT_STRING = 64
 
@@ -121,18 +128,8 @@ def serialize_block(block: EncodedBlock, name: str, bucket: int, compression: st
     return payload, BlockEntry(name, bucket, block.rows, len(payload), zlib.crc32(payload), compression, columns)
 
 
-def check_file(path: Path, entry: BlockEntry) -> None:
-    """Raise CorruptBlockError unless `path` has the entry's size and checksum."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise CorruptBlockError(f"block file {path} is missing") from None
-    if len(data) != entry.bytes or zlib.crc32(data) != entry.crc32:
-        raise CorruptBlockError(f"block file {path} does not match its entry (size or checksum)")
-
-
-def read_block(path: Path, entry: BlockEntry) -> EncodedBlock:
-    """Read and verify one block file; raises CorruptBlockError naming `path`."""
+def check_file(path: Path, entry: BlockEntry) -> bytes:
+    """The file's bytes; CorruptBlockError unless `path` has the entry's size and checksum."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -142,12 +139,57 @@ def read_block(path: Path, entry: BlockEntry) -> EncodedBlock:
     crc = zlib.crc32(data)
     if crc != entry.crc32:
         raise CorruptBlockError(f"block file {path} fails its checksum (crc32 {crc:08x}, expected {entry.crc32:08x})")
+    return data
+
+
+def read_block(path: Path, entry: BlockEntry) -> EncodedBlock:
+    """Read and verify one block file; raises CorruptBlockError naming `path`."""
+    return _parsed(pa.py_buffer(_ipc_bytes(path, entry)), path, entry)
+
+
+def _ipc_bytes(path: Path, entry: BlockEntry) -> bytes:
+    """The block's IPC bytes: the file checked against its entry, then decompressed."""
+    data = check_file(path, entry)
+    if entry.compression != "zstd":
+        return data
     try:
-        if entry.compression == "zstd":
-            data = zstandard.ZstdDecompressor().decompress(data)
-        block = block_from_ipc(pa.py_buffer(data))
-    except (zstandard.ZstdError, pa.ArrowException, ValueError, KeyError) as e:
+        return zstandard.ZstdDecompressor().decompress(data)
+    except zstandard.ZstdError as e:
+        raise CorruptBlockError(f"block file {path} cannot be decoded: {e}") from e
+
+
+def _parsed(buffer: pa.Buffer, path: Path, entry: BlockEntry) -> EncodedBlock:
+    try:
+        block = block_from_ipc(buffer)
+    except (pa.ArrowException, ValueError, KeyError) as e:
         raise CorruptBlockError(f"block file {path} cannot be decoded: {e}") from e
     if block.rows != entry.rows:
         raise CorruptBlockError(f"block file {path} holds {block.rows} rows, expected {entry.rows}")
     return block
+
+
+def decoded_path(path: Path) -> Path:
+    """Where the decompressed IPC bytes of block file `path` are kept for mapping."""
+    return path.parent / DECODED / f"{path.name}.ipc"
+
+
+def map_block(path: Path, entry: BlockEntry, verify: bool = True) -> EncodedBlock:
+    """The block of `path`, its parts views of a memory-mapped file shared by every process that
+    maps it. `verify` checks the block file against its entry first (a worker mapping a block its
+    node has already checked skips that); raises CorruptBlockError naming `path`."""
+    mapped = path if entry.compression == "none" else decoded_path(path)
+    if entry.compression == "none":
+        if verify:
+            check_file(path, entry)
+    elif verify or not mapped.exists():
+        data = _ipc_bytes(path, entry)  # checked, then its decompressed bytes kept for mapping
+        if not mapped.exists():
+            mapped.parent.mkdir(exist_ok=True)
+            tmp = mapped.with_name(f"{mapped.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, mapped)
+    try:
+        buffer = pa.memory_map(str(mapped)).read_buffer()
+    except FileNotFoundError:
+        raise CorruptBlockError(f"block file {path} is missing") from None
+    return _parsed(buffer, path, entry)

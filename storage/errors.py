@@ -25,3 +25,17 @@ class CorruptBlockError(StorageError):
 
 class ManifestError(StorageError):
     code = "corrupt_manifest"
+
+
+class VersionGoneError(StorageError):
+    """A scan asked for a table version the node no longer keeps (a newer load replaced it and no
+    query held the old one); running the query again reads the current version."""
+
+    code = "version_gone"
+
+
+class VersionConflictError(StorageError):
+    """A load's commit names a version the table already has or has passed (another load committed
+    first)."""
+
+    code = "version_conflict"

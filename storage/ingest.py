@@ -21,7 +21,7 @@ from storage.catalog import TableSchema
 from storage.encoding_choice import EncodingOptions
 from storage.errors import StorageError
 from storage.manifest import Sizing
-from storage.node_client import NodeClient
+from storage.node_client import NodeClient, NodeError
 from storage.store import LOAD_ID, Store
 
 BLOCK_FILE = re.compile(r"[0-9a-f]{8,32}-\d{4}-[0-9a-z]+-\d{6}\.arrow(\.zst)?")
@@ -36,10 +36,22 @@ class Target(ABC):
     def put(self, table: str, load_id: str, name: str, payload: bytes) -> None: ...
 
     @abstractmethod
+    def version(self, table: str) -> int:
+        """The table's current version on this node (0: no such table)."""
+
+    @abstractmethod
     def commit(
-        self, schema: TableSchema, sizing: Sizing, compression: str, mode: str, load_id: str, entries: list[BlockEntry]
+        self,
+        schema: TableSchema,
+        sizing: Sizing,
+        compression: str,
+        mode: str,
+        load_id: str,
+        entries: list[BlockEntry],
+        version: int | None = None,
     ) -> int:
-        """Swap in the new version made of `entries`; returns its version number."""
+        """Swap in the new version made of `entries` (numbered `version`: see `commit_all`); returns
+        its version number."""
 
     @abstractmethod
     def abort(self, table: str, load_id: str) -> None: ...
@@ -62,8 +74,18 @@ class DirectoryTarget(Target):
             (directory / name).unlink(missing_ok=True)
             raise StorageError(f"load {load_id} of table {table} was aborted")
 
+    def version(self, table: str) -> int:
+        return self.store.versions(table)[-1] if self.store.exists(table) else 0
+
     def commit(
-        self, schema: TableSchema, sizing: Sizing, compression: str, mode: str, load_id: str, entries: list[BlockEntry]
+        self,
+        schema: TableSchema,
+        sizing: Sizing,
+        compression: str,
+        mode: str,
+        load_id: str,
+        entries: list[BlockEntry],
+        version: int | None = None,
     ) -> int:
         directory = self.store.table_dir(schema.name)
         for entry in entries:
@@ -72,7 +94,7 @@ class DirectoryTarget(Target):
             check_file(directory / entry.file, entry)
         writer = self.store.writer(schema, sizing, compression, mode, load_id)
         writer.add(entries)
-        return writer.commit().version
+        return writer.commit(version).version
 
     def abort(self, table: str, load_id: str) -> None:
         if not LOAD_ID.fullmatch(load_id):
@@ -103,8 +125,23 @@ class NodeTarget(Target):
     def put(self, table: str, load_id: str, name: str, payload: bytes) -> None:
         self.client.put_bytes(f"/v1/tables/{table}/loads/{load_id}/blocks/{name}", payload)
 
+    def version(self, table: str) -> int:
+        try:
+            return self.client.get(f"/v1/tables/{table}")["version"]
+        except NodeError as e:
+            if e.status == 404:
+                return 0
+            raise
+
     def commit(
-        self, schema: TableSchema, sizing: Sizing, compression: str, mode: str, load_id: str, entries: list[BlockEntry]
+        self,
+        schema: TableSchema,
+        sizing: Sizing,
+        compression: str,
+        mode: str,
+        load_id: str,
+        entries: list[BlockEntry],
+        version: int | None = None,
     ) -> int:
         body = {
             "definition": schema.to_json(),
@@ -112,11 +149,30 @@ class NodeTarget(Target):
             "compression": compression,
             "mode": mode,
             "entries": [e.to_json() for e in entries],
+            "version": version,
         }
         return self.client.post(f"/v1/tables/{schema.name}/loads/{load_id}/commit", body)["version"]
 
     def abort(self, table: str, load_id: str) -> None:
         self.client.delete(f"/v1/tables/{table}/loads/{load_id}")
+
+
+def commit_all(
+    targets: list[Target],
+    schema: TableSchema,
+    sizing: Sizing,
+    compression: str,
+    mode: str,
+    load_id: str,
+    entries: dict[str, list[BlockEntry]],
+) -> int:
+    """Commit a load on each of its nodes under one version number, one past the newest any of them
+    has: a gateway shows the new version only once every node holding the table has it, and until
+    then reads the previous one, which the nodes that committed first keep."""
+    version = 1 + max((t.version(schema.name) for t in targets), default=0)
+    for t in targets:
+        t.commit(schema, sizing, compression, mode, load_id, entries.get(t.node, []), version)
+    return version
 
 
 def target(spec: str, index: int = 0) -> Target:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
@@ -99,6 +99,12 @@ def block_slices(buckets: np.ndarray, rows_per_block: int) -> list[tuple[int, in
     return slices
 
 
+def next_version(stores: Iterable[Store], table: str) -> int:
+    """The version a load commits on all its nodes: one past the newest any of them has, so that
+    one version number names the same load on every node."""
+    return 1 + max((s.versions(table)[-1] if s.exists(table) else 0 for s in stores), default=0)
+
+
 def load_table(
     stores: Sequence[Store],
     schema: TableSchema,
@@ -140,7 +146,8 @@ def load_table(
             for rows in pool.map(encode_and_write, block_slices(buckets, sizing.block_rows)):
                 if progress:
                     progress(rows)
-        return [writers[node].commit() for node in owners]
+        version = next_version(owners.values(), schema.name)
+        return [writers[node].commit(version) for node in owners]
     except BaseException:
         for writer in writers.values():
             if not writer.finished:

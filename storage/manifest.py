@@ -66,8 +66,9 @@ class Manifest:
         )
 
 
-def read_manifest(table_dir: Path) -> Manifest | None:
-    path = table_dir / MANIFEST
+def read_manifest(table_dir: Path, name: str = MANIFEST) -> Manifest | None:
+    """The manifest `name` of a table's directory (the current one by default), None if absent."""
+    path = table_dir / name
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -78,12 +79,12 @@ def read_manifest(table_dir: Path) -> Manifest | None:
         raise ManifestError(f"manifest {path} is unreadable: {e}") from e
 
 
-def write_manifest(table_dir: Path, manifest: Manifest) -> None:
-    """Replace the manifest atomically: temp file, fsync, rename, fsync the directory."""
-    tmp = table_dir / f"{MANIFEST}.tmp"
+def write_manifest(table_dir: Path, manifest: Manifest, name: str = MANIFEST) -> None:
+    """Replace the manifest `name` atomically: temp file, fsync, rename, fsync the directory."""
+    tmp = table_dir / f"{name}.tmp"
     with open(tmp, "w") as f:
         json.dump(manifest.to_json(), f, indent=1)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, table_dir / MANIFEST)
+    os.replace(tmp, table_dir / name)
     fsync_dir(table_dir)

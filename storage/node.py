@@ -3,8 +3,9 @@
     POST /v1/scan            a scan request (storage.scan_protocol) -> Arrow IPC stream, one batch per
                              block (or per hash partition of a block) as blocks finish, then an
                              empty trailer batch whose metadata holds the scan's statistics
-    GET  /v1/tables          tables with rows, blocks and sizes
-    GET  /v1/tables/{name}   one table: columns, sort key, placement, per-column storage stats
+    GET  /v1/tables          tables with rows, blocks, sizes, the current version and the versions kept
+    GET  /v1/tables/{name}   one table (?version=N: that version): columns, sort key, placement, stats
+    DELETE /v1/tables/{name}/versions/{version}   stop keeping a replaced version (no query reads it)
     GET  /v1/node            node name, cores, slots and free slots, backend, scan counters
     GET  /healthz            liveness
     PUT  /v1/tables/{name}/loads/{load}/blocks/{file}   upload one encoded block file
@@ -16,8 +17,11 @@ blocks are processed on a worker thread (a long CPU scan's on the node's worker 
 core: storage.scan_workers) and written as they finish. A client that goes away
 mid-stream cancels its scan: the worker stops at the next block and the slot is freed.
 Errors are JSON ``{"error": {"code": ..., "message": ...}}`` (400 malformed or unsupported
-request, 404 unknown table); an error after the stream started ends it with a trailer batch
-carrying ``cxg.error``.
+request, 404 unknown table, 409 ``version_gone`` for a version no longer kept); an error after the
+stream started ends it with a trailer batch carrying ``cxg.error``.
+
+A scan reads the version its request names (`storage.store` keeps replaced versions until they are
+released), so a query pinned to one version reads the same data on every node while loads commit.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from aiohttp import web
 from gpu_kernels import NumpyBackend
 from storage.blockfile import BlockEntry
 from storage.catalog import TableSchema
-from storage.errors import StorageError, TableNotFoundError
+from storage.errors import StorageError, TableNotFoundError, VersionConflictError, VersionGoneError
 from storage.ingest import DirectoryTarget
 from storage.manifest import Sizing
 from storage.scan import BlockScan, TableCache, scan_table
@@ -60,6 +64,7 @@ from storage.store import Store
 
 log = logging.getLogger("cxg.node")
 IN_FLIGHT = 4  # chunks produced ahead of the network
+EXPIRE_EVERY_S = 60.0  # how often replaced versions nobody released are looked at (storage.store.RETAIN_S)
 CHUNK_BYTES = 1 << 16  # encoded batches are written to the network in chunks of at least this size
 
 
@@ -157,7 +162,11 @@ class Node:
     async def tables(self, request: web.Request) -> web.Response:
         rows = []
         for name in self.cache.names():
-            s = summarize(self.store.table(name))
+            try:
+                s = summarize(self.store.table(name))
+                versions = self.store.versions(name)
+            except TableNotFoundError:  # dropped meanwhile
+                continue
             rows.append(
                 {
                     "name": name,
@@ -167,6 +176,7 @@ class Node:
                     "encoded_bytes": s.encoded_bytes,
                     "disk_bytes": s.disk_bytes,
                     "version": s.version,
+                    "versions": versions,
                 }
             )
         return web.json_response({"tables": rows})
@@ -174,9 +184,14 @@ class Node:
     async def table(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         try:
-            table = self.store.table(name)
+            version = _version(request.query.get("version"))
+            table = self.store.table(name, version)
         except TableNotFoundError as e:
             return error_response(404, e.code, str(e))
+        except VersionGoneError as e:
+            return error_response(409, e.code, str(e))
+        except StorageError as e:
+            return error_response(400, e.code, str(e))
         s = summarize(table)
         return web.json_response(
             {
@@ -200,6 +215,18 @@ class Node:
             }
         )
 
+    async def release(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        try:
+            version = _version(request.match_info["version"])
+            released = await asyncio.get_running_loop().run_in_executor(None, self.store.release, name, version)
+            self.cache.forget(name)
+        except TableNotFoundError as e:
+            return error_response(404, e.code, str(e))
+        except StorageError as e:
+            return error_response(400, e.code, str(e))
+        return web.json_response({"table": name, "version": version, "released": released})
+
     async def scan(self, request: web.Request) -> web.StreamResponse:
         try:
             body = await request.json()
@@ -210,6 +237,8 @@ class Node:
             scan = await loop.run_in_executor(None, self._plan, body)
         except TableNotFoundError as e:
             return error_response(404, e.code, str(e))
+        except VersionGoneError as e:
+            return error_response(409, e.code, str(e))
         except ScanRequestError as e:
             return error_response(400, e.code, str(e))
         except StorageError as e:
@@ -323,12 +352,17 @@ class Node:
                 raise StorageError(f"the definition is of table {schema.name}, not {info['name']}")
             sizing = Sizing(**body["sizing"])
             entries = [BlockEntry.from_json(e) for e in body["entries"]]
+            version = body.get("version")
+            if version is not None and (not isinstance(version, int) or version < 1):
+                raise ValueError(f"version must be a number from 1, not {version!r}")
             commit = functools.partial(
-                self._target.commit, schema, sizing, body["compression"], body["mode"], info["load"], entries
+                self._target.commit, schema, sizing, body["compression"], body["mode"], info["load"], entries, version
             )
             version = await asyncio.get_running_loop().run_in_executor(None, commit)
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             return error_response(400, "invalid_commit", f"malformed commit request: {e}")
+        except VersionConflictError as e:
+            return error_response(409, e.code, str(e))
         except StorageError as e:
             return error_response(400, e.code, str(e))
         for listener in self.on_commit:
@@ -357,12 +391,40 @@ class Node:
                 web.put("/v1/tables/{name}/loads/{load}/blocks/{file}", self.put_block),
                 web.post("/v1/tables/{name}/loads/{load}/commit", self.commit_load),
                 web.delete("/v1/tables/{name}/loads/{load}", self.abort_load),
+                web.delete("/v1/tables/{name}/versions/{version}", self.release),
             ]
         )
+        app.cleanup_ctx.append(self._expiry)
         app.on_cleanup.append(self._shutdown)
         return app
+
+    async def _expiry(self, app: web.Application):
+        """Forget, now and then, the replaced versions nobody released within `RETAIN_S`."""
+
+        async def sweep() -> None:
+            loop = asyncio.get_running_loop()
+            while True:
+                await asyncio.sleep(EXPIRE_EVERY_S)
+                for name in self.store.tables():
+                    try:
+                        await loop.run_in_executor(None, self.store.expire, name)
+                        self.cache.forget(name)
+                    except StorageError:
+                        log.exception("expiring old versions of %s failed", name)
+
+        task = asyncio.create_task(sweep())
+        yield
+        task.cancel()
 
     async def _shutdown(self, app: web.Application) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
         if self.workers is not None:
             self.workers.close()
+
+
+def _version(text: str | None) -> int | None:
+    if text is None:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise StorageError(f"a table version is a number from 1, not {text!r}")
+    return int(text)

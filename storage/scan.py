@@ -153,19 +153,26 @@ def _decide(e: E.Expr, entry: BlockEntry, types: dict[str, Type]) -> bool | None
 
 @dataclass
 class LoadedTable:
-    """A table's encoded blocks, held in memory by the node."""
+    """One version of a table, its encoded blocks mapped by the node."""
 
     table: Table
     blocks: list[tuple[BlockEntry, EncodedBlock]]
-    stamp: tuple[int, int]
+    stamp: tuple[int, int] = (0, 0)  # of the current manifest it was read from (a kept version: none)
+
+    @property
+    def version(self) -> int:
+        return self.table.version
 
 
 class TableCache:
-    """The store's tables in memory; a table is reloaded when its manifest changes."""
+    """The store's tables, mapped: the current version of each, reloaded when its manifest
+    changes, and the replaced versions that queries still read (until the store stops keeping
+    them)."""
 
     def __init__(self, store: Store):
         self.store = store
-        self._tables: dict[str, LoadedTable] = {}
+        self._current: dict[str, LoadedTable] = {}
+        self._kept: dict[tuple[str, int], LoadedTable] = {}
         self._lock = threading.Lock()
 
     def _stamp(self, name: str) -> tuple[int, int]:
@@ -175,15 +182,32 @@ class TableCache:
             raise TableNotFoundError(f"no table {name!r} on node {self.store.node}") from None
         return st.st_mtime_ns, st.st_size
 
-    def get(self, name: str) -> LoadedTable:
+    def get(self, name: str, version: int | None = None) -> LoadedTable:
+        """The current version of a table, or version `version` (VersionGoneError once it is not kept)."""
         with self._lock:
             stamp = self._stamp(name)
-            loaded = self._tables.get(name)
-            if loaded is None or loaded.stamp != stamp:
+            current = self._current.get(name)
+            if current is None or current.stamp != stamp:
+                if current is not None:
+                    self._kept[(name, current.version)] = current
                 table = self.store.table(name)
-                loaded = LoadedTable(table, list(table.iter_blocks()), stamp)
-                self._tables[name] = loaded
+                current = self._kept.pop((name, table.version), None)
+                current = LoadedTable(table, current.blocks if current else table.map_blocks(), stamp)
+                self._current[name] = current
+            if version is None or version == current.version:
+                return current
+            loaded = self._kept.get((name, version))
+            if loaded is None:
+                table = self.store.table(name, version)
+                loaded = self._kept[(name, version)] = LoadedTable(table, table.map_blocks())
             return loaded
+
+    def forget(self, name: str) -> None:
+        """Unmap the versions of `name` the store no longer keeps (released, expired)."""
+        with self._lock:
+            kept = set(self.store.versions(name)) if self.store.exists(name) else set()
+            for key in [k for k in self._kept if k[0] == name and k[1] not in kept]:
+                del self._kept[key]
 
     def names(self) -> list[str]:
         return self.store.tables()
@@ -246,9 +270,8 @@ class BlockScan:
 
         emitted = 0
         if self.workers is not None and self.backend.name == "numpy":
-            directory = self.loaded.table.store.table_dir(self.plan.table)
             local = functools.partial(work, device_parts=None)
-            results = self.workers.map(directory, self.loaded.stamp, task, jobs, local, self.cancel)
+            results = self.workers.map(self.loaded.table.directory, self.loaded.version, task, jobs, local, self.cancel)
         else:
             pipeline = BlockPipeline(self.backend, self.threads)
             results = pipeline.map(jobs, work, lambda job: block_parts(job[1], needed), self.cancel)
@@ -280,5 +303,5 @@ def scan_table(
     ScanRequestError."""
     if not isinstance(request, ScanRequest):
         request = ScanRequest.from_json(request)
-    loaded = cache.get(request.table)
+    loaded = cache.get(request.table, request.version)
     return BlockScan(plan_scan(request, loaded.table.schema), loaded, backend, threads, cancel or threading.Event())

@@ -15,7 +15,8 @@ data source sends cannot drift apart. The request and its expressions are small 
      "partition": {"keys": ["l_orderkey"], "buckets": 8},         # hash-partitioned output
      "buckets": [0, 3],                                           # only these storage buckets
      "block_range": [0, 16],                                      # [start, stop) of those blocks
-     "limit": 100}
+     "limit": 100,
+     "version": 7}                                                # the table version to read
 
 An expression is ``{"col": name}``, ``{"lit": value, "type": name}`` (dates as ISO strings,
 decimals as strings, intervals as ``interval_day``/``interval_month``/``interval_year`` counts),
@@ -295,6 +296,7 @@ class ScanRequest:
     buckets: tuple[int, ...] | None = None  # storage buckets to read (None: all)
     block_range: tuple[int, int] | None = None  # [start, stop) among the blocks `buckets` keeps
     limit: int | None = None
+    version: int | None = None  # the table version to read (None: the current one)
 
     @property
     def aggregating(self) -> bool:
@@ -334,6 +336,8 @@ class ScanRequest:
             data["block_range"] = list(self.block_range)
         if self.limit is not None:
             data["limit"] = self.limit
+        if self.version is not None:
+            data["version"] = self.version
         return data
 
     @classmethod
@@ -382,8 +386,22 @@ class ScanRequest:
             ):
                 raise ScanRequestError("block_range is [start, stop], two block numbers")
             block_range = (block_range[0], block_range[1])
+        version = data.get("version")
+        if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 1):
+            raise ScanRequestError("version is a table version number (1 or more)")
         return cls(
-            request.table, columns, select, predicate, keys, aggregates, having, partition, buckets, block_range, limit
+            request.table,
+            columns,
+            select,
+            predicate,
+            keys,
+            aggregates,
+            having,
+            partition,
+            buckets,
+            block_range,
+            limit,
+            version,
         )
 
 
@@ -462,6 +480,7 @@ REQUEST_SCHEMA: dict[str, Any] = {
         "buckets": _nullable({"type": "array", "items": {"type": "integer"}}),
         "block_range": _nullable({"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}),
         "limit": _nullable({"type": "integer", "minimum": 0}),
+        "version": _nullable({"type": "integer", "minimum": 1}),
     },
     "$defs": {
         "named": {

@@ -9,8 +9,9 @@ the time the workers would save on the remaining blocks (estimated from the bloc
 what spreading costs, the remaining blocks are split into contiguous chunks, two per worker, and
 each chunk goes to a worker with the scan's task, pickled once per scan and unpickled once per
 worker (a long IN list's lookup table is built once per worker, not once per block). A worker
-reads the block files it is given itself and keeps them in memory per table version: block files
-are immutable (a load writes new names and the commit swaps the manifest), so a name read once
+maps the block files it is given itself (the node has checked and decoded them: they are shared
+through the page cache, not copied per process) and keeps them mapped per table version: block files
+are immutable (a load writes new names and the commit swaps the manifest), so a name mapped once
 stays valid. Results come back in block order as Arrow record batches with their statistics.
 
 A chunk a worker could not run (its file replaced by a load since the scan began, a worker that
@@ -42,7 +43,7 @@ import pyarrow as pa
 from gpu_kernels import BlockTask, EncodedBlock, NumpyBackend, ScanStats, run_block
 from gpu_kernels import expr as E
 from gpu_kernels.expr import Expr
-from storage.blockfile import BlockEntry, read_block
+from storage.blockfile import BlockEntry, map_block
 
 log = logging.getLogger("cxg.node")
 SPREAD_AFTER_S = 0.005  # a scan still running after this long may send its remaining blocks to the workers
@@ -242,7 +243,7 @@ def _run_chunk(
     for entry, remaining in jobs:
         block = blocks.get(entry.file)
         if block is None:
-            block = blocks[entry.file] = read_block(Path(directory) / entry.file, entry)
+            block = blocks[entry.file] = map_block(Path(directory) / entry.file, entry, verify=False)
         results.append(run_job(task, conjuncts, block, remaining, _BACKEND))
     batches = [batch for pieces, _ in results for batch, _ in pieces]
     if sum(b.nbytes for b in batches) < shared_bytes or len({b.schema for b in batches}) != 1:

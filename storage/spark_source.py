@@ -66,7 +66,7 @@ from gpu_kernels import to_domain
 from storage.blockfile import BlockEntry
 from storage.catalog import TableSchema
 from storage.encoding_choice import EncodingOptions
-from storage.ingest import BlockCutter, target
+from storage.ingest import BlockCutter, commit_all, target
 from storage.manifest import Sizing
 from storage.node_client import NodeClient
 from storage.partitioning import buckets_of
@@ -196,6 +196,12 @@ class CxgReader(DataSourceReader):
         self.partitions_wanted = int(options.get("partitions", "2"))
         self.pushed: list[Expr] = []
 
+    @property
+    def _path(self) -> str:
+        """The table's description, at the version the request reads."""
+        version = self.request.get("version")
+        return f"/v1/tables/{self.table}" + (f"?version={version}" if version is not None else "")
+
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         columns = set(self.request.get("columns") or [])
         if self.request.get("group_by") or self.request.get("aggregates"):
@@ -203,7 +209,7 @@ class CxgReader(DataSourceReader):
             keys = ScanRequest.from_json({"table": self.table, **self.request}).group_by
             columns = {k.name for k in keys if k.expr == Column(k.name)}
         elif _whole_rows(self.request):
-            columns = set(TableSchema.from_json(NodeClient(self.nodes[0]).get(f"/v1/tables/{self.table}")).column_names)
+            columns = set(TableSchema.from_json(NodeClient(self.nodes[0]).get(self._path)).column_names)
         for f in filters:
             expression = filter_to_expr(f, columns)
             if expression is None:
@@ -212,7 +218,7 @@ class CxgReader(DataSourceReader):
                 self.pushed.append(expression)
 
     def partitions(self) -> list[InputPartition]:
-        infos = {url: NodeClient(url).get(f"/v1/tables/{self.table}") for url in self.nodes}
+        infos = {url: NodeClient(url).get(self._path) for url in self.nodes}
         first = next(iter(infos.values()))
         if first["placement"]["kind"] == "replicated":
             ranges = _split(first["blocks"], self.partitions_wanted)
@@ -224,7 +230,7 @@ class CxgReader(DataSourceReader):
         url, start, stop = partition.value
         data = {"table": self.table, **self.request, "block_range": [start, stop]}
         if _whole_rows(data):
-            definition = TableSchema.from_json(NodeClient(url).get(f"/v1/tables/{self.table}"))
+            definition = TableSchema.from_json(NodeClient(url).get(self._path))
             data["columns"] = definition.column_names
         request = ScanRequest.from_json(data)
         own = [request.filter] if request.filter is not None else []
@@ -329,8 +335,7 @@ class CxgWriter(DataSourceArrowWriter):
                 continue
             for node, entries in message.entries.items():
                 merged[node] += [BlockEntry.from_json(e) for e in entries]
-        for t in self._targets():
-            t.commit(self.schema, self.sizing, self.compression, self.mode, self.load_id, merged.get(t.node, []))
+        commit_all(self._targets(), self.schema, self.sizing, self.compression, self.mode, self.load_id, merged)
 
     def abort(self, messages: list[CxgCommit]) -> None:
         for t in self._targets():

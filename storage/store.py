@@ -1,9 +1,14 @@
 """A node's store: a directory with one subdirectory per table (manifest + block files).
 
 Loading is transactional. A `TableWriter` writes new block files under names no manifest
-uses yet, then `commit()` swaps the manifest atomically and removes the files only the old
-version used. Until the commit, readers see the previous version; a writer that dies leaves
-only orphan files, which a later commit removes.
+uses yet, then `commit()` swaps the manifest atomically. Until the commit, readers see the previous
+version; a writer that dies leaves only orphan files, which a later commit removes.
+
+Versions are snapshots. A commit keeps the version it replaces readable (its manifest is retained as
+`retained-<version>.json`) until it is released (`Store.release`: the region's gateway does that
+once no query pinned to it runs) or, should nobody release it, `RETAIN_S` after it was replaced;
+only then are the files no kept version uses removed. A query pinned to a version therefore reads
+the same blocks on every node whatever loads commit meanwhile.
 """
 
 from __future__ import annotations
@@ -21,14 +26,27 @@ from pathlib import Path
 import pyarrow as pa
 
 from gpu_kernels import EncodedBlock
-from storage.blockfile import BlockEntry, read_block, write_block
+from storage.blockfile import DECODED, BlockEntry, map_block, read_block, write_block
 from storage.catalog import TABLE_NAME_PATTERN, TableSchema
-from storage.errors import CorruptBlockError, SchemaError, StorageError, TableNotFoundError
+from storage.errors import (
+    CorruptBlockError,
+    SchemaError,
+    StorageError,
+    TableNotFoundError,
+    VersionConflictError,
+    VersionGoneError,
+)
 from storage.manifest import MANIFEST, Manifest, Sizing, read_manifest, write_manifest
 
 LOAD_ID = re.compile(r"[0-9a-f]{8,32}")
 ORPHAN_AGE_S = 3600  # files of no manifest older than this are leftovers of a dead load
+RETAIN_S = 3600.0  # a replaced version nobody released is removed this long after it was replaced
 _LOCK = ".lock"
+_RETAINED = re.compile(r"retained-(\d+)\.json")
+
+
+def _retained_name(version: int) -> str:
+    return f"retained-{version}.json"
 
 
 class Store:
@@ -53,11 +71,46 @@ class Store:
     def exists(self, name: str) -> bool:
         return (self.table_dir(name) / MANIFEST).is_file()
 
-    def table(self, name: str) -> Table:
-        manifest = read_manifest(self.table_dir(name))
+    def table(self, name: str, version: int | None = None) -> Table:
+        """The table's current version, or version `version` while it is kept (VersionGoneError
+        when it is not)."""
+        directory = self.table_dir(name)
+        manifest = read_manifest(directory)
         if manifest is None:
             raise TableNotFoundError(f"no table {name!r} in {self.root}")
+        if version is not None and version != manifest.version:
+            manifest = read_manifest(directory, _retained_name(version))
+            if manifest is None:
+                raise VersionGoneError(f"table {name!r} version {version} is no longer kept on node {self.node}")
         return Table(self, manifest)
+
+    def versions(self, name: str) -> list[int]:
+        """The versions of a table that can be read here, oldest first (the last is the current)."""
+        directory = self.table_dir(name)
+        current = read_manifest(directory)
+        if current is None:
+            raise TableNotFoundError(f"no table {name!r} in {self.root}")
+        kept = {int(m[1]) for p in directory.iterdir() if (m := _RETAINED.fullmatch(p.name))}
+        return [*sorted(v for v in kept if v < current.version), current.version]
+
+    def release(self, name: str, version: int) -> bool:
+        """Stop keeping a replaced version and remove the files no kept version uses; False when it
+        was not kept (the current version is never released)."""
+        directory = self.table_dir(name)
+        with _locked(directory):
+            path = directory / _retained_name(version)
+            manifest = read_manifest(directory, path.name)
+            if manifest is None:
+                return False
+            path.unlink()
+            collect_garbage(directory, [manifest])
+        return True
+
+    def expire(self, name: str) -> None:
+        """Forget replaced versions kept longer than RETAIN_S and remove their files."""
+        directory = self.table_dir(name)
+        with _locked(directory):
+            collect_garbage(directory)
 
     def drop(self, name: str) -> None:
         directory = self.table_dir(name)
@@ -101,9 +154,24 @@ class Table:
     def blocks(self) -> list[BlockEntry]:
         return self.manifest.blocks
 
+    @property
+    def version(self) -> int:
+        return self.manifest.version
+
+    @property
+    def directory(self) -> Path:
+        return self.store.table_dir(self.name)
+
     def read_block(self, entry: BlockEntry) -> EncodedBlock:
         try:
-            return read_block(self.store.table_dir(self.name) / entry.file, entry)
+            return read_block(self.directory / entry.file, entry)
+        except CorruptBlockError as e:
+            raise CorruptBlockError(f"table {self.name}: {e}") from None
+
+    def map_blocks(self) -> list[tuple[BlockEntry, EncodedBlock]]:
+        """Every block, checked once and memory-mapped (shared with the node's other processes)."""
+        try:
+            return [(entry, map_block(self.directory / entry.file, entry)) for entry in self.blocks]
         except CorruptBlockError as e:
             raise CorruptBlockError(f"table {self.name}: {e}") from None
 
@@ -187,8 +255,9 @@ class TableWriter:
         with self._mutex:
             self.entries.extend(entries)
 
-    def commit(self) -> Manifest:
-        """Swap in the new version atomically and delete files no version needs any more."""
+    def commit(self, version: int | None = None) -> Manifest:
+        """Swap in the new version atomically (as `version` when given: a region-wide number a load
+        chooses for all its nodes) and keep the replaced one readable (see the module's doc)."""
         with _locked(self.directory):
             old = read_manifest(self.directory)
             blocks = sorted(self.entries, key=lambda e: (e.bucket, e.file))
@@ -196,10 +265,18 @@ class TableWriter:
                 if old.table.columns != self.schema.columns:
                     raise SchemaError(f"table {self.schema.name}: cannot append, the columns differ")
                 blocks = old.blocks + blocks
-            manifest = Manifest(self.schema, (old.version + 1) if old else 1, self.sizing, blocks)
+            latest = old.version if old else 0
+            if version is not None and version <= latest:
+                raise VersionConflictError(
+                    f"table {self.schema.name} is at version {latest} on node {self.store.node}: "
+                    f"cannot commit version {version} (another load committed first)"
+                )
+            manifest = Manifest(self.schema, version if version is not None else latest + 1, self.sizing, blocks)
+            if old is not None:
+                write_manifest(self.directory, old, _retained_name(old.version))
             write_manifest(self.directory, manifest)
             self.finished = True
-            self._collect_garbage(old, manifest)
+            collect_garbage(self.directory)
         return manifest
 
     def abort(self) -> None:
@@ -207,16 +284,6 @@ class TableWriter:
         for path in self.directory.glob(f"{self.load_id}-*"):
             path.unlink(missing_ok=True)
         self.finished = True
-
-    def _collect_garbage(self, old: Manifest | None, new: Manifest) -> None:
-        live = {b.file for b in new.blocks} | {MANIFEST, _LOCK}
-        dead = {b.file for b in old.blocks} - live if old else set()
-        now = time.time()
-        for path in self.directory.iterdir():
-            if path.name in live:
-                continue
-            if path.name in dead or now - path.stat().st_mtime > ORPHAN_AGE_S:
-                path.unlink(missing_ok=True)
 
     def __enter__(self) -> TableWriter:
         return self
@@ -226,3 +293,36 @@ class TableWriter:
             self.abort()
         elif not self.finished:
             raise StorageError("TableWriter closed without commit()")
+
+
+def collect_garbage(directory: Path, dropped: list[Manifest] = (), retain_s: float | None = None) -> None:
+    """Under the table's lock: forget replaced versions older than `retain_s` (default RETAIN_S),
+    then remove the block files of the versions no longer kept (`dropped`, and those just forgotten)
+    that no kept version uses, the decoded copies of removed files, and leftovers of dead loads
+    older than ORPHAN_AGE_S (a load still uploading is younger)."""
+    retain_s = RETAIN_S if retain_s is None else retain_s
+    now = time.time()
+    dropped = list(dropped)
+    kept = [MANIFEST]
+    for path in list(directory.iterdir()):
+        if _RETAINED.fullmatch(path.name):
+            if now - path.stat().st_mtime > retain_s:
+                manifest = read_manifest(directory, path.name)
+                path.unlink(missing_ok=True)
+                dropped += [manifest] if manifest is not None else []
+            else:
+                kept.append(path.name)
+    live = {MANIFEST, _LOCK, DECODED, *kept}
+    for name in kept:
+        manifest = read_manifest(directory, name)
+        live |= {b.file for b in manifest.blocks} if manifest is not None else set()
+    dead = {b.file for m in dropped for b in m.blocks} - live
+    for path in directory.iterdir():
+        if path.name not in live and (path.name in dead or now - path.stat().st_mtime > ORPHAN_AGE_S):
+            path.unlink(missing_ok=True)
+    decoded = directory / DECODED
+    if decoded.is_dir():
+        for path in decoded.iterdir():
+            orphan = not (directory / path.name.removesuffix(".ipc")).exists()
+            if orphan and (path.name.endswith(".ipc") or now - path.stat().st_mtime > ORPHAN_AGE_S):
+                path.unlink(missing_ok=True)

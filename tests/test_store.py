@@ -19,7 +19,7 @@ import pytest
 from gpu_kernels import to_domain
 from storage import CorruptBlockError, LoadOptions, Placement, SchemaError, Store, TableSchema, load_table
 from storage.block import record_size
-from storage.errors import StorageError
+from storage.errors import StorageError, VersionGoneError
 from storage.ingest import DirectoryTarget
 from storage.partitioning import buckets_of
 from storage.store import ORPHAN_AGE_S
@@ -113,7 +113,13 @@ def test_replace_and_append_make_new_versions_and_collect_old_files(tmp_path: Pa
     table = store.table("sales")
     assert table.manifest.version == 2
     assert by_key(table.to_arrow()).equals(second)
-    assert not any((tmp_path / "sales" / f).exists() for f in old_files), "replaced blocks are removed"
+    assert by_key(store.table("sales", version=1).to_arrow()).equals(first), "the replaced version stays readable"
+    assert store.versions("sales") == [1, 2]
+    assert store.release("sales", 1) and not store.release("sales", 1) and not store.release("sales", 2)
+    assert store.versions("sales") == [2]
+    assert not any((tmp_path / "sales" / f).exists() for f in old_files), "released blocks are removed"
+    with pytest.raises(VersionGoneError, match="version 1"):
+        store.table("sales", version=1)
     load_table([store], schema, first, LoadOptions(mode="append"))
     table = store.table("sales")
     assert table.manifest.version == 3 and table.rows == 4000

@@ -1,23 +1,51 @@
-"""What the region's storage nodes hold, as the SQL layer needs it."""
+"""What the region's storage nodes hold, as the SQL layer needs it: one version of each table.
+
+Every table has versions (a load commits a new one on every node that holds the table, under one
+number: `storage.ingest.commit_all`). The catalog reads the nodes' lists of the versions they keep
+and serves, per table, the newest *complete* version: held by the owner of every bucket (a
+hash-placed table) or by at least one node (a replicated table). A load that has reached some nodes
+but not all is not seen yet; the nodes that committed first keep the previous version, which queries
+go on reading. A table with no complete version (a bucket's node is down) is listed as unavailable
+and a query reading it fails with a retryable error naming what is missing, never with part of it.
+
+A query reads one `snapshot`: the versions it pins stay kept on the nodes until the snapshot is
+closed; then versions older than the one served, pinned by no query, are released on the nodes.
+The catalog reads the nodes again when it is older than `max_age` seconds, so loads, new tables and
+changed placements are seen without a restart.
+"""
 
 from __future__ import annotations
 
+import logging
 import threading
-from dataclasses import dataclass, field
+import time
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 
-from gateway.sql.errors import UndefinedTable
-from storage import NodeClient, TableSchema, sql_name
+from gateway.sql.errors import TableUnavailable, UndefinedTable
+from storage import NodeClient, NodeError, ScanRequest, TableSchema, sql_name
+
+log = logging.getLogger("cxg.catalog")
+MAX_AGE_S = 1.0  # a catalog older than this reads the nodes again before a query is planned
+_RELEASER = ThreadPoolExecutor(1, thread_name_prefix="catalog-release")
 
 
 @dataclass
 class TableInfo:
     schema: TableSchema
-    nodes: list[str] = field(default_factory=list)  # names of the nodes holding it
+    nodes: list[str] = field(default_factory=list)  # names of the nodes holding it (this version)
     rows: int = 0
+    version: int | None = None  # the version queries read (None: each node's current one)
+    missing: str = ""  # why no version is complete ("" when the table is fully served)
 
     @property
     def replicated(self) -> bool:
         return self.schema.placement.kind == "replicated"
+
+    @property
+    def available(self) -> bool:
+        return not self.missing
 
     def where(self) -> str:
         if self.replicated:
@@ -25,43 +53,101 @@ class TableInfo:
         return f"{', '.join(self.nodes)} ({self.schema.placement})"
 
 
+@dataclass
+class _Held:
+    """What one node said it keeps of one table version."""
+
+    node: str
+    rows: int | None  # None until read (a kept, not current, version)
+
+
 class RegionCatalog:
     """The tables of a region's nodes (name -> base URL), read from their HTTP API."""
 
-    def __init__(self, nodes: dict[str, str]):
+    def __init__(self, nodes: dict[str, str], max_age: float = MAX_AGE_S):
+        self.max_age = max_age
         self._lock = threading.Lock()
+        self._refreshing = threading.Lock()
+        self._pins: Counter[tuple[str, int]] = Counter()
+        self._schemas: dict[tuple[str, int], TableSchema] = {}  # versions are immutable: read once
+        self._held: dict[tuple[str, int], list[_Held]] = {}  # (table, version) -> nodes keeping it
+        self._read_at = 0.0
+        self._frozen = False
         self.set_nodes(nodes)
 
     def set_nodes(self, nodes: dict[str, str]) -> None:
-        """The region's nodes changed (joined, left, loaded a table): forget what was read."""
+        """The region's nodes changed (joined, left): read them again before the next query."""
         with self._lock:
             self.nodes = dict(nodes)
-            self.clients = {name: NodeClient(url) for name, url in self.nodes.items()}
+            self.clients = {name: NodeClient(url, timeout=10.0) for name, url in self.nodes.items()}
             self._tables: dict[str, TableInfo] = {}
+            self._read_at = 0.0
+
+    # ---- reading the nodes --------------------------------------------------------------------------
 
     def refresh(self) -> None:
-        tables: dict[str, TableInfo] = {}
-        for node, client in self.clients.items():
-            for row in client.get("/v1/tables")["tables"]:
-                name = row["name"]
-                if name not in tables:
-                    tables[name] = TableInfo(TableSchema.from_json(client.get(f"/v1/tables/{name}")))
-                info = tables[name]
-                info.nodes.append(node)
-                info.rows = row["rows"] if info.replicated else info.rows + row["rows"]
-        with self._lock:
-            self._tables = tables
+        """Read every node's tables and versions; choose each table's served version."""
+        with self._refreshing:
+            clients = dict(self.clients)
+            held: dict[tuple[str, int], list[_Held]] = defaultdict(list)
+            for node, client in clients.items():
+                try:
+                    rows = client.get("/v1/tables")["tables"]
+                except NodeError as e:  # down: it serves nothing until it answers again
+                    log.warning("catalog: node %s did not answer (%s)", node, e)
+                    continue
+                for row in rows:
+                    for version in row.get("versions") or [row["version"]]:
+                        count = row["rows"] if version == row["version"] else None
+                        held[(row["name"], version)].append(_Held(node, count))
+            for (name, version), holders in list(held.items()):
+                try:
+                    if (name, version) not in self._schemas:
+                        self._schemas[(name, version)] = self._describe(name, version, holders, clients)
+                except NodeError as e:  # released or gone meanwhile: not served
+                    log.info("catalog: %s version %s is not readable (%s)", name, version, e)
+                    del held[(name, version)]
+                    continue
+                for h in holders:
+                    if h.rows is None:
+                        h.rows = self._rows(name, version, h.node, clients)
+            tables = _choose(held, self._schemas)
+            with self._lock:
+                if clients.keys() == self.clients.keys():
+                    self._tables, self._held, self._read_at = tables, dict(held), time.monotonic()
+                for key in [k for k in self._schemas if k not in held]:
+                    del self._schemas[key]
+        self._release_unpinned()
+
+    def _describe(self, name: str, version: int, holders: list[_Held], clients) -> TableSchema:
+        return TableSchema.from_json(clients[holders[0].node].get(f"/v1/tables/{name}?version={version}"))
+
+    def _rows(self, name: str, version: int, node: str, clients) -> int:
+        try:
+            return clients[node].get(f"/v1/tables/{name}?version={version}")["rows"]
+        except NodeError:
+            return 0
+
+    def _fresh(self) -> None:
+        if self._frozen:
+            return
+        if time.monotonic() - self._read_at > self.max_age:
+            self.refresh()
+
+    # ---- what queries see -----------------------------------------------------------------------
 
     def table(self, name: str) -> TableInfo:
-        if name not in self._tables:
-            self.refresh()
-        if name not in self._tables:
+        """A table as queries read it; UndefinedTable, or TableUnavailable when not fully served."""
+        self._fresh()
+        info = self._tables.get(name)
+        if info is None:
             raise UndefinedTable(f"table {name!r} does not exist")
-        return self._tables[name]
+        if info.missing:
+            raise TableUnavailable(f"table {name!r} is not fully served: {info.missing}; retry shortly")
+        return info
 
     def tables(self) -> dict[str, TableInfo]:
-        if not self._tables:
-            self.refresh()
+        self._fresh()
         return dict(self._tables)
 
     def sql_schema(self) -> dict[str, dict[str, str]]:
@@ -73,19 +159,140 @@ class RegionCatalog:
     def urls(self, info: TableInfo) -> list[str]:
         return [self.nodes[n] for n in info.nodes]
 
+    def routes(self, info: TableInfo, request: ScanRequest) -> list[tuple[str, ScanRequest]]:
+        """Where a scan of the table goes (one node of a replicated table, every owner of a
+        hash-placed one), each request reading the version this catalog serves."""
+        urls = self.urls(info)
+        if info.replicated:
+            urls = urls[:1]
+        if info.version is not None:
+            request = replace(request, version=info.version)
+        return [(url, request) for url in urls]
+
     def restricted(self, granted: list[str]) -> RegionCatalog:
         """The same catalog with replicated tables read only from the `granted` nodes (those
         whose slots a query holds); hash-placed tables keep all their owners."""
         tables = {}
         for name, info in self.tables().items():
             nodes = [n for n in info.nodes if n in granted] if info.replicated else info.nodes
-            tables[name] = TableInfo(info.schema, nodes or info.nodes, info.rows)
+            tables[name] = replace(info, nodes=nodes or info.nodes)
         return RegionCatalog.known(self.nodes, tables)
 
     @classmethod
     def known(cls, nodes: dict[str, str], tables: dict[str, TableInfo]) -> RegionCatalog:
-        """A catalog of `tables` on `nodes` that never asks the nodes what they hold (planning
-        without a region, as tests do)."""
+        """A catalog of `tables` on `nodes` that never asks the nodes what they hold (a query's
+        snapshot; planning without a region, as tests do)."""
         catalog = cls(nodes)
         catalog._tables = dict(tables)
+        catalog._frozen = True
         return catalog
+
+    # ---- snapshots and their pins ---------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """The catalog as one query reads it, from planning to its last scan: the versions it
+        serves now, pinned (kept on the nodes) until the snapshot is closed."""
+        self._fresh()
+        with self._lock:  # what is served and its pins together: a version pinned is never released
+            tables = dict(self._tables)
+            pins = [(name, info.version) for name, info in tables.items() if info.version is not None]
+            self._pins.update(pins)
+        return Snapshot(self.nodes, tables, self, pins)
+
+    def unpin(self, pins: list[tuple[str, int]]) -> None:
+        with self._lock:
+            self._pins.subtract(pins)
+            self._pins += Counter()  # drop the zeros
+        self._release_unpinned()
+
+    def pinned(self) -> dict[tuple[str, int], int]:
+        with self._lock:
+            return dict(self._pins)
+
+    def _release_unpinned(self) -> None:
+        """Tell the nodes to stop keeping versions older than the one served that no query reads."""
+        with self._lock:
+            served = {name: info.version for name, info in self._tables.items() if info.available and info.version}
+            releases = [
+                (name, version, [h.node for h in holders])
+                for (name, version), holders in self._held.items()
+                if name in served and version < served[name] and not self._pins[(name, version)]
+            ]
+            for name, version, _ in releases:
+                self._held.pop((name, version), None)
+            clients = dict(self.clients)
+        if releases:  # not on the caller's thread: a query's end may be on the event loop
+            _RELEASER.submit(self._send_releases, releases, clients)
+
+    @staticmethod
+    def _send_releases(releases: list[tuple[str, int, list[str]]], clients: dict[str, NodeClient]) -> None:
+        for name, version, nodes in releases:
+            for node in nodes:
+                client = clients.get(node)
+                if client is None:
+                    continue
+                try:
+                    client.delete(f"/v1/tables/{name}/versions/{version}")
+                except NodeError as e:  # kept a while longer: the node forgets it by itself (RETAIN_S)
+                    log.info("catalog: could not release %s version %s on %s (%s)", name, version, node, e)
+
+
+class Snapshot(RegionCatalog):
+    """One query's catalog: fixed versions, pinned until `close()`."""
+
+    def __init__(
+        self, nodes: dict[str, str], tables: dict[str, TableInfo], origin: RegionCatalog, pins: list[tuple[str, int]]
+    ):
+        super().__init__(nodes)
+        self._tables = dict(tables)
+        self._frozen = True
+        self._origin: RegionCatalog | None = origin
+        self._pinned = pins
+
+    def close(self) -> None:
+        """The query is over: its versions may be released (idempotent)."""
+        origin, self._origin = self._origin, None
+        if origin is not None:
+            origin.unpin(self._pinned)
+
+
+def _choose(held: dict[tuple[str, int], list[_Held]], schemas: dict[tuple[str, int], TableSchema]) -> dict:
+    """Per table, the newest complete version, or an unavailable entry saying what is missing."""
+    versions: dict[str, list[int]] = defaultdict(list)
+    for name, version in held:
+        versions[name].append(version)
+    tables: dict[str, TableInfo] = {}
+    for name, numbers in versions.items():
+        reasons = []
+        for version in sorted(numbers, reverse=True):
+            schema = schemas[(name, version)]
+            holders = held[(name, version)]
+            nodes = sorted({h.node for h in holders})
+            missing = _missing(schema, nodes)
+            if not missing:
+                rows = holders[0].rows if schema.placement.kind == "replicated" else sum(h.rows for h in holders)
+                tables[name] = TableInfo(schema, nodes, rows, version)
+                break
+            reasons.append(f"version {version} lacks {missing}")
+        else:
+            newest = max(numbers)
+            schema = schemas[(name, newest)]
+            tables[name] = TableInfo(schema, sorted({h.node for h in held[(name, newest)]}), 0, newest, reasons[0])
+    return tables
+
+
+def _missing(schema: TableSchema, nodes: list[str]) -> str:
+    """What keeps a version held by `nodes` from being complete ("" if nothing)."""
+    placement = schema.placement
+    if placement.kind == "replicated" or not placement.owners:
+        return "" if nodes else "every node"
+    lost = sorted({owner for owner in placement.owners if owner not in nodes})
+    if not lost:
+        return ""
+    buckets = [b for b, owner in enumerate(placement.owners) if owner in lost]
+    return f"bucket(s) {_ranges(buckets)} of {placement.buckets}, on node(s) {', '.join(lost)}"
+
+
+def _ranges(numbers: list[int]) -> str:
+    shown = ", ".join(map(str, numbers[:8]))
+    return shown + (f" and {len(numbers) - 8} more" if len(numbers) > 8 else "")

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from gateway.config import SparkFactory, SparkSettings
 from gateway.sql.catalog import RegionCatalog
-from gateway.sql.errors import ExecutionError, InvalidQuery, QueryCancelled, SqlError
+from gateway.sql.errors import ExecutionError, InvalidQuery, NodeUnavailable, QueryCancelled, SqlError
 from gateway.sql.local import CANCELLED, run_local
 from gateway.sql.parse import CheckedQuery, prepare
 from gateway.sql.plan import Plan
@@ -52,31 +52,49 @@ class Engine:
         self._session = self._spark_factory()
         return self._session
 
-    def prepare(self, sql: str, params: dict[str, Any] | None = None) -> CheckedQuery:
-        return prepare(sql, self.catalog.sql_schema(), params)
+    def prepare(
+        self, sql: str, params: dict[str, Any] | None = None, catalog: RegionCatalog | None = None
+    ) -> CheckedQuery:
+        return prepare(sql, (catalog or self.catalog).sql_schema(), params)
 
     def plan(self, sql: str) -> Plan:
         """The plan of `sql` as it will run; one-table subqueries and semi-join keys are evaluated
         on the nodes."""
-        return self._plan(self.prepare(sql), self.catalog, copy=False)
+        snapshot = self.catalog.snapshot()
+        try:
+            return self._plan(self.prepare(sql, catalog=snapshot), snapshot, copy=False)
+        finally:
+            snapshot.close()
 
     def _plan(self, query: CheckedQuery, catalog: RegionCatalog, copy: bool) -> Plan:
         return staged_plan(query, catalog, self.spark_settings.exchange_mode(), copy)
 
     def execute(self, sql: str, query_id: str | None = None) -> Result:
-        """Parse, plan and run one query."""
-        return self._run(self.prepare(sql), query_id, None, copy=False)  # a query of its own: planned as it is
+        """Parse, plan and run one query, on one version of each table it reads."""
+        snapshot = self.catalog.snapshot()
+        try:  # a query of its own: planned as it is
+            return self._run(self.prepare(sql, catalog=snapshot), query_id, None, snapshot, copy=False)
+        finally:
+            snapshot.close()
 
-    def run(self, query: CheckedQuery, query_id: str | None = None, granted: list[str] | None = None) -> Result:
+    def run(
+        self,
+        query: CheckedQuery,
+        query_id: str | None = None,
+        granted: list[str] | None = None,
+        catalog: RegionCatalog | None = None,
+    ) -> Result:
         """Run a prepared query (left as it is: it may be run again); `query_id` lets `cancel` stop
         it from another thread, `granted` names the nodes whose slots it holds (replicated tables
-        are read there)."""
-        return self._run(query, query_id, granted, copy=True)
+        are read there), `catalog` is the snapshot it was prepared on (default: the region's now)."""
+        return self._run(query, query_id, granted, catalog or self.catalog, copy=True)
 
-    def _run(self, query: CheckedQuery, query_id: str | None, granted: list[str] | None, copy: bool) -> Result:
+    def _run(
+        self, query: CheckedQuery, query_id: str | None, granted: list[str] | None, catalog: RegionCatalog, copy: bool
+    ) -> Result:
         started = time.perf_counter()
         query_id = query_id or uuid.uuid4().hex
-        catalog = self.catalog.restricted(granted) if granted else self.catalog
+        catalog = catalog.restricted(granted) if granted else catalog
         cancelled = threading.Event()
         with self._lock:
             self._running[query_id] = cancelled
@@ -118,6 +136,9 @@ class Engine:
 
 
 USER_ERROR_CLASSES = ("21", "22", "42")  # SQLSTATE classes: cardinality, data, syntax or access rule
+# a node that went away mid-query, or no longer keeps the version the query reads: the same query
+# run again reads what is served then
+NODE_GONE = ("node_unreachable", "version_gone", "table_not_found")
 
 
 def _execution_error(error: Exception) -> SqlError:
@@ -126,6 +147,8 @@ def _execution_error(error: Exception) -> SqlError:
     query's fault (400); anything else is the service's (500)."""
     if isinstance(error, NodeError) and error.code == "invalid_scan":
         return InvalidQuery(str(error))
+    if isinstance(error, NodeError) and error.code in NODE_GONE:
+        return NodeUnavailable(f"{error}; retry shortly")
     if isinstance(error, StorageError):
         return ExecutionError(f"{error.code}: {error}")
     text = str(error).strip()

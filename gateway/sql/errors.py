@@ -7,6 +7,7 @@ class SqlError(Exception):
     status = 400
     code = "sql_error"
     sqlstate = "42000"
+    retry_after: int | None = None  # seconds after which the same query may succeed
 
 
 class SqlSyntaxError(SqlError):
@@ -70,3 +71,31 @@ class QueryCancelled(SqlError):
     status = 499
     code = "cancelled"
     sqlstate = "57014"
+
+
+class Unavailable(SqlError):
+    """What the query reads cannot be reached right now (a node down, a version being replaced,
+    Spark restarting); the same query may succeed a moment later (503 with Retry-After)."""
+
+    status = 503
+    code = "unavailable"
+    sqlstate = "08006"
+    retry_after = 1
+
+
+class TableUnavailable(Unavailable):
+    """A table is not fully served: a bucket's node is down, or a load has not reached every node."""
+
+    code = "table_unavailable"
+
+
+class NodeUnavailable(Unavailable):
+    """A node the query was reading went away (or no longer keeps the version the query reads)."""
+
+    code = "node_unavailable"
+
+
+class SparkUnavailable(Unavailable):
+    """The region's Spark is down or restarting; join queries fail until it is back."""
+
+    code = "spark_unavailable"

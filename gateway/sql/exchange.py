@@ -29,6 +29,7 @@ import math
 import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -147,19 +148,21 @@ class Exchange:
             for i, path in enumerate(paths):
                 pq.write_table(rows.slice(i * step, step), path, row_group_size=ROW_GROUP, **PARQUET)
         else:
-            urls = self.catalog.urls(scan.info)
-            urls = urls[:1] if scan.info.replicated else urls
-            paths = [self.root / f"scan-{scan.index}-{i}.parquet" for i in range(len(urls))]
+            routes = self.catalog.routes(scan.info, request)
+            paths = [self.root / f"scan-{scan.index}-{i}.parquet" for i in range(len(routes))]
             cancelled = CANCELLED.get()
 
             def one(i: int) -> None:
-                write_scan(NodeClient(urls[i]), request, paths[i], schema, cancelled)
+                url, routed = routes[i]
+                write_scan(NodeClient(url), routed, paths[i], schema, cancelled)
 
-            with ThreadPoolExecutor(len(urls)) as pool:
-                list(pool.map(one, range(len(urls))))
+            with ThreadPoolExecutor(len(routes)) as pool:
+                list(pool.map(one, range(len(routes))))
         return self.spark.read.schema(spark_schema(schema)).parquet(*map(str, paths))
 
     def _source(self, scan: TableQuery, request: ScanRequest, schema: pa.Schema):
+        if scan.info.version is not None:  # the executors read the version the query pinned
+            request = replace(request, version=scan.info.version)
         return (
             self.spark.read.format("cxg")
             .schema(spark_schema(schema))

@@ -36,19 +36,19 @@ def evaluate(table: pa.Table, outputs: list[tuple[str, Expr]], predicate: Expr |
 
 
 def scan_nodes(catalog: RegionCatalog, info: TableInfo, request: ScanRequest) -> pa.Table:
-    """A scan on every node holding the table (one node for a replicated table), results concatenated."""
-    urls = catalog.urls(info)
-    if info.replicated:
-        urls = urls[:1]
+    """A scan on every node holding the table (one node for a replicated table), at the version the
+    catalog serves, results concatenated."""
+    routes = catalog.routes(info, request)
     cancelled = CANCELLED.get()
 
-    def one(url: str) -> pa.Table:
-        return NodeClient(url).scan_table(request, cancelled)[0]
+    def one(route: tuple[str, ScanRequest]) -> pa.Table:
+        url, routed = route
+        return NodeClient(url).scan_table(routed, cancelled)[0]
 
-    if len(urls) == 1:
-        return one(urls[0])
-    with ThreadPoolExecutor(len(urls)) as pool:
-        return pa.concat_tables(list(pool.map(one, urls)))
+    if len(routes) == 1:
+        return one(routes[0])
+    with ThreadPoolExecutor(len(routes)) as pool:
+        return pa.concat_tables(list(pool.map(one, routes)))
 
 
 def run_local(plan: Plan, catalog: RegionCatalog) -> pa.Table:
