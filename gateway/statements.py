@@ -20,9 +20,15 @@ QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = "queued", "running", "succeeded"
 FINISHED = (SUCCEEDED, FAILED, CANCELLED)
 
 
+def new_run() -> str:
+    """This gateway run's mark in statement ids: the start time in milliseconds, in hex. Ids of an
+    earlier run (before a restart) never name a statement of this one."""
+    return f"{time.time_ns() // 1_000_000:x}"
+
+
 @dataclass(eq=False)
 class Statement:
-    id: int
+    id: int  # the balancer's query number (global·10^8 + region·10^6 + client), unique in one run
     sql: str
     owner: str  # the token's name ("" without authentication)
     tag: str = ""
@@ -39,7 +45,14 @@ class Statement:
     queue_length: int | None = None  # the region's queue when it finished
     task: asyncio.Task | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    run: str = ""  # the gateway run (`new_run`)
     _clock: float = field(default_factory=time.perf_counter)
+
+    @property
+    def key(self) -> str:
+        """The statement's id in the API: the gateway run and the query number, never reused
+        across restarts."""
+        return f"{self.run}-{self.id}" if self.run else str(self.id)
 
     def mark(self, stage: str) -> None:
         """Close the current stage (prepare, queue, execute) and start the next."""
@@ -61,7 +74,7 @@ class Statement:
     def document(self, base: str, chunk_rows: int) -> dict[str, Any]:
         """The JSON status document; once succeeded it carries the columns and the first chunk."""
         doc: dict[str, Any] = {
-            "id": str(self.id),
+            "id": self.key,
             "state": self.state,
             "tag": self.tag or None,
             "submitted": self.submitted,
@@ -71,7 +84,7 @@ class Statement:
             "queue_length": self.queue_length,
         }
         if self.state in (QUEUED, RUNNING):
-            doc["next"] = f"{base}/v1/statements/{self.id}"
+            doc["next"] = f"{base}/v1/statements/{self.key}"
         if self.error is not None:
             doc["error"] = self.error.body()
         if self.state == SUCCEEDED and self.result is not None:
@@ -82,16 +95,21 @@ class Statement:
                 row_count=self.result.num_rows,
                 truncated=self.truncated,
                 chunks=count,
-                next=f"{base}/v1/statements/{self.id}/chunks/1" if count > 1 else None,
+                next=f"{base}/v1/statements/{self.key}/chunks/1" if count > 1 else None,
             )
         return doc
+
+
+class StatementOfEarlierRun(LookupError):
+    """A statement id of an earlier run of the gateway (it restarted since)."""
 
 
 class Statements:
     """The statements of one gateway, by id; finished ones expire `ttl` seconds after their end."""
 
-    def __init__(self, ttl: float):
+    def __init__(self, ttl: float, run: str = ""):
         self.ttl = ttl
+        self.run = run or new_run()
         self._items: dict[int, Statement] = {}
         self._active: dict[int, Statement] = {}
         self._per_owner: Counter[str] = Counter()
@@ -100,6 +118,7 @@ class Statements:
 
     def add(self, statement: Statement) -> None:
         self.expire()
+        statement.run = self.run
         self._items[statement.id] = statement
         self._active[statement.id] = statement
         self._per_owner[statement.owner] += 1
@@ -112,9 +131,16 @@ class Statements:
             self.totals[statement.state] += 1
 
     def get(self, key: str) -> Statement | None:
+        """The statement of an API id; None when unknown or expired. StatementOfEarlierRun when
+        the id was given by this gateway before it restarted."""
         self.expire()
+        run, _, number = key.rpartition("-")
+        if run and run != self.run:
+            raise StatementOfEarlierRun(
+                f"statement {key} was accepted before the gateway restarted and is lost: submit the query again"
+            )
         try:
-            return self._items.get(int(key))
+            return self._items.get(int(number))
         except ValueError:
             return None
 

@@ -18,7 +18,7 @@ from gateway.auth import Auth
 from gateway.config import GatewayConfig
 from gateway.errors import ApiError, bad_request
 from gateway.lifecycle import StatementLifecycle
-from gateway.statements import SUCCEEDED, Statement, Statements
+from gateway.statements import SUCCEEDED, Statement, StatementOfEarlierRun, Statements
 
 
 @dataclass(eq=False)
@@ -82,14 +82,14 @@ class StatementHandlers:
         rows = self.settings.chunk_rows
         count = results.chunk_count(table, rows)
         if not 0 <= index < count:
-            raise ApiError(404, "chunk_not_found", f"statement {statement.id} has chunks 0..{count - 1}", "42704")
+            raise ApiError(404, "chunk_not_found", f"statement {statement.key} has chunks 0..{count - 1}", "42704")
         part = results.chunk(table, index, rows)
         if fmt != results.JSON:
             return _bytes(part, fmt, statement)
         base = _base(request)
-        nxt = f"{base}/v1/statements/{statement.id}/chunks/{index + 1}" if index + 1 < count else None
+        nxt = f"{base}/v1/statements/{statement.key}/chunks/{index + 1}" if index + 1 < count else None
         return web.json_response(
-            {"id": str(statement.id), "chunk": index, "rows": results.json_rows(part), "next": nxt}
+            {"id": statement.key, "chunk": index, "rows": results.json_rows(part), "next": nxt}
         )
 
     async def result(self, request: web.Request) -> web.StreamResponse:
@@ -100,7 +100,7 @@ class StatementHandlers:
             return _bytes(table, fmt, statement)
         return web.json_response(
             {
-                "id": str(statement.id),
+                "id": statement.key,
                 "columns": results.columns(table.schema),
                 "rows": results.json_rows(table),
                 "row_count": table.num_rows,
@@ -111,27 +111,30 @@ class StatementHandlers:
     async def cancel(self, request: web.Request) -> web.Response:
         statement = self._owned(request)
         await self.lifecycle.cancel(statement)
-        return web.json_response({"id": str(statement.id), "state": statement.state})
+        return web.json_response({"id": statement.key, "state": statement.state})
 
     def _owned(self, request: web.Request) -> Statement:
         token = self.auth.identify(request)
-        statement = self.statements.get(request.match_info["id"])
+        try:
+            statement = self.statements.get(request.match_info["id"])
+        except StatementOfEarlierRun as e:
+            raise ApiError(410, "statement_lost", str(e), "08006") from None
         if statement is None:
             raise ApiError(
                 404, "statement_not_found", f"no statement {request.match_info['id']} (or it expired)", "42704"
             )
         if self.auth.enabled and statement.owner != token.name:
-            raise ApiError(403, "forbidden", f"statement {statement.id} belongs to another token", "42501")
+            raise ApiError(403, "forbidden", f"statement {statement.key} belongs to another token", "42501")
         return statement
 
     def _answer(self, request: web.Request, statement: Statement, fmt: str, final_errors: bool) -> web.StreamResponse:
         base = _base(request)
-        doc_headers = {"X-Cxg-Statement-Id": str(statement.id)}
+        doc_headers = {"X-Cxg-Statement-Id": statement.key}
         if not statement.finished:
-            headers = {**doc_headers, "Location": f"{base}/v1/statements/{statement.id}"}
+            headers = {**doc_headers, "Location": f"{base}/v1/statements/{statement.key}"}
             return web.json_response(statement.document(base, self.settings.chunk_rows), status=202, headers=headers)
         if statement.error is not None and (final_errors or fmt != results.JSON):
-            return statement.error.response(id=str(statement.id), state=statement.state)
+            return statement.error.response(id=statement.key, state=statement.state)
         if fmt == results.JSON or statement.state != SUCCEEDED:
             return web.json_response(statement.document(base, self.settings.chunk_rows), headers=doc_headers)
         return _bytes(statement.result, fmt, statement)
@@ -142,12 +145,12 @@ def _finished_result(statement: Statement) -> pa.Table:
         return statement.result
     if statement.error is not None:
         raise ApiError(statement.error.status, statement.error.code, statement.error.message, statement.error.sqlstate)
-    raise ApiError(409, "result_not_ready", f"statement {statement.id} is {statement.state}", "55000", 1)
+    raise ApiError(409, "result_not_ready", f"statement {statement.key} is {statement.state}", "55000", 1)
 
 
 def _bytes(table: pa.Table, fmt: str, statement: Statement) -> web.Response:
     headers = {
-        "X-Cxg-Statement-Id": str(statement.id),
+        "X-Cxg-Statement-Id": statement.key,
         "X-Cxg-Row-Count": str(table.num_rows),
         "X-Cxg-Truncated": str(statement.truncated).lower(),
     }
