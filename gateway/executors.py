@@ -60,6 +60,11 @@ class Executor(Protocol):
 
     def tables(self) -> dict[str, dict[str, Any]]: ...
 
+    def health(self) -> dict[str, Any]:
+        """What keeps the region from answering every query (for /readyz): tables not fully served,
+        an engine down. Empty when nothing does."""
+        ...
+
     def prepare(self, sql: str, params: dict[str, Any], tag: str) -> Prepared: ...
 
     async def run(self, statement: Statement, prepared: Prepared, started: Started) -> pa.Table: ...
@@ -97,6 +102,15 @@ class NativeExecutor:
             }
             for name, info in self.engine.catalog.tables().items()
         }
+
+    def health(self) -> dict[str, Any]:
+        problems: dict[str, Any] = {}
+        unavailable = {name: info.missing for name, info in self.engine.catalog.tables().items() if info.missing}
+        if unavailable:
+            problems["unavailable_tables"] = unavailable
+        if self.engine.spark_state() == "down":
+            problems["spark"] = "down: the next join query starts a new session"
+        return problems
 
     def prepare(self, sql: str, params: dict[str, Any], tag: str) -> Prepared:
         """Check the query against one snapshot of the catalog, which it then runs on: every table
@@ -178,6 +192,9 @@ class PassThroughExecutor:
                 tables.setdefault(name, {"rows": rows, "placement": "replicated", "nodes": [], "columns": []})
                 tables[name]["nodes"].append(node.name)
         return tables
+
+    def health(self) -> dict[str, Any]:
+        return {}
 
     def prepare(self, sql: str, params: dict[str, Any], tag: str) -> Prepared:
         if not sql.strip():

@@ -70,7 +70,7 @@ class Gateway:
         handlers = (
             StatementHandlers(self.config.gateway, self.auth, self.statements, self.lifecycle),
             RegionHandlers(self.config.region.backend, self.auth, self.balancer, self.executor, self.statements),
-            ServiceHandlers(self.balancer, self.metrics),
+            ServiceHandlers(self.balancer, self.metrics, self.executor),
         )
         for group in handlers:
             app.add_routes(group.routes())

@@ -4,16 +4,20 @@ One session per region and process. Arrow is on, the Python workers use this int
 they find pyarrow and the project), queries share the session under the FAIR scheduler, small
 join sides are broadcast (from memory pages sized for small inputs), and the project's data
 source is registered as format "cxg".
+
+A session whose JVM has died (killed, out of memory) is noticed at the next call and replaced by a
+new one: the queries that were running on it fail with a retryable error (the engine's
+`spark_unavailable`), later ones get the new session.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import threading
-from collections.abc import Callable
-from functools import partial
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,12 +61,48 @@ def spark_options(settings: SparkSettings) -> dict[str, str]:
     }
 
 
+def spark_alive(session: Any) -> bool:
+    """Whether the session's driver JVM is running (a JVM killed or dead of an out-of-memory error
+    is not; nor is a stopped session)."""
+    context = session.sparkContext
+    process = getattr(context._gateway, "proc", None)
+    return context._jsc is not None and (process is None or process.poll() is None)
+
+
+def _forget(session: Any) -> None:
+    """Drop a session whose JVM died, so that the next one starts a new JVM: PySpark keeps the
+    gateway to the old one in class attributes, and its own `stop` needs the JVM alive."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession, SQLContext
+
+    context = session.sparkContext
+    gateway = context._gateway
+    with contextlib.suppress(Exception):
+        context.stop()
+    with contextlib.suppress(Exception):
+        gateway.shutdown()
+    process = getattr(gateway, "proc", None)
+    if process is not None:
+        with contextlib.suppress(Exception):
+            process.kill()
+        process.wait()  # reaped: no zombie JVM left behind
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    SparkContext._active_spark_context = None
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
+    SQLContext._instantiatedContext = None
+
+
 def spark_session(settings: SparkSettings | None = None, region: str = "default"):
-    """The region's session, started on first use."""
+    """The region's session, started on first use, and started again if its JVM died."""
     settings = settings or SparkSettings()
     with _LOCK:
         if region in _SESSIONS:
-            return _SESSIONS[region]
+            if spark_alive(_SESSIONS[region]):
+                return _SESSIONS[region]
+            logging.getLogger("cxg.spark").warning("Spark's JVM of region %s died: starting a new session", region)
+            _forget(_SESSIONS.pop(region))
         os.environ["PYSPARK_PYTHON"] = sys.executable
         os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
         from pyspark.sql import SparkSession
@@ -80,10 +120,29 @@ def spark_session(settings: SparkSettings | None = None, region: str = "default"
         return session
 
 
-def session_factory(settings: SparkSettings, region: str = "default") -> Callable[[], Any]:
-    """What a region's composer hands its engine: a callable returning the region's session,
-    started on the first call (so a gateway whose queries never join never starts Spark)."""
-    return partial(spark_session, settings, region)
+@dataclass(frozen=True)
+class RegionSpark:
+    """What a region's composer hands its engine: called, the region's session, started on the
+    first call (so a gateway whose queries never join never starts Spark) and again after its JVM
+    died; `state()` says which of these it is in, for readiness probes."""
+
+    settings: SparkSettings
+    region: str = "default"
+
+    def __call__(self) -> Any:
+        return spark_session(self.settings, self.region)
+
+    def state(self) -> str:
+        """``not started``, ``running`` or ``down`` (the JVM died: the next query starts a new one)."""
+        session = _SESSIONS.get(self.region)
+        if session is None:
+            return "not started"
+        return "running" if spark_alive(session) else "down"
+
+
+def session_factory(settings: SparkSettings, region: str = "default") -> RegionSpark:
+    """The region's session factory (see `RegionSpark`)."""
+    return RegionSpark(settings, region)
 
 
 def stop_all() -> None:

@@ -1,14 +1,17 @@
 """The service itself, for operators and tools: liveness (/healthz), readiness (/readyz: 503
-until a node has joined), Prometheus metrics (/metrics) and the OpenAPI document. None of them
-needs a token, so probes and scrapers need no secret."""
+until a node has joined, while a table is not fully served or Spark is down), Prometheus metrics
+(/metrics) and the OpenAPI document. None of them needs a token, so probes and scrapers need no
+secret."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from aiohttp import web
 
 from balancer import RegionBalancer
+from gateway.executors import Executor
 from gateway.metrics import Metrics
 from gateway.openapi import document
 
@@ -17,6 +20,7 @@ from gateway.openapi import document
 class ServiceHandlers:
     balancer: RegionBalancer
     metrics: Metrics
+    executor: Executor
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -31,8 +35,9 @@ class ServiceHandlers:
 
     async def readyz(self, request: web.Request) -> web.Response:
         nodes = len(self.balancer.nodes())
-        ready = nodes > 0
-        return web.json_response({"ready": ready, "nodes": nodes}, status=200 if ready else 503)
+        problems = await asyncio.get_running_loop().run_in_executor(None, self.executor.health) if nodes else {}
+        ready = nodes > 0 and not problems
+        return web.json_response({"ready": ready, "nodes": nodes, **problems}, status=200 if ready else 503)
 
     async def metrics_page(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")

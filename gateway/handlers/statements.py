@@ -88,9 +88,7 @@ class StatementHandlers:
             return _bytes(part, fmt, statement)
         base = _base(request)
         nxt = f"{base}/v1/statements/{statement.key}/chunks/{index + 1}" if index + 1 < count else None
-        return web.json_response(
-            {"id": statement.key, "chunk": index, "rows": results.json_rows(part), "next": nxt}
-        )
+        return web.json_response({"id": statement.key, "chunk": index, "rows": results.json_rows(part), "next": nxt})
 
     async def result(self, request: web.Request) -> web.StreamResponse:
         statement = self._owned(request)

@@ -3,6 +3,7 @@ nodes or on Spark, and answer with an Arrow table."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -13,7 +14,14 @@ import pyarrow as pa
 
 from gateway.config import SparkFactory, SparkSettings
 from gateway.sql.catalog import RegionCatalog
-from gateway.sql.errors import ExecutionError, InvalidQuery, NodeUnavailable, QueryCancelled, SqlError
+from gateway.sql.errors import (
+    ExecutionError,
+    InvalidQuery,
+    NodeUnavailable,
+    QueryCancelled,
+    SparkUnavailable,
+    SqlError,
+)
 from gateway.sql.local import CANCELLED, run_local
 from gateway.sql.parse import CheckedQuery, prepare
 from gateway.sql.plan import Plan
@@ -122,6 +130,14 @@ class Engine:
         settings = self.spark_settings
         return run_on_spark(plan, self.spark, catalog, settings.exchange_mode(), settings.exchange_dir, query_id)
 
+    def spark_state(self) -> str:
+        """The region's Spark as readiness probes see it: ``not started``, ``running``, ``down``
+        (or ``none`` when the engine has no Spark)."""
+        if self._spark_factory is None:
+            return "none"
+        state = getattr(self._spark_factory, "state", None)  # a plain callable says nothing
+        return state() if callable(state) else "running" if self._session is not None else "not started"
+
     def cancel(self, query_id: str) -> bool:
         """Stop a running query: its scans end at the next batch, its Spark jobs are cancelled.
         True if it was running."""
@@ -131,7 +147,8 @@ class Engine:
             return False
         cancelled.set()
         if self._session is not None:
-            self._session.sparkContext.cancelJobGroup(query_id)
+            with contextlib.suppress(Exception):  # a session whose JVM died has no jobs left to cancel
+                self._session.sparkContext.cancelJobGroup(query_id)
         return True
 
 
@@ -151,6 +168,8 @@ def _execution_error(error: Exception) -> SqlError:
         return NodeUnavailable(f"{error}; retry shortly")
     if isinstance(error, StorageError):
         return ExecutionError(f"{error.code}: {error}")
+    if _spark_gone(error):
+        return SparkUnavailable("Spark stopped answering while the query ran (it is restarted for the next one)")
     text = str(error).strip()
     message = f"query failed: {text.splitlines()[0] if text else type(error).__name__}"
     sql_state = getattr(error, "getSqlState", None)  # Spark's errors carry one (pyspark is imported lazily)
@@ -158,3 +177,12 @@ def _execution_error(error: Exception) -> SqlError:
     if sqlstate and sqlstate.startswith(USER_ERROR_CLASSES):
         return InvalidQuery(message, sqlstate)
     return ExecutionError(message)
+
+
+def _spark_gone(error: Exception) -> bool:
+    """Whether the error is the driver JVM going away (py4j's connection to it broken), not a
+    failure of the query in Spark (a Java exception, which py4j wraps in Py4JJavaError)."""
+    names = {cls.__name__ for cls in type(error).__mro__}
+    if "Py4JJavaError" in names:
+        return False
+    return "Py4JError" in names or isinstance(error, ConnectionError)
