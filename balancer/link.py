@@ -16,7 +16,10 @@ from balancer.packets import Hello, Packet, PacketError, decode, encode
 
 log = logging.getLogger("cxg.link")
 CONNECT_PATH = "/v1/cluster/connect"
-HEARTBEAT = 10.0  # seconds between pings; a silent peer is dropped after twice that
+HEARTBEAT = 10.0  # a member's pings to its upstream; a silent upstream is left after 1.5 times that
+# the balancer's (and a router's) pings to its members: a hung or dead node is dropped within 1.5 s
+# of silence, its queries failed with a retryable error and its slots no longer offered
+MEMBER_HEARTBEAT = 1.0
 MAX_MESSAGE = 1 << 30  # an answer can carry a large result
 
 
@@ -65,7 +68,7 @@ async def accept(
     until the peer goes away."""
     if not authorized(request, token):
         raise web.HTTPUnauthorized(text="cluster token required")
-    ws = web.WebSocketResponse(heartbeat=HEARTBEAT, max_msg_size=MAX_MESSAGE, compress=False)
+    ws = web.WebSocketResponse(heartbeat=MEMBER_HEARTBEAT, max_msg_size=MAX_MESSAGE, compress=False)
     await ws.prepare(request)
     link = Link(ws, f"{request.remote}")
     try:

@@ -156,12 +156,12 @@ def cmd_up(args: argparse.Namespace, config: Config) -> int:
                 f"Spark ({config.spark.master}) is starting in the gateway, in the background: "
                 "the first join query waits until it is ready"
             )
-    console.print("Ctrl-C stops it")
+    console.print("Ctrl-C stops it; a process that exits is started again")
     try:
-        while (dead := region.dead()) is None:
-            time.sleep(0.5)
-        console.print(f"[red]{dead.name} exited[/]:\n{region.tail(dead)}")
-        return 1
+        while True:
+            for event in region.supervise():
+                console.print(event, soft_wrap=True, highlight=False, markup=False)
+            time.sleep(0.25)
     except KeyboardInterrupt:
         console.print("stopping")
         return 0

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -21,17 +22,21 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from balancer import NodeInfo, RegionBalancer, Ticket, read_payload
+from balancer import DispatchFailed, NodeInfo, RegionBalancer, Ticket, read_payload
 from gateway.config import SparkFactory, SparkSettings
 from gateway.sql import params as parameters
 from gateway.sql.catalog import Snapshot
 from gateway.sql.engine import Engine
-from gateway.sql.errors import SqlSyntaxError
+from gateway.sql.errors import NodeUnavailable, SqlSyntaxError
 from gateway.sql.parse import CheckedQuery, refuse_writes, syntax_error
 from gateway.statements import Statement
 from storage import sql_name
 
 Started = Callable[[list[str]], None]
+log = logging.getLogger("cxg.gateway")
+RETRIES = 1  # a query whose node went away mid-run is run again this many times
+RETRY_PAUSE_S = 0.2  # ... after this pause, long enough for the balancer to notice a killed node
+RETRIED = ("node_lost", "node_unavailable")
 
 
 @dataclass
@@ -131,6 +136,31 @@ class NativeExecutor:
         return Prepared(sql, params, tag, parsed, owners or None, catalog=snapshot)
 
     async def run(self, statement: Statement, prepared: Prepared, started: Started) -> pa.Table:
+        """Run the query; once more, on what is served then, if a node it read went away (its
+        replicated tables are read on another node; a hash-placed table missing a bucket then
+        fails with `table_unavailable`)."""
+        loop = asyncio.get_running_loop()
+        attempt, retries = prepared, 0
+        try:
+            while True:
+                try:
+                    return await self._run(statement, attempt, started)
+                except (NodeUnavailable, DispatchFailed) as e:
+                    if retries == RETRIES or getattr(e, "code", "") not in RETRIED:
+                        raise
+                    log.info("statement %s: %s; running it again", statement.key, e)
+                retries += 1
+                await asyncio.sleep(RETRY_PAUSE_S)
+                attempt.close()
+                attempt = await loop.run_in_executor(self.pool, self._prepare_again, prepared)
+        finally:
+            attempt.close()
+
+    def _prepare_again(self, prepared: Prepared) -> Prepared:
+        self.engine.catalog.refresh()  # now, not when it is due: a node has just gone
+        return self.prepare(prepared.sql, prepared.params, prepared.tag)
+
+    async def _run(self, statement: Statement, prepared: Prepared, started: Started) -> pa.Table:
         loop = asyncio.get_running_loop()
         key = str(statement.id)
         if prepared.local:
@@ -149,9 +179,13 @@ class NativeExecutor:
         try:
             granted = await ticket.started
             started(granted)
-            result = await loop.run_in_executor(
-                self.pool, self.engine.run, prepared.parsed, key, granted, prepared.catalog
-            )
+            work = loop.run_in_executor(self.pool, self.engine.run, prepared.parsed, key, granted, prepared.catalog)
+            await asyncio.wait([work, ticket.done], return_when=asyncio.FIRST_COMPLETED)
+            if not work.done():  # a node it holds went away: stop now, not when its scans time out
+                self.engine.cancel(key)
+                work.add_done_callback(lambda f: f.cancelled() or f.exception())
+                ticket.done.result()  # raises the balancer's node_lost (503, retry)
+            result = work.result()
         except asyncio.CancelledError:
             self.engine.cancel(key)
             await self.balancer.cancel(ticket)

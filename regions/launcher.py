@@ -1,6 +1,12 @@
 """A region on this machine: the gateway (with the region's balancer and embedded Spark), its
 routers and its nodes, each a separate process on loopback, started from one configuration and
-stopped together."""
+stopped together.
+
+The region supervises its processes (`supervise`): one that exits, however it died, has what it left
+behind killed (a node's scan workers: each process leads its own process group) and is started
+again, after a pause that doubles while it keeps failing; the others go on serving. A node that
+comes back rejoins its gateway with its data; a gateway that comes back is rejoined by its nodes.
+"""
 
 from __future__ import annotations
 
@@ -28,6 +34,9 @@ def interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
+RESTART_PAUSE_S = (0.5, 30.0)  # the first pause before a restart, and the longest
+
+
 @dataclass
 class Role:
     name: str
@@ -35,6 +44,10 @@ class Role:
     port: int
     process: subprocess.Popen | None = None
     log: Path | None = None
+    restarts: int = 0
+    pause: float = RESTART_PAUSE_S[0]
+    restart_at: float | None = None  # when the exited process is to be started again
+    started_at: float = 0.0
 
 
 @dataclass
@@ -88,23 +101,56 @@ class LocalRegion:
         self.run_dir = Path(self.run_dir or tempfile.mkdtemp(prefix="cxg-region-"))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.roles = self.layout()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         try:
             for role in self.roles:
                 role.log = self.run_dir / f"{role.name}.out"
-                with role.log.open("wb") as out:
-                    role.process = subprocess.Popen(
-                        [*self.command, *self.config_args, *role.args],
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        env=env,
-                        start_new_session=True,
-                    )
+                role.log.write_bytes(b"")
+                self._launch(role)
             self._wait_ready(timeout)
         except BaseException:
             self.stop()
             raise
         return self.url
+
+    def _launch(self, role: Role) -> None:
+        assert role.log is not None
+        with role.log.open("ab") as out:
+            role.process = subprocess.Popen(
+                [*self.command, *self.config_args, *role.args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,  # its own process group: what it starts goes with it
+            )
+        role.started_at = time.monotonic()
+
+    def supervise(self) -> list[str]:
+        """One look at the processes: an exited one has its process group killed and is started
+        again once its pause is over (doubling while it keeps failing within a minute of starting).
+        Returns what happened, a line per event."""
+        events = []
+        now = time.monotonic()
+        for role in self.roles:
+            process = role.process
+            if process is None or process.poll() is None:
+                if process is not None and role.restarts and now - role.started_at > 60:
+                    role.pause = RESTART_PAUSE_S[0]  # up a minute: it is well again
+                continue
+            if role.restart_at is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)  # what it left running (scan workers, a JVM)
+                role.restart_at = now + role.pause
+                events.append(
+                    f"{role.name} exited (status {process.returncode}); restarting it in {role.pause:g} s\n"
+                    f"{self.tail(role, 5)}"
+                )
+                role.pause = min(role.pause * 2, RESTART_PAUSE_S[1])
+            elif now >= role.restart_at:
+                role.restart_at = None
+                role.restarts += 1
+                self._launch(role)
+                events.append(f"{role.name} started again (restart {role.restarts})")
+        return events
 
     def _wait_ready(self, timeout: float) -> None:
         nodes = sum(1 for r in self.roles if r.name.startswith("node-"))

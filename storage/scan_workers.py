@@ -21,12 +21,15 @@ reason of the workers' own; the pool is started again for the next scan.
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import logging
 import math
 import multiprocessing
 import os
 import pickle
+import signal
+import sys
 import tempfile
 import threading
 import time
@@ -57,6 +60,7 @@ CHUNKS_PER_WORKER = 2
 # a chunk's results of more than this many bytes come back through a file in shared memory: sent
 # pickled through the worker's pipe they cost more than the worker saved (TPC-H Q18's 1.5M groups)
 SHARED_BYTES = 1 << 20
+PR_SET_PDEATHSIG = 1  # prctl(2)
 SHARED_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 Job = tuple[BlockEntry, EncodedBlock, tuple[int, ...]]  # a block and the positions of its conjuncts left
@@ -78,7 +82,7 @@ class ScanWorkers:
         with self._lock:
             if self._pool is None:
                 context = multiprocessing.get_context("forkserver")
-                self._pool = ProcessPoolExecutor(self.processes, mp_context=context)
+                self._pool = ProcessPoolExecutor(self.processes, mp_context=context, initializer=_die_with_parent)
             return self._pool
 
     def _broken(self, pool: ProcessPoolExecutor) -> None:
@@ -204,6 +208,17 @@ def _discard(future: Future) -> None:
 
 
 # ---- in the worker processes ------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    """A worker's first act: ask the kernel to kill it when its parent exits. Its parent is the
+    pool's fork server, which exits when the node does, however the node died (SIGKILL included),
+    so no worker outlives its node holding memory."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() == 1:  # the parent went before the request was made
+            os._exit(0)
+
 
 _BACKEND = NumpyBackend()
 _TABLES: dict[str, tuple[Any, dict[str, EncodedBlock]]] = {}  # table directory -> (version, blocks by file)
