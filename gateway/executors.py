@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from gateway.config import SparkFactory, SparkSettings
 from gateway.sql import params as parameters
 from gateway.sql.catalog import Snapshot
 from gateway.sql.engine import Engine
-from gateway.sql.errors import NodeUnavailable, SqlSyntaxError
+from gateway.sql.errors import NodeUnavailable, SqlSyntaxError, UndefinedTable
 from gateway.sql.parse import CheckedQuery, refuse_writes, syntax_error
 from gateway.statements import Statement
 from storage import sql_name
@@ -119,7 +120,17 @@ class NativeExecutor:
 
     def prepare(self, sql: str, params: dict[str, Any], tag: str) -> Prepared:
         """Check the query against one snapshot of the catalog, which it then runs on: every table
-        it reads at one version from planning to the last scan."""
+        it reads at one version from planning to the last scan. A table not seen yet has the
+        nodes read again first, unless they were read since the query came."""
+        came = time.monotonic()
+        try:
+            return self._prepare(sql, params, tag)
+        except UndefinedTable:
+            if not self.engine.catalog.refresh_since(came):
+                raise
+        return self._prepare(sql, params, tag)
+
+    def _prepare(self, sql: str, params: dict[str, Any], tag: str) -> Prepared:
         snapshot = self.engine.catalog.snapshot()
         try:
             parsed = self.engine.prepare(sql, params, snapshot)

@@ -399,7 +399,11 @@ class Node:
         return app
 
     async def _expiry(self, app: web.Application):
-        """Forget, now and then, the replaced versions nobody released within `RETAIN_S`."""
+        """Start the scan workers; then forget, now and then, the replaced versions nobody released
+        within `RETAIN_S`."""
+        if self.workers is not None:
+            pids = await asyncio.get_running_loop().run_in_executor(None, self.workers.start)
+            log.info("node %s: %d scan worker processes (%s)", self.store.node, len(pids), ", ".join(map(str, pids)))
 
         async def sweep() -> None:
             loop = asyncio.get_running_loop()

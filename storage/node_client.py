@@ -3,6 +3,7 @@ the coordinator's worker threads): JSON endpoints and streamed scans."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import urllib.error
@@ -54,17 +55,25 @@ class ScanStream:
         return self.reader.schema
 
     def __iter__(self) -> Iterator[tuple[pa.RecordBatch, dict[str, str]]]:
+        """The batches; NodeError when the node reports an error, or when the stream breaks or ends
+        without its trailer (the node died mid-scan: what arrived is only part of the answer)."""
+        trailer = False
         while True:
             try:
                 batch, metadata = self.reader.read_next_batch_with_custom_metadata()
             except StopIteration:
+                if not trailer:
+                    raise NodeError("node_unreachable", f"node {self.node} ended the scan before its end") from None
                 return
+            except (OSError, http.client.HTTPException, pa.ArrowException) as e:
+                raise NodeError("node_unreachable", f"node {self.node} stopped answering mid-scan ({e!r})") from None
             meta = dict(metadata) if metadata is not None else {}
             if METADATA_ERROR in meta:
                 error = json.loads(meta[METADATA_ERROR])
                 raise NodeError(error["code"], f"node {self.node}: {error['message']}")
             if METADATA_STATS in meta:
                 self.stats = json.loads(meta[METADATA_STATS])
+                trailer = True
                 continue
             yield batch, {k.decode(): v.decode() for k, v in meta.items()}
 
@@ -121,7 +130,12 @@ class NodeClient:
         body = request.to_json() if isinstance(request, ScanRequest) else request
         response = self._open(SCAN_PATH, body)
         node = response.headers.get(HEADER_NODE, self.base_url)
-        return ScanStream(response, response.headers.get(HEADER_BACKEND, ""), node, pa.ipc.open_stream(response))
+        try:
+            reader = pa.ipc.open_stream(response)
+        except (OSError, http.client.HTTPException, pa.ArrowException) as e:
+            response.close()
+            raise NodeError("node_unreachable", f"node {node} stopped answering mid-scan ({e!r})") from None
+        return ScanStream(response, response.headers.get(HEADER_BACKEND, ""), node, reader)
 
     def scan_table(
         self, request: ScanRequest | dict[str, Any], cancelled: threading.Event | None = None

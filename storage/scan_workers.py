@@ -85,6 +85,13 @@ class ScanWorkers:
                 self._pool = ProcessPoolExecutor(self.processes, mp_context=context, initializer=_die_with_parent)
             return self._pool
 
+    def start(self) -> list[int]:
+        """Start every worker now, not on the first long scan (which would wait for them); their
+        process ids."""
+        pool = self._executor()
+        futures = [pool.submit(_started, 0.05) for _ in range(self.processes)]  # a pause: one each
+        return sorted({f.result() for f in futures})
+
     def _broken(self, pool: ProcessPoolExecutor) -> None:
         with self._lock:
             if self._pool is pool:
@@ -208,6 +215,11 @@ def _discard(future: Future) -> None:
 
 
 # ---- in the worker processes ------------------------------------------------------------------------
+
+
+def _started(pause: float) -> int:
+    time.sleep(pause)
+    return os.getpid()
 
 
 def _die_with_parent() -> None:

@@ -28,7 +28,9 @@ from storage import NodeClient, NodeError, ScanRequest, TableSchema, sql_name
 
 log = logging.getLogger("cxg.catalog")
 MAX_AGE_S = 1.0  # a catalog older than this reads the nodes again before a query is planned
+READ_TIMEOUT_S = 1.0  # a node that does not list its tables within this serves nothing for now
 _RELEASER = ThreadPoolExecutor(1, thread_name_prefix="catalog-release")
+_READERS = ThreadPoolExecutor(16, thread_name_prefix="catalog-read")
 
 
 @dataclass
@@ -71,7 +73,8 @@ class RegionCatalog:
         self._pins: Counter[tuple[str, int]] = Counter()
         self._schemas: dict[tuple[str, int], TableSchema] = {}  # versions are immutable: read once
         self._held: dict[tuple[str, int], list[_Held]] = {}  # (table, version) -> nodes keeping it
-        self._read_at = 0.0
+        self._read_at = 0.0  # when the last reading of the nodes ended
+        self._read_from = 0.0  # ... and when it began
         self._frozen = False
         self.set_nodes(nodes)
 
@@ -79,45 +82,54 @@ class RegionCatalog:
         """The region's nodes changed (joined, left): read them again before the next query."""
         with self._lock:
             self.nodes = dict(nodes)
-            self.clients = {name: NodeClient(url, timeout=10.0) for name, url in self.nodes.items()}
+            self.clients = {name: NodeClient(url, timeout=READ_TIMEOUT_S) for name, url in self.nodes.items()}
             self._tables: dict[str, TableInfo] = {}
             self._read_at = 0.0
 
     # ---- reading the nodes --------------------------------------------------------------------------
 
     def refresh(self) -> None:
-        """Read every node's tables and versions; choose each table's served version."""
+        """Read every node's tables and versions (all at once, each within `READ_TIMEOUT_S`: a hung
+        node holds no query up); choose each table's served version."""
         with self._refreshing:
-            clients = dict(self.clients)
-            held: dict[tuple[str, int], list[_Held]] = defaultdict(list)
-            for node, client in clients.items():
-                try:
-                    rows = client.get("/v1/tables")["tables"]
-                except NodeError as e:  # down: it serves nothing until it answers again
-                    log.warning("catalog: node %s did not answer (%s)", node, e)
-                    continue
-                for row in rows:
-                    for version in row.get("versions") or [row["version"]]:
-                        count = row["rows"] if version == row["version"] else None
-                        held[(row["name"], version)].append(_Held(node, count))
-            for (name, version), holders in list(held.items()):
-                try:
-                    if (name, version) not in self._schemas:
-                        self._schemas[(name, version)] = self._describe(name, version, holders, clients)
-                except NodeError as e:  # released or gone meanwhile: not served
-                    log.info("catalog: %s version %s is not readable (%s)", name, version, e)
-                    del held[(name, version)]
-                    continue
-                for h in holders:
-                    if h.rows is None:
-                        h.rows = self._rows(name, version, h.node, clients)
-            tables = _choose(held, self._schemas)
-            with self._lock:
-                if clients.keys() == self.clients.keys():
-                    self._tables, self._held, self._read_at = tables, dict(held), time.monotonic()
-                for key in [k for k in self._schemas if k not in held]:
-                    del self._schemas[key]
+            self._refresh()
         self._release_unpinned()
+
+    def _refresh(self) -> None:
+        began = time.monotonic()
+        clients = dict(self.clients)
+        held: dict[tuple[str, int], list[_Held]] = defaultdict(list)
+
+        def listing(node: str) -> list[dict]:
+            try:
+                return clients[node].get("/v1/tables")["tables"]
+            except NodeError as e:  # down or hung: it serves nothing until it answers again
+                log.warning("catalog: node %s did not answer (%s)", node, e)
+                return []
+
+        for node, rows in zip(clients, _READERS.map(listing, clients), strict=True):
+            for row in rows:
+                for version in row.get("versions") or [row["version"]]:
+                    count = row["rows"] if version == row["version"] else None
+                    held[(row["name"], version)].append(_Held(node, count))
+        for (name, version), holders in list(held.items()):
+            try:
+                if (name, version) not in self._schemas:
+                    self._schemas[(name, version)] = self._describe(name, version, holders, clients)
+            except NodeError as e:  # released or gone meanwhile: not served
+                log.info("catalog: %s version %s is not readable (%s)", name, version, e)
+                del held[(name, version)]
+                continue
+            for h in holders:
+                if h.rows is None:
+                    h.rows = self._rows(name, version, h.node, clients)
+        tables = _choose(held, self._schemas)
+        with self._lock:
+            if clients.keys() == self.clients.keys():
+                self._tables, self._held = tables, dict(held)
+                self._read_at, self._read_from = time.monotonic(), began
+            for key in [k for k in self._schemas if k not in held]:
+                del self._schemas[key]
 
     def _describe(self, name: str, version: int, holders: list[_Held], clients) -> TableSchema:
         return TableSchema.from_json(clients[holders[0].node].get(f"/v1/tables/{name}?version={version}"))
@@ -128,11 +140,25 @@ class RegionCatalog:
         except NodeError:
             return 0
 
+    def refresh_since(self, moment: float) -> bool:
+        """Read the nodes now unless a reading that began after `moment` (time.monotonic) is done:
+        a query naming a table not seen yet, created a moment ago? Whether it read them."""
+        if self._frozen or self._read_from >= moment:
+            return False
+        self.refresh()
+        return True
+
     def _fresh(self) -> None:
-        if self._frozen:
+        """Read the nodes if the catalog is older than `max_age`; while another thread reads them,
+        what was read last serves (a query waits only for the first reading)."""
+        if self._frozen or time.monotonic() - self._read_at <= self.max_age:
             return
-        if time.monotonic() - self._read_at > self.max_age:
-            self.refresh()
+        if self._refreshing.acquire(blocking=not self._read_at):
+            try:
+                self._refresh()
+            finally:
+                self._refreshing.release()
+            self._release_unpinned()
 
     # ---- what queries see -----------------------------------------------------------------------
 
