@@ -17,7 +17,7 @@ from gpu_kernels import Domain, UnsupportedTypeError, domain_of, parse_type, typ
 from storage.errors import SchemaError
 
 TABLE_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-_HASH = re.compile(r"hash\((.*)\)")
+_HASH = re.compile(r"hash\((.*)\)(?:\s+replicas\s+(\d+))?")
 DEFAULT_BUCKETS = 16
 
 
@@ -58,13 +58,16 @@ class Placement:
     """Where a table's rows live: on every node (`replicated`) or in hash buckets owned by nodes.
 
     Row r goes to bucket ``hash(key columns of r) mod buckets`` (`storage.partitioning`);
-    `owners[b]` names the node holding bucket b.
+    `owners[b]` names the node holding bucket b. With ``replicas`` k > 1 each bucket is also held
+    by the next k - 1 nodes after its owner (in the order the owners first appear), so a query can
+    read every bucket while a node is down.
     """
 
     kind: Literal["replicated", "hash"] = "replicated"
     keys: tuple[str, ...] = ()
     buckets: int = 1
     owners: tuple[str, ...] = field(default=())
+    replicas: int = 1
 
     def __post_init__(self) -> None:
         if self.kind == "replicated":
@@ -79,25 +82,43 @@ class Placement:
             raise SchemaError(f"unknown placement {self.kind!r}")
         if self.owners and len(self.owners) != self.buckets:
             raise SchemaError(f"{len(self.owners)} bucket owners for {self.buckets} buckets")
+        if self.replicas < 1 or (self.kind == "replicated" and self.replicas != 1):
+            raise SchemaError("replicas is a number from 1, for a hash placement")
+        if self.owners and self.replicas > len(set(self.owners)):
+            raise SchemaError(
+                f"{self.replicas} replicas of each bucket need as many nodes, not {len(set(self.owners))}"
+            )
 
     @classmethod
     def parse(cls, text: str, buckets: int = DEFAULT_BUCKETS) -> Placement:
-        """`replicated` or `hash(col, ...)`."""
+        """`replicated`, `hash(col, ...)` or `hash(col, ...) replicas K`."""
         text = text.strip()
         if text == "replicated":
             return cls()
         if m := _HASH.fullmatch(text):
             keys = tuple(k.strip() for k in m[1].split(",") if k.strip())
-            return cls("hash", keys, buckets)
-        raise SchemaError(f"placement must be 'replicated' or 'hash(col, ...)', not {text!r}")
+            return cls("hash", keys, buckets, replicas=int(m[2] or 1))
+        raise SchemaError(
+            f"placement must be 'replicated', 'hash(col, ...)' or 'hash(col, ...) replicas K', not {text!r}"
+        )
 
     def with_owners(self, nodes: Sequence[str]) -> Placement:
         """Buckets assigned round-robin to `nodes`."""
         owners = tuple(nodes[b % len(nodes)] for b in range(self.buckets))
-        return Placement(self.kind, self.keys, self.buckets, owners)
+        return Placement(self.kind, self.keys, self.buckets, owners, self.replicas)
+
+    def holders(self, bucket: int) -> tuple[str, ...]:
+        """The nodes holding a bucket: its owner first, then its replicas."""
+        ring = list(dict.fromkeys(self.owners))
+        start = ring.index(self.owners[bucket])
+        return tuple(ring[(start + r) % len(ring)] for r in range(self.replicas))
 
     def __str__(self) -> str:
-        return "replicated" if self.kind == "replicated" else f"hash({', '.join(self.keys)}) x{self.buckets}"
+        if self.kind == "replicated":
+            return "replicated"
+        return f"hash({', '.join(self.keys)}) x{self.buckets}" + (
+            f" replicas {self.replicas}" if self.replicas > 1 else ""
+        )
 
 
 @dataclass(frozen=True)
@@ -154,6 +175,7 @@ class TableSchema:
                 "keys": list(self.placement.keys),
                 "buckets": self.placement.buckets,
                 "owners": list(self.placement.owners),
+                "replicas": self.placement.replicas,
             },
         }
 
@@ -164,5 +186,5 @@ class TableSchema:
             data["name"],
             tuple(Column(c["name"], c["type"], c["nullable"]) for c in data["columns"]),
             tuple(data["sort_key"]),
-            Placement(p["kind"], tuple(p["keys"]), p["buckets"], tuple(p["owners"])),
+            Placement(p["kind"], tuple(p["keys"]), p["buckets"], tuple(p["owners"]), p.get("replicas", 1)),
         )

@@ -131,7 +131,7 @@ def load_table(
 
     def targets(bucket: int) -> list[str]:
         if schema.placement.kind == "hash":
-            return [schema.placement.owners[bucket]]
+            return list(schema.placement.holders(bucket))
         return list(owners)
 
     def encode_and_write(job: tuple[int, int, int]) -> int:

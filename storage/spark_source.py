@@ -194,6 +194,8 @@ class CxgReader(DataSourceReader):
         self.table = options["table"]
         self.request: dict[str, Any] = json.loads(options.get("request", "{}"))
         self.partitions_wanted = int(options.get("partitions", "2"))
+        # node -> the buckets it reads, when buckets are held by several nodes (replicas)
+        self.buckets: dict[str, list[int]] | None = json.loads(options["buckets"]) if "buckets" in options else None
         self.pushed: list[Expr] = []
 
     @property
@@ -218,6 +220,8 @@ class CxgReader(DataSourceReader):
                 self.pushed.append(expression)
 
     def partitions(self) -> list[InputPartition]:
+        if self.buckets is not None:  # one partition per node, over the buckets it reads
+            return [InputPartition((url, None, None)) for url in self.nodes]
         infos = {url: NodeClient(url).get(self._path) for url in self.nodes}
         first = next(iter(infos.values()))
         if first["placement"]["kind"] == "replicated":
@@ -228,7 +232,11 @@ class CxgReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         url, start, stop = partition.value
-        data = {"table": self.table, **self.request, "block_range": [start, stop]}
+        data = {"table": self.table, **self.request}
+        if start is not None:
+            data["block_range"] = [start, stop]
+        if self.buckets is not None:
+            data["buckets"] = self.buckets[url]
         if _whole_rows(data):
             definition = TableSchema.from_json(NodeClient(url).get(self._path))
             data["columns"] = definition.column_names
@@ -296,7 +304,9 @@ class CxgWriter(DataSourceArrowWriter):
         def flush(bucket: int | None, batches: list[pa.RecordBatch], sort: bool = False) -> None:
             if not batches:
                 return
-            owners = [targets[placement.owners[bucket]]] if placement.kind == "hash" else list(targets.values())
+            owners = (
+                [targets[n] for n in placement.holders(bucket)] if placement.kind == "hash" else list(targets.values())
+            )
             rows = pa.Table.from_batches(batches)
             if sort and self.schema.sort_key:
                 rows = rows.sort_by([(k, "ascending") for k in self.schema.sort_key])

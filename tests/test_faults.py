@@ -216,6 +216,34 @@ def test_a_hung_node_is_dropped_within_a_bound(live: Running, expected) -> None:
     wait_until(lambda: whole(live), 30, "the node is taken back")
 
 
+def test_buckets_with_replicas_are_read_from_a_replica_while_their_node_is_down(
+    live: Running, expected, tpch_files
+) -> None:
+    source = read_parquet([tpch_files["lineitem"]])
+    placement = Placement.parse("hash(l_orderkey) replicas 2", 8)
+    schema = replace(tpch.schema_for("lineitem", source.schema), name="lineitem2", placement=placement)
+    load_table(live.stores, schema, source)
+    sql = QUERIES["q1"].replace("FROM lineitem", "FROM lineitem2")
+    assert judge("q1", *ask(live.url, sql), expected) == "right"
+    assert Client(live.url).get("/v1/tables")["tables"]["lineitem2"]["rows"] == 60175
+    os.kill(live.pid("node-1"), signal.SIGSTOP)
+    try:
+        wait_until(lambda: len(Client(live.url, timeout=5).cluster()["members"]) == 1, 10, "the hung node is dropped")
+        for _ in range(3):  # every bucket read, node-1's from their replicas on node-0
+            assert judge("q1", *ask(live.url, sql), expected) == "right"
+        status, doc, _ = ask(live.url, QUERIES["count"])  # no replicas: a clear retryable error
+        assert status == 503 and doc["error"]["code"] == "table_unavailable"
+    finally:
+        os.kill(live.pid("node-1"), signal.SIGCONT)
+    wait_until(lambda: whole(live), 30, "the node is taken back")
+    node = live.pid("node-0")
+    threading.Timer(0.5, os.kill, (node, signal.SIGKILL)).start()
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:  # killed mid-query: run again on the replicas, or a retryable error
+        judge("q1", *ask(live.url, sql), expected)
+    wait_until(lambda: whole(live), 60, "the node restarted")
+
+
 def _version_table(i: int) -> pa.Table:
     """Version i of table `versioned`: 100·(i+1) rows, all v = i (a mix of two versions shows)."""
     rows = 100 * (i + 1)

@@ -40,6 +40,7 @@ class TableInfo:
     rows: int = 0
     version: int | None = None  # the version queries read (None: each node's current one)
     missing: str = ""  # why no version is complete ("" when the table is fully served)
+    buckets: dict[str, tuple[int, ...]] | None = None  # replicated buckets: the ones each node reads
 
     @property
     def replicated(self) -> bool:
@@ -193,7 +194,13 @@ class RegionCatalog:
             urls = urls[:1]
         if info.version is not None:
             request = replace(request, version=info.version)
-        return [(url, request) for url in urls]
+        if info.buckets is None:
+            return [(url, request) for url in urls]
+        wanted = set(request.buckets) if request.buckets is not None else None
+        return [
+            (self.nodes[node], replace(request, buckets=tuple(b for b in buckets if wanted is None or b in wanted)))
+            for node, buckets in info.buckets.items()
+        ]
 
     def restricted(self, granted: list[str]) -> RegionCatalog:
         """The same catalog with replicated tables read only from the `granted` nodes (those
@@ -294,10 +301,12 @@ def _choose(held: dict[tuple[str, int], list[_Held]], schemas: dict[tuple[str, i
             schema = schemas[(name, version)]
             holders = held[(name, version)]
             nodes = sorted({h.node for h in holders})
-            missing = _missing(schema, nodes)
+            missing, buckets = _coverage(schema, nodes)
             if not missing:
-                rows = holders[0].rows if schema.placement.kind == "replicated" else sum(h.rows for h in holders)
-                tables[name] = TableInfo(schema, nodes, rows, version)
+                placement = schema.placement
+                rows = holders[0].rows if placement.kind == "replicated" else sum(h.rows for h in holders)
+                rows //= placement.replicas  # each bucket is held that many times
+                tables[name] = TableInfo(schema, sorted(buckets or nodes), rows, version, "", buckets)
                 break
             reasons.append(f"version {version} lacks {missing}")
         else:
@@ -307,16 +316,24 @@ def _choose(held: dict[tuple[str, int], list[_Held]], schemas: dict[tuple[str, i
     return tables
 
 
-def _missing(schema: TableSchema, nodes: list[str]) -> str:
-    """What keeps a version held by `nodes` from being complete ("" if nothing)."""
+def _coverage(schema: TableSchema, nodes: list[str]) -> tuple[str, dict[str, tuple[int, ...]] | None]:
+    """What keeps a version held by `nodes` from being complete ("" if nothing) and, for buckets
+    held by several nodes, which buckets each node reads (the first of its holders that is up)."""
     placement = schema.placement
     if placement.kind == "replicated" or not placement.owners:
-        return "" if nodes else "every node"
-    lost = sorted({owner for owner in placement.owners if owner not in nodes})
-    if not lost:
-        return ""
-    buckets = [b for b, owner in enumerate(placement.owners) if owner in lost]
-    return f"bucket(s) {_ranges(buckets)} of {placement.buckets}, on node(s) {', '.join(lost)}"
+        return ("" if nodes else "every node"), None
+    reads: dict[str, list[int]] = defaultdict(list)
+    lost: list[int] = []
+    for bucket in range(placement.buckets):
+        up = [n for n in placement.holders(bucket) if n in nodes]
+        if up:
+            reads[up[0]].append(bucket)
+        else:
+            lost.append(bucket)
+    if lost:
+        down = sorted({n for b in lost for n in placement.holders(b)})
+        return f"bucket(s) {_ranges(lost)} of {placement.buckets}, on node(s) {', '.join(down)}", None
+    return "", ({node: tuple(b) for node, b in sorted(reads.items())} if placement.replicas > 1 else None)
 
 
 def _ranges(numbers: list[int]) -> str:

@@ -161,17 +161,18 @@ class Exchange:
         return self.spark.read.schema(spark_schema(schema)).parquet(*map(str, paths))
 
     def _source(self, scan: TableQuery, request: ScanRequest, schema: pa.Schema):
-        if scan.info.version is not None:  # the executors read the version the query pinned
-            request = replace(request, version=scan.info.version)
-        return (
+        routes = self.catalog.routes(scan.info, request)  # the version the query pinned, a node's buckets
+        reader = (
             self.spark.read.format("cxg")
             .schema(spark_schema(schema))
-            .option("nodes", ",".join(self.catalog.urls(scan.info)))
+            .option("nodes", ",".join(url for url, _ in routes))
             .option("table", scan.table)
-            .option("request", json.dumps(request.to_json()))
+            .option("request", json.dumps(replace(routes[0][1], buckets=request.buckets).to_json()))
             .option("partitions", str(self.parallelism))
-            .load()
         )
+        if scan.info.buckets is not None:  # buckets held by several nodes: each node reads its own
+            reader = reader.option("buckets", json.dumps({url: list(r.buckets or ()) for url, r in routes}))
+        return reader.load()
 
     def close(self) -> None:
         for view in self._views:
