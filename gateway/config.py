@@ -56,7 +56,7 @@ class StorageConfig:
 @dataclass
 class SparkConfig:
     master: str = "local[*]"  # or spark://host:7077, yarn, ...
-    driver_memory: str = "4g"
+    driver_memory: str = "auto"  # auto: a share of this machine's memory (regions.spark_session)
     shuffle_partitions: int | None = None  # default: the cores of a local master
     broadcast_threshold: str = "10MB"
     adaptive: bool = False  # spark.sql.adaptive.enabled
@@ -88,7 +88,7 @@ class SparkSettings:
 
     master: str = "local[*]"
     app_name: str = "cxg"
-    driver_memory: str = "4g"
+    driver_memory: str = "auto"
     shuffle_partitions: int | None = None  # default: the cores of a local master
     broadcast_threshold: str = "10MB"  # Spark's default; small sub-queries arrive as sized local relations
     adaptive: bool = False  # adaptive query execution: adds stages that cost more than they save here

@@ -5,12 +5,13 @@ yet."""
 
 from regions.embedded import EmbeddedRegion
 from regions.launcher import LocalRegion, interrupt_on_sigterm
-from regions.spark_session import session_factory, spark_options, spark_session, stop_all
+from regions.spark_session import machine_memory, session_factory, spark_options, spark_session, stop_all
 
 __all__ = [
     "EmbeddedRegion",
     "LocalRegion",
     "interrupt_on_sigterm",
+    "machine_memory",
     "session_factory",
     "spark_options",
     "spark_session",

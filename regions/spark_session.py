@@ -29,6 +29,28 @@ _LOCK = threading.Lock()
 
 
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")  # errors only: no WARN lines in a command's output
+# spark.driver_memory "auto": this share of the machine's memory (the driver of a local master runs
+# the executors too); the rest is left to the nodes, whose blocks live in the page cache, and to the
+# system. At least 1 GiB, at most 64.
+DRIVER_SHARE = 0.4
+
+
+def machine_memory() -> int:
+    """Bytes of memory of this machine (of its cgroup, when that is smaller)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    with contextlib.suppress(OSError, ValueError):
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            total = min(total, int(limit))
+    return total
+
+
+def driver_memory(setting: str) -> str:
+    """The driver's heap: as configured, or for "auto" `DRIVER_SHARE` of the machine's memory."""
+    if setting != "auto":
+        return setting
+    gib = machine_memory() * DRIVER_SHARE / 2**30
+    return f"{max(1, min(64, int(gib)))}g"
 
 
 def spark_options(settings: SparkSettings) -> dict[str, str]:
@@ -39,7 +61,7 @@ def spark_options(settings: SparkSettings) -> dict[str, str]:
     return {
         "spark.master": settings.master,
         "spark.app.name": settings.app_name,
-        "spark.driver.memory": settings.driver_memory,
+        "spark.driver.memory": driver_memory(settings.driver_memory),
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG}",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.python.filterPushdown.enabled": "true",
