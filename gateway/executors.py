@@ -126,6 +126,7 @@ class NativeExecutor:
         try:
             return self._prepare(sql, params, tag)
         except UndefinedTable:
+            self.balancer.check_admission()  # no node connected (the gateway just started): 503, not 400
             if not self.engine.catalog.refresh_since(came):
                 raise
         return self._prepare(sql, params, tag)

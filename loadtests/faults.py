@@ -1,0 +1,476 @@
+"""Faults injected into a region of real processes, and how what clients got is judged: the parts
+the fault tests (`tests/test_faults.py`) and the fault report (`loadtests.bench_faults`) share.
+
+A `FaultRegion` is a gateway and two nodes started as `cxg up` starts them, supervised as it does
+(an exited process is started again). Clients send queries whose right answers are known; each
+answer is judged `right`, `wrong`, `retryable:<code>` (503 with Retry-After, or 410 for a statement
+lost with its gateway) or `error:<code>`. Wrong answers, and errors that are not retryable, are
+what must never happen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from gateway import Client, GatewayError, load_config
+from regions import LocalRegion
+from storage import Placement, Store, TableSchema, load_table, read_parquet, tpch
+
+TABLES = ("lineitem", "orders", "customer", "nation")
+RETRYABLE = {"table_unavailable", "node_unavailable", "node_lost", "no_nodes", "spark_unavailable", "statement_lost"}
+# queries over hash-placed tables (on both nodes), one whose groups the nodes finish, a join, a replicated table
+QUERIES = {
+    "count": "SELECT count(*) AS n FROM lineitem",
+    "q1": "SELECT l_returnflag, l_linestatus, sum(l_quantity) AS q, count(*) AS n FROM lineitem "
+    "GROUP BY l_returnflag, l_linestatus ORDER BY l_returnflag, l_linestatus",
+    "having": "SELECT o_custkey, count(*) AS n FROM orders GROUP BY o_custkey HAVING count(*) > 25 ORDER BY o_custkey",
+    "join": "SELECT count(*) AS n, sum(l_extendedprice) AS s FROM lineitem JOIN orders ON l_orderkey = o_orderkey "
+    "WHERE o_orderstatus = 'F'",
+    "nation": "SELECT count(*) AS n, sum(n_regionkey) AS s FROM nation",
+}
+NODE_QUERIES = ("count", "q1", "having", "nation")  # answered by the nodes, no Spark
+
+
+def value(v: Any) -> Any:
+    """A value as the JSON answer carries it (decimals as text, floats rounded)."""
+    if isinstance(v, Decimal):
+        return str(v)
+    return round(v, 4) if isinstance(v, float) else v
+
+
+def rows(answer: list) -> list[tuple]:
+    return [tuple(map(value, row)) for row in answer]
+
+
+def ask(url: str, sql: str, timeout: float = 60.0) -> tuple[int, dict, dict]:
+    """POST one query and wait for its answer: (HTTP status, JSON document, headers)."""
+    body = json.dumps({"sql": sql, "wait": min(timeout, 300)}).encode()
+    request = urllib.request.Request(
+        f"{url}/v1/statements", body, {"Content-Type": "application/json", "Accept": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout + 30) as response:
+            return response.status, json.loads(response.read()), dict(response.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}"), dict(e.headers)
+    except (urllib.error.URLError, OSError) as e:  # the gateway itself is down
+        return 0, {"error": {"code": "gateway_unreachable", "message": str(e)}}, {}
+
+
+def judge(name: str, status: int, doc: dict, headers: dict, expected: dict[str, list[tuple]]) -> str:
+    """What a client got for query `name`: right, wrong, retryable:<code> or error:<code>."""
+    if status == 200 and doc.get("state") == "succeeded":
+        return "right" if rows(doc["rows"]) == expected[name] and not doc.get("truncated") else "wrong"
+    code = (doc.get("error") or {}).get("code", f"http_{status}")
+    if code == "gateway_unreachable":
+        return f"retryable:{code}"  # nothing answered: the client knows to send it again
+    retryable = code in RETRYABLE and status in (503, 410) and ("Retry-After" in headers or status == 410)
+    return f"{'retryable' if retryable else 'error'}:{code}"
+
+
+@dataclass
+class Tally:
+    """The outcomes of the queries sent during one fault, and the statement ids they carried."""
+
+    outcomes: Counter = field(default_factory=Counter)
+    ids: Counter = field(default_factory=Counter)
+    wrong: list[str] = field(default_factory=list)
+
+    def add(self, name: str, status: int, doc: dict, headers: dict, expected: dict) -> str:
+        outcome = judge(name, status, doc, headers, expected)
+        self.outcomes[outcome] += 1
+        if doc.get("id"):
+            self.ids[doc["id"]] += 1
+        if outcome == "wrong" or outcome.startswith("error:"):
+            self.wrong.append(f"{name}: {status} {json.dumps(doc)[:300]}")
+        return outcome
+
+    @property
+    def twice(self) -> int:
+        """Statement ids that answered more than one query."""
+        return sum(1 for n in self.ids.values() if n > 1)
+
+
+def clients(
+    url: str, expected: dict, names: tuple[str, ...], until: Callable[[], bool], seed: int, count: int = 3
+) -> Tally:
+    """`count` clients sending the queries `names` in a seeded random order until `until()`."""
+    tally = Tally()
+    lock = threading.Lock()
+
+    def client(k: int) -> None:
+        rng = random.Random(seed * 100 + k)
+        while not until():
+            name = rng.choice(names)
+            answer = ask(url, QUERIES[name])
+            with lock:
+                tally.add(name, *answer, expected)
+            if answer[0] == 0:
+                time.sleep(0.05)  # the gateway is down: a client waits a moment before sending again
+
+    with ThreadPoolExecutor(count) as pool:
+        list(pool.map(client, range(count)))
+    return tally
+
+
+def for_seconds(seconds: float) -> Callable[[], bool]:
+    deadline = time.monotonic() + seconds
+    return lambda: time.monotonic() > deadline
+
+
+def wait_until(check: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {seconds} s: {what}")
+        time.sleep(0.1)
+
+
+@dataclass
+class FaultRegion:
+    """A supervised region of real processes (gateway and two nodes) over TPC-H tables."""
+
+    region: LocalRegion
+    url: str
+    stores: list[Store]
+    events: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _supervisor: threading.Thread | None = None
+
+    @classmethod
+    def start(cls, root: Path, files: dict[str, Path], buckets: int = 8) -> FaultRegion:
+        stores = [Store(root / f"node-{i}", node=f"node-{i}") for i in range(2)]
+        for name in TABLES:
+            source = read_parquet([files[name]])
+            load_table(stores, tpch.schema_for(name, source.schema, buckets=buckets), source)
+        sets = [
+            "gateway.port=0",
+            "region.first_port=0",
+            f'storage.data=["{stores[0].root}", "{stores[1].root}"]',
+            'spark.master="local[1]"',
+            'spark.driver_memory="1g"',
+            "spark.warm_up=false",
+        ]
+        region = LocalRegion(load_config(None, sets), [x for s in sets for x in ("--set", s)], root / "run")
+        running = cls(region, region.start(timeout=120), stores)
+        running._supervisor = threading.Thread(target=running._supervise, daemon=True)
+        running._supervisor.start()
+        return running
+
+    def _supervise(self) -> None:  # what `cxg up` does
+        while not self._stop.is_set():
+            self.events.extend(self.region.supervise())
+            self._stop.wait(0.1)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._supervisor is not None:
+            self._supervisor.join()
+        self.region.stop()
+
+    def pid(self, role: str) -> int:
+        process = next(r for r in self.region.roles if r.name == role).process
+        assert process is not None
+        return process.pid
+
+    def whole(self) -> bool:
+        """Whether /readyz says every table is fully served."""
+        try:
+            return Client(self.url, timeout=5).get("/readyz").get("ready") is True
+        except GatewayError:
+            return False
+
+    def members(self) -> int:
+        return len(Client(self.url, timeout=5).cluster()["members"])
+
+    def jvm(self) -> int | None:
+        """Spark's JVM, started by the gateway."""
+        return next((p for p in descendants(self.pid("gateway")) if "java" in command(p).split(" ", 1)[0]), None)
+
+    def expected(self) -> dict[str, list[tuple]]:
+        """The answers of the whole region (before any fault)."""
+        answers = {}
+        for name, sql in QUERIES.items():
+            status, doc, _ = ask(self.url, sql)
+            if status != 200:
+                raise AssertionError(f"{name} did not answer on the whole region: {doc}")
+            answers[name] = rows(doc["rows"])
+        return answers
+
+    def load_options(self) -> list[str]:
+        """`cxg` options that load into this region's data directories."""
+        data = f'storage.data=["{self.stores[0].root}", "{self.stores[1].root}"]'
+        return ["--set", data, "--set", 'spark.master="local[1]"', "--set", 'spark.driver_memory="1g"']
+
+
+# ---- processes -------------------------------------------------------------------------------------
+
+
+def _stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def alive(pid: int) -> bool:
+    try:
+        return _stat(pid)[0] != "Z"
+    except OSError:
+        return False
+
+
+def _all() -> dict[int, list[str]]:
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            found[int(stat.parent.name)] = _stat(int(stat.parent.name))
+    return found
+
+
+def group(pid: int) -> list[int]:
+    """The other processes of `pid`'s process group (a node's scan workers)."""
+    return [p for p, stat in _all().items() if int(stat[2]) == pid and p != pid]
+
+
+def descendants(pid: int) -> list[int]:
+    parents = {p: int(stat[1]) for p, stat in _all().items()}
+    found, frontier = [], [pid]
+    while frontier:
+        frontier = [p for p, parent in parents.items() if parent in frontier]
+        found += frontier
+    return found
+
+
+def command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def kill(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signum)
+
+
+# ---- the faults ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    """One fault: what was injected, what clients got while it lasted, and once the region was whole."""
+
+    fault: str
+    during: Tally
+    after: Tally
+    notes: list[str] = field(default_factory=list)
+
+
+def _recovered(region: FaultRegion, expected: dict, names: tuple[str, ...], seconds: float = 60.0) -> Tally:
+    wait_until(region.whole, seconds, "the region is whole again")
+    return clients(region.url, expected, names, for_seconds(1.0), seed=99)
+
+
+def kill_node(region: FaultRegion, expected: dict, seed: int = 1, role: str = "node-1") -> Report:
+    """SIGKILL a node while clients query; the supervisor starts it again."""
+    pid = region.pid(role)
+    workers = group(pid)
+    timer = threading.Timer(random.Random(seed).uniform(0.3, 1.5), kill, (pid, signal.SIGKILL))
+    timer.start()
+    during = clients(region.url, expected, NODE_QUERIES, for_seconds(4.0), seed)
+    timer.join()
+    wait_until(lambda: not [p for p in workers if alive(p)], 10, "the dead node's scan workers are gone")
+    after = _recovered(region, expected, NODE_QUERIES)
+    return Report(f"{role} killed (SIGKILL) mid-query", during, after, [f"{len(workers)} scan workers went with it"])
+
+
+def hang_node(region: FaultRegion, expected: dict, seconds: float = 3.0, role: str = "node-1") -> Report:
+    """SIGSTOP a node for `seconds`, then SIGCONT."""
+    pid = region.pid(role)
+    kill(pid, signal.SIGSTOP)
+    started = time.monotonic()
+    try:
+        during = clients(region.url, expected, NODE_QUERIES, for_seconds(seconds), seed=7)
+        dropped = region.members() == 1
+    finally:
+        kill(pid, signal.SIGCONT)
+    after = _recovered(region, expected, NODE_QUERIES)
+    note = f"dropped by the balancer: {dropped} (after {time.monotonic() - started:.1f} s of the fault)"
+    return Report(f"{role} hung (SIGSTOP {seconds:g} s)", during, after, [note])
+
+
+def kill_scan_worker(region: FaultRegion, expected: dict, role: str = "node-0") -> Report:
+    """SIGKILL one scan worker process of a node while clients query."""
+    workers = group(region.pid(role))
+    timer = threading.Timer(0.5, kill, (workers[0], signal.SIGKILL)) if workers else None
+    if timer:
+        timer.start()
+    during = clients(region.url, expected, NODE_QUERIES, for_seconds(3.0), seed=5)
+    if timer:
+        timer.join()
+    after = _recovered(region, expected, NODE_QUERIES)
+    return Report(f"a scan worker of {role} killed (SIGKILL)", during, after)
+
+
+def kill_spark(region: FaultRegion, expected: dict) -> Report:
+    """SIGKILL Spark's JVM (started by a join query first) while clients send joins."""
+    if ask(region.url, QUERIES["join"], 180)[0] != 200:
+        raise AssertionError("a join query did not answer before the fault")
+    jvm = region.jvm()
+    if jvm is None:
+        raise AssertionError("no Spark JVM under the gateway")
+    timer = threading.Timer(0.5, kill, (jvm, signal.SIGKILL))
+    timer.start()
+    during = clients(region.url, expected, ("join", "count"), for_seconds(3.0), seed=3, count=2)
+    timer.join()
+    after = Tally()
+    for _ in range(3):  # the session is started again by the next join
+        after.add("join", *ask(region.url, QUERIES["join"], 240), expected)
+    reaped = not alive(jvm) and jvm not in descendants(region.pid("gateway"))
+    return Report("Spark's JVM killed (SIGKILL)", during, after, [f"the dead JVM reaped: {reaped}"])
+
+
+def kill_gateway(region: FaultRegion, expected: dict) -> Report:
+    """SIGKILL the gateway while clients query; statements it had accepted are asked for afterwards."""
+    held = [ask(region.url, QUERIES["nation"])[1]["id"] for _ in range(3)]
+    timer = threading.Timer(0.5, kill, (region.pid("gateway"), signal.SIGKILL))
+    timer.start()
+    during = clients(region.url, expected, NODE_QUERIES, for_seconds(2.0), seed=11)
+    timer.join()
+    wait_until(region.whole, 60, "the gateway is back and its nodes rejoined")
+    for statement in held:  # a client polling a statement of the dead gateway
+        during.add("nation", *_get(region.url, statement), expected)
+    return Report("gateway killed (SIGKILL)", during, _recovered(region, expected, NODE_QUERIES))
+
+
+def _get(url: str, statement: str) -> tuple[int, dict, dict]:
+    try:
+        with urllib.request.urlopen(f"{url}/v1/statements/{statement}", timeout=30) as response:
+            return response.status, json.loads(response.read()), dict(response.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}"), dict(e.headers)
+
+
+def kill_load(region: FaultRegion, expected: dict, scale_factor: float = 0.05) -> Report:
+    """`cxg load tpch` (Spark ingest) of lineitem killed while it uploads blocks, under queries."""
+    store = region.stores[0]
+    before = set(store.versions("lineitem"))
+    command = [sys.executable, "-m", "cxg", *region.load_options(), "load", "tpch", "--sf", f"{scale_factor:g}"]
+    process = subprocess.Popen(
+        [*command, "--tables", "lineitem", "--mode", "replace"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    served = {b.file for b in store.table("lineitem").blocks}
+
+    def uploading() -> bool:
+        return any(
+            p.name.endswith(".arrow.zst") and p.name not in served for p in store.table_dir("lineitem").iterdir()
+        )
+
+    try:
+        during = clients(region.url, expected, NODE_QUERIES, lambda: uploading() or process.poll() is not None, seed=13)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    more = clients(region.url, expected, NODE_QUERIES, for_seconds(1.0), seed=14)
+    during.outcomes.update(more.outcomes)
+    during.wrong += more.wrong
+    unchanged = all(set(s.versions("lineitem")) == before for s in region.stores)
+    return Report(
+        "a load killed half-way (SIGKILL while uploading)",
+        during,
+        _recovered(region, expected, NODE_QUERIES),
+        [f"killed while uploading: {process.returncode == -signal.SIGKILL}", f"table versions unchanged: {unchanged}"],
+    )
+
+
+VERSIONED = "SELECT count(*), sum(v) FROM versioned"
+
+
+def version_rows(i: int) -> pa.Table:
+    """Version i of table `versioned`: 100·(i+1) rows, all v = i, so that an answer mixing two
+    versions (some buckets of one, some of another) matches none."""
+    count = 100 * (i + 1)
+    return pa.table({"k": pa.array(range(count), pa.int64()), "v": pa.array([i] * count, pa.int64())})
+
+
+def one_version(doc: dict) -> bool:
+    n, total = doc["rows"][0]
+    return n > 0 and n % 100 == 0 and total == (n // 100 - 1) * n
+
+
+def reload_under_load(region: FaultRegion, expected: dict, files: dict[str, Path], reloads: int = 6) -> Report:
+    """Tables reloaded while clients query: lineitem's and orders' same rows under other placements
+    (hash <-> replicated, another hash key), and a table whose rows change with each version."""
+    sources = {name: read_parquet([files[name]]) for name in ("lineitem", "orders")}
+    schemas = {name: tpch.schema_for(name, s.schema, buckets=8) for name, s in sources.items()}
+    versioned = TableSchema.from_arrow("versioned", version_rows(0).schema, placement=Placement.parse("hash(k)", 4))
+    load_table(region.stores, versioned, version_rows(0))
+    tally, lock, done = Tally(), threading.Lock(), threading.Event()
+
+    def client(k: int) -> None:
+        rng = random.Random(k)
+        while not done.is_set():
+            name = rng.choice(("join", "count", "having", "versioned"))
+            if name != "versioned":
+                answer = ask(region.url, QUERIES[name])
+                with lock:
+                    tally.add(name, *answer, expected)
+                continue
+            status, doc, headers = ask(region.url, VERSIONED)
+            with lock:
+                if status == 200 and not one_version(doc):
+                    tally.outcomes["wrong"] += 1
+                    tally.wrong.append(f"versioned: {doc['rows']} is no one version")
+                elif status == 200:
+                    tally.outcomes["right"] += 1
+                else:
+                    tally.add(name, status, doc, headers, expected)
+
+    with ThreadPoolExecutor(3) as pool:
+        running = [pool.submit(client, k) for k in range(3)]
+        try:
+            for i in range(1, reloads + 1):
+                placement = Placement() if i % 2 else Placement.parse("hash(l_orderkey)", 8)
+                load_table(region.stores, replace(schemas["lineitem"], placement=placement), sources["lineitem"])
+                key = "o_custkey" if i % 2 else "o_orderkey"
+                orders = replace(schemas["orders"], placement=Placement.parse(f"hash({key})", 8))
+                load_table(region.stores, orders, sources["orders"])
+                load_table(region.stores, versioned, version_rows(i))
+                time.sleep(0.4)
+        finally:
+            done.set()
+            for future in running:
+                future.result()
+    wait_until(
+        lambda: ask(region.url, VERSIONED)[1].get("rows") == [[100 * (reloads + 1), reloads * 100 * (reloads + 1)]],
+        5,
+        "the last version is served",
+    )
+    note = f"{reloads} reloads of 3 tables, placements alternating"
+    return Report(
+        "tables reloaded under other placements, under queries",
+        tally,
+        _recovered(region, expected, NODE_QUERIES),
+        [note],
+    )
