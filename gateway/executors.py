@@ -90,7 +90,9 @@ class NativeExecutor:
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="query")
 
     def nodes_changed(self, nodes: list[NodeInfo]) -> None:
-        self.engine.catalog.set_nodes({n.name: n.url for n in nodes if n.url})
+        urls = {n.name: n.url for n in nodes if n.url}
+        if urls != self.engine.catalog.nodes:
+            self.engine.catalog.set_nodes(urls)
 
     def tables(self) -> dict[str, dict[str, Any]]:
         return {
@@ -127,6 +129,7 @@ class NativeExecutor:
             return self._prepare(sql, params, tag)
         except UndefinedTable:
             self.balancer.check_admission()  # no node connected (the gateway just started): 503, not 400
+            self.nodes_changed(self.balancer.nodes())  # one may have joined a moment ago
             if not self.engine.catalog.refresh_since(came):
                 raise
         return self._prepare(sql, params, tag)

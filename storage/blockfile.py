@@ -12,6 +12,7 @@ also evict under pressure, instead of a private copy per process.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import zlib
@@ -24,7 +25,7 @@ import zstandard
 
 from gpu_kernels import EncodedBlock
 from storage.block import ChosenColumn, block_from_ipc, block_to_ipc
-from storage.errors import CorruptBlockError
+from storage.errors import CorruptBlockError, DiskFullError
 
 COMPRESSIONS = ("zstd", "none")
 DECODED = "decoded"  # the table directory's folder of decompressed block files (see `map_block`)
@@ -96,9 +97,16 @@ def write_block(directory: Path, name: str, block: EncodedBlock, bucket: int, co
 
 
 def write_file(directory: Path, name: str, payload: bytes | pa.Buffer) -> None:
-    """Write a block file atomically: a temp file, fsynced, renamed into place."""
+    """Write a block file atomically: a temp file, fsynced, renamed into place; a disk that fills
+    up leaves no part of it (DiskFullError)."""
     tmp = directory / f"{name}.tmp"
-    _fsync_write(tmp, payload)
+    try:
+        _fsync_write(tmp, payload)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        if e.errno == errno.ENOSPC:
+            raise DiskFullError(f"no space left on the disk of {directory} for block {name}") from None
+        raise
     os.replace(tmp, directory / name)
 
 

@@ -39,3 +39,10 @@ class VersionConflictError(StorageError):
     first)."""
 
     code = "version_conflict"
+
+
+class DiskFullError(StorageError):
+    """A block or manifest could not be written: no space left on the node's disk. The load fails
+    naming its table; what was already served stays as it was."""
+
+    code = "disk_full"

@@ -19,7 +19,7 @@ from storage.block import conform, encode_block
 from storage.blockfile import BlockEntry, check_file, serialize_block, write_file
 from storage.catalog import TableSchema
 from storage.encoding_choice import EncodingOptions
-from storage.errors import StorageError
+from storage.errors import DiskFullError, StorageError
 from storage.manifest import Sizing
 from storage.node_client import NodeClient, NodeError
 from storage.store import LOAD_ID, Store
@@ -69,7 +69,10 @@ class DirectoryTarget(Target):
             raise StorageError(f"invalid block file name {name!r} for load {load_id!r}")
         directory = self.store.table_dir(table)
         directory.mkdir(parents=True, exist_ok=True)
-        write_file(directory, name, payload)
+        try:
+            write_file(directory, name, payload)
+        except DiskFullError as e:
+            raise DiskFullError(f"loading table {table} on node {self.node}: {e}") from None
         if _aborted(directory, load_id).exists():  # aborted while this block was on its way: remove it here
             (directory / name).unlink(missing_ok=True)
             raise StorageError(f"load {load_id} of table {table} was aborted")

@@ -7,6 +7,7 @@ table or the new one, never a mix, and a load that dies leaves the old version i
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from typing import Any
 
 from storage.blockfile import BlockEntry, fsync_dir
 from storage.catalog import TableSchema
-from storage.errors import ManifestError
+from storage.errors import DiskFullError, ManifestError
 
 MANIFEST = "MANIFEST.json"
 FORMAT_VERSION = 1
@@ -82,9 +83,15 @@ def read_manifest(table_dir: Path, name: str = MANIFEST) -> Manifest | None:
 def write_manifest(table_dir: Path, manifest: Manifest, name: str = MANIFEST) -> None:
     """Replace the manifest `name` atomically: temp file, fsync, rename, fsync the directory."""
     tmp = table_dir / f"{name}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(manifest.to_json(), f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "w") as f:
+            json.dump(manifest.to_json(), f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        if e.errno == errno.ENOSPC:
+            raise DiskFullError(f"no space left on the disk of {table_dir} for its manifest") from None
+        raise
     os.replace(tmp, table_dir / name)
     fsync_dir(table_dir)

@@ -42,7 +42,7 @@ from aiohttp import web
 from gpu_kernels import NumpyBackend
 from storage.blockfile import BlockEntry
 from storage.catalog import TableSchema
-from storage.errors import StorageError, TableNotFoundError, VersionConflictError, VersionGoneError
+from storage.errors import DiskFullError, StorageError, TableNotFoundError, VersionConflictError, VersionGoneError
 from storage.ingest import DirectoryTarget
 from storage.manifest import Sizing
 from storage.scan import BlockScan, TableCache, scan_table
@@ -339,6 +339,8 @@ class Node:
             await asyncio.get_running_loop().run_in_executor(
                 None, self._target.put, info["name"], info["load"], info["file"], payload
             )
+        except DiskFullError as e:
+            return error_response(507, e.code, str(e))
         except StorageError as e:
             return error_response(400, e.code, str(e))
         return web.json_response({"stored": info["file"], "bytes": len(payload)}, status=201)

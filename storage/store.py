@@ -30,6 +30,7 @@ from storage.blockfile import DECODED, BlockEntry, map_block, read_block, write_
 from storage.catalog import TABLE_NAME_PATTERN, TableSchema
 from storage.errors import (
     CorruptBlockError,
+    DiskFullError,
     SchemaError,
     StorageError,
     TableNotFoundError,
@@ -247,7 +248,10 @@ class TableWriter:
         with self._mutex:
             sequence = self._sequence
             self._sequence += 1
-        entry = write_block(self.directory, self.block_name(bucket, sequence), block, bucket, self.compression)
+        try:
+            entry = write_block(self.directory, self.block_name(bucket, sequence), block, bucket, self.compression)
+        except DiskFullError as e:
+            raise DiskFullError(f"loading table {self.schema.name} on node {self.store.node}: {e}") from None
         self.add([entry])
         return entry
 
@@ -272,9 +276,12 @@ class TableWriter:
                     f"cannot commit version {version} (another load committed first)"
                 )
             manifest = Manifest(self.schema, version if version is not None else latest + 1, self.sizing, blocks)
-            if old is not None:
-                write_manifest(self.directory, old, _retained_name(old.version))
-            write_manifest(self.directory, manifest)
+            try:
+                if old is not None:
+                    write_manifest(self.directory, old, _retained_name(old.version))
+                write_manifest(self.directory, manifest)
+            except DiskFullError as e:
+                raise DiskFullError(f"loading table {self.schema.name} on node {self.store.node}: {e}") from None
             self.finished = True
             collect_garbage(self.directory)
         return manifest

@@ -19,7 +19,7 @@ import pytest
 from gpu_kernels import to_domain
 from storage import CorruptBlockError, LoadOptions, Placement, SchemaError, Store, TableSchema, load_table
 from storage.block import record_size
-from storage.errors import StorageError, VersionGoneError
+from storage.errors import DiskFullError, StorageError, VersionGoneError
 from storage.ingest import DirectoryTarget
 from storage.partitioning import buckets_of
 from storage.store import ORPHAN_AGE_S
@@ -267,3 +267,33 @@ def test_an_aborted_load_keeps_no_block_even_one_uploaded_after_the_abort(tmp_pa
         target.put("t", load, f"{load}-0001-part2-000000.arrow", b"late")
     assert not list((tmp_path / "n0" / "t").glob(f"{load}-*"))
     assert target.store.tables() == []
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 1 MiB file system of its own (tmpfs), for a disk that fills up; skipped where mounting is
+    not allowed."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small file system here (needs root)")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_full_disk_fails_the_load_naming_the_table_and_keeps_the_served_version(small_disk: Path) -> None:
+    store = Store(small_disk, node="node-0")
+    first = sample(500)
+    load_table([store], schema_of(first), first)
+    files_before = sorted(p.name for p in (small_disk / "sales").iterdir())
+    rng = np.random.default_rng(1)
+    noise = pa.array([rng.bytes(64).hex() for _ in range(40_000)], pa.string())  # incompressible: 5 MB
+    big = pa.table({"key": pa.array(range(40_000), pa.int64()), "noise": noise})
+    wide = TableSchema.from_arrow("sales", big.schema, (), Placement.parse("hash(key)", 4))
+    with pytest.raises(DiskFullError, match="table sales on node node-0: no space left"):
+        load_table([store], wide, big)
+    assert by_key(store.table("sales").to_arrow()).equals(by_key(first)), "the served version is intact"
+    assert store.versions("sales") == [1]
+    assert sorted(p.name for p in (small_disk / "sales").iterdir()) == files_before, "no part of the load is left"

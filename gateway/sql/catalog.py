@@ -85,7 +85,7 @@ class RegionCatalog:
             self.nodes = dict(nodes)
             self.clients = {name: NodeClient(url, timeout=READ_TIMEOUT_S) for name, url in self.nodes.items()}
             self._tables: dict[str, TableInfo] = {}
-            self._read_at = 0.0
+            self._read_at = self._read_from = 0.0
 
     # ---- reading the nodes --------------------------------------------------------------------------
 
