@@ -28,9 +28,13 @@ ERRORS = {
     "404": _error("No such statement (or it expired), or no such chunk"),
     "406": _error("The Accept header asks for a format the gateway does not write"),
     "409": _error("The statement was cancelled, or its result is not ready"),
+    "410": _error("The statement was accepted before the gateway restarted and is lost: submit it again"),
     "422": _error("A write statement, or valid SQL the engine does not run"),
     "429": _error("The token's limit of concurrent queries is reached (see Retry-After)"),
-    "503": _error("The region is overloaded or has no node (see Retry-After)"),
+    "503": _error(
+        "The region is overloaded or has no node, a table misses buckets, a node went away mid-query, or Spark is "
+        "restarting (see Retry-After)"
+    ),
     "504": _error("The query ran past its timeout and was stopped"),
 }
 STATEMENT_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
@@ -156,7 +160,7 @@ def document() -> dict[str, Any]:
             },
             "/v1/tables": {
                 "get": {
-                    "summary": "Tables, columns and placement",
+                    "summary": "Tables, columns, placement, the version served and whether every bucket is",
                     "security": AUTH,
                     "responses": {"200": {"description": "Tables"}},
                 }
@@ -171,8 +175,11 @@ def document() -> dict[str, Any]:
             "/healthz": {"get": {"summary": "Liveness", "responses": {"200": {"description": "Alive"}}}},
             "/readyz": {
                 "get": {
-                    "summary": "Readiness: a node is connected",
-                    "responses": {"200": {"description": "Ready"}, "503": {"description": "No node yet"}},
+                    "summary": "Readiness: a node is connected, every table fully served, Spark not down",
+                    "responses": {
+                        "200": {"description": "Ready"},
+                        "503": {"description": "No node yet, a table missing buckets (unavailable_tables), Spark down"},
+                    },
                 }
             },
             "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "Metrics"}}}},

@@ -93,3 +93,26 @@ def test_a_scan_the_workers_would_not_shorten_stays_in_the_node(cache, monkeypat
         assert workers.chunks == 0
     finally:
         workers.close()
+
+
+def _mapped_blocks(pid: int | str) -> set[str]:
+    """The decoded block files a process has mapped."""
+    return {line.split()[-1] for line in Path(f"/proc/{pid}/maps").read_text().splitlines() if "/decoded/" in line}
+
+
+def test_the_node_and_its_workers_map_one_copy_of_the_blocks(tmp_path, always_spread) -> None:
+    """No process holds a private copy of a block: the node and every worker map the same decoded
+    files, which the page cache holds once."""
+    cache = load(tmp_path, make_table(13))
+    cache.get("t")
+    node_maps = _mapped_blocks("self")
+    blocks = {str(p) for p in Path(cache.store.table_dir("t"), "decoded").iterdir()}
+    assert blocks and blocks <= node_maps, "the node maps its decoded blocks"
+    workers = ScanWorkers(2)
+    try:
+        scan(cache, REQUESTS[2], workers)
+        assert workers.chunks > 0
+        mapped = [_mapped_blocks(pid) for pid in workers._executor()._processes]
+        assert all(m and m <= blocks for m in mapped), "each worker maps the node's files, reads no copy"
+    finally:
+        workers.close()

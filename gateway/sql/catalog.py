@@ -2,8 +2,8 @@
 
 Every table has versions (a load commits a new one on every node that holds the table, under one
 number: `storage.ingest.commit_all`). The catalog reads the nodes' lists of the versions they keep
-and serves, per table, the newest *complete* version: held by the owner of every bucket (a
-hash-placed table) or by at least one node (a replicated table). A load that has reached some nodes
+and serves, per table, the newest *complete* version: one of every bucket's holders has it (a
+hash-placed table) or at least one node does (a replicated table). A load that has reached some nodes
 but not all is not seen yet; the nodes that committed first keep the previous version, which queries
 go on reading. A table with no complete version (a bucket's node is down) is listed as unavailable
 and a query reading it fails with a retryable error naming what is missing, never with part of it.
@@ -73,6 +73,7 @@ class RegionCatalog:
         self._refreshing = threading.Lock()
         self._pins: Counter[tuple[str, int]] = Counter()
         self._schemas: dict[tuple[str, int], TableSchema] = {}  # versions are immutable: read once
+        self._counts: dict[tuple[str, int, str], int] = {}  # rows of a kept version on a node
         self._held: dict[tuple[str, int], list[_Held]] = {}  # (table, version) -> nodes keeping it
         self._read_at = 0.0  # when the last reading of the nodes ended
         self._read_from = 0.0  # ... and when it began
@@ -122,8 +123,11 @@ class RegionCatalog:
                 del held[(name, version)]
                 continue
             for h in holders:
-                if h.rows is None:
-                    h.rows = self._rows(name, version, h.node, clients)
+                if h.rows is None:  # a kept version's rows, read once
+                    key = (name, version, h.node)
+                    if key not in self._counts:
+                        self._counts[key] = self._rows(name, version, h.node, clients)
+                    h.rows = self._counts[key]
         tables = _choose(held, self._schemas)
         with self._lock:
             if clients.keys() == self.clients.keys():
@@ -131,6 +135,8 @@ class RegionCatalog:
                 self._read_at, self._read_from = time.monotonic(), began
             for key in [k for k in self._schemas if k not in held]:
                 del self._schemas[key]
+            for key in [k for k in self._counts if k[:2] not in held]:
+                del self._counts[key]
 
     def _describe(self, name: str, version: int, holders: list[_Held], clients) -> TableSchema:
         return TableSchema.from_json(clients[holders[0].node].get(f"/v1/tables/{name}?version={version}"))
