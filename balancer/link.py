@@ -17,9 +17,9 @@ from balancer.packets import Hello, Packet, PacketError, decode, encode
 log = logging.getLogger("cxg.link")
 CONNECT_PATH = "/v1/cluster/connect"
 HEARTBEAT = 10.0  # a member's pings to its upstream; a silent upstream is left after 1.5 times that
-# the balancer's (and a router's) pings to its members: a hung or dead node is dropped within 1.5 s
+# the balancer's (and a router's) pings to its members: a hung or dead node is dropped within 0.75 s
 # of silence, its queries failed with a retryable error and its slots no longer offered
-MEMBER_HEARTBEAT = 1.0
+MEMBER_HEARTBEAT = 0.5  # a ping after 0.5 s of silence, its pong due within 0.25 s
 MAX_MESSAGE = 1 << 30  # an answer can carry a large result
 
 

@@ -22,8 +22,8 @@ from cxg.client_commands import show_status
 from cxg.console import console
 from gateway import Client, Config, ConfigError, Gateway, SparkFactory
 from gpu_kernels import get_backend
-from regions import LocalRegion, interrupt_on_sigterm, session_factory
-from storage import Node, Store
+from regions import LocalRegion, interrupt_on_sigterm, node_process_memory, session_factory
+from storage import Node, Store, limit_private_memory
 
 log = logging.getLogger("cxg.gateway")
 
@@ -84,6 +84,10 @@ def cmd_node(args: argparse.Namespace, config: Config) -> int:
     slots = args.slots or config.region.slots or os.cpu_count() or 1
     journal = Journal(config.gateway.log_dir or None, "node", args.name)
     url = f"http://{args.host}:{args.port}"
+    if args.memory is not None:
+        config.storage.process_memory = args.memory
+    budget = node_process_memory(config, nodes=1, with_spark=False)  # alone: `cxg up` says what it shares
+    limit_private_memory(budget)  # before any scan worker starts: they inherit it
     if kind == "native":
         store = Store(args.data or config.storage.data[0], node=args.name)
         node = Node(
@@ -108,7 +112,8 @@ def cmd_node(args: argparse.Namespace, config: Config) -> int:
         raise ConfigError(f"--kind must be native, mysql or simulation, not {kind!r}")
     app.router.add_get("/v1/cluster", server.status_page)
     upstream = _upstream(args, config)
-    print(f"node {args.name}: {kind}, {slots} slots + 1 buffer, {url}, upstream {upstream} ({detail})", flush=True)
+    held = f"{budget / 2**30:.2f} GiB per process" if budget else "no memory budget"
+    print(f"node {args.name}: {kind}, {slots} slots + 1, {held}, {url}, upstream {upstream} ({detail})", flush=True)
     token = config.gateway.cluster_token or None
     asyncio.run(serve(app, args.host, args.port, lambda stop: server.run(upstream, token, stop)))
     journal.close()
@@ -198,6 +203,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="native, CPU kernels: worker processes for long scans (default: the cores; 0: threads instead)",
     )
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), help="native: kernels (default storage.backend)")
+    p.add_argument(
+        "--memory",
+        metavar="SIZE",
+        help="private memory each process of the node may hold: a size, auto or none (default storage.process_memory)",
+    )
     p.add_argument("--mysql-url", metavar="URL", help="mysql: the database (default region.mysql_url)")
     p.add_argument("--time-scale", type=float, help="simulation: real seconds per simulated second")
     p.add_argument("-v", "--verbose", action="store_true")

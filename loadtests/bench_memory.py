@@ -6,7 +6,8 @@ of every process, sampled twice a second.
 
 RSS counts a page each process maps, shared or not; PSS divides a shared page among the processes
 mapping it, so the region's PSS is what it really holds (the nodes and their scan workers map the
-same decoded block files). Not a CI test: at SF 10 it takes minutes.
+same decoded block files); anonymous memory is a process's own (heap, results), what its budget
+bounds. Not a CI test: at SF 10 it takes minutes.
 """
 
 from __future__ import annotations
@@ -44,13 +45,13 @@ def _descendants(pids: list[int]) -> list[int]:
     return found
 
 
-def _memory(pid: int) -> tuple[int, int] | None:
-    """(RSS, PSS) in bytes, None when the process is gone."""
+def _memory(pid: int) -> tuple[int, int, int] | None:
+    """(RSS, PSS, anonymous) in bytes, None when the process is gone."""
     try:
         fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:])
     except (OSError, ValueError):
         return None
-    return int(fields["Rss"].split()[0]) * 1024, int(fields["Pss"].split()[0]) * 1024
+    return tuple(int(fields[name].split()[0]) * 1024 for name in ("Rss", "Pss", "Anonymous"))
 
 
 def _kind(pid: int, names: dict[int, str]) -> str:
@@ -73,12 +74,13 @@ def _kind(pid: int, names: dict[int, str]) -> str:
 
 
 class Sampler:
-    """Peak RSS and PSS per process kind, and of all together, sampled every `every` seconds."""
+    """Peak RSS, PSS and anonymous memory per process kind, and PSS of all together, sampled every
+    `every` seconds."""
 
     def __init__(self, roots: dict[int, str], every: float = 0.5):
         self.roots = roots
         self.every = every
-        self.peaks: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # kind -> [RSS, PSS] of one process
+        self.peaks: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # kind -> [RSS, PSS, anon] of one process
         self.total_pss = 0
         self.least_available = machine_memory()
         self._stop = threading.Event()
@@ -92,7 +94,7 @@ class Sampler:
                 if sample is None:
                     continue
                 peak = self.peaks[_kind(pid, self.roots)]
-                peak[0], peak[1] = max(peak[0], sample[0]), max(peak[1], sample[1])
+                peak[:] = [max(p, s) for p, s in zip(peak, sample, strict=True)]
                 total += sample[1]
             self.total_pss = max(self.total_pss, total)
             available = _available()
@@ -155,7 +157,10 @@ def serve(sf: float, dirs: list[Path]) -> dict[str, Any]:
 
 def _figures(sampler: Sampler) -> dict[str, Any]:
     return {
-        "peak_per_process": {kind: {"rss": rss, "pss": pss} for kind, (rss, pss) in sorted(sampler.peaks.items())},
+        "peak_per_process": {
+            kind: dict(zip(("rss", "pss", "anonymous"), peak, strict=True))
+            for kind, peak in sorted(sampler.peaks.items())
+        },
         "peak_total_pss": sampler.total_pss,
         "least_available": sampler.least_available,
     }
@@ -165,14 +170,15 @@ def report(figures: dict[str, Any]) -> None:
     rows: list[Any] = []
     for phase in ("load", "serve"):
         for kind, peak in figures[phase]["peak_per_process"].items():
-            rows.append((phase, kind, f"{peak['rss'] / GIB:.2f}", f"{peak['pss'] / GIB:.2f}"))
-        rows.append((phase, "all processes together", "", f"{figures[phase]['peak_total_pss'] / GIB:.2f}"))
-        rows.append((phase, "least memory available", "", f"{figures[phase]['least_available'] / GIB:.2f}"))
+            sizes = (peak["rss"], peak["pss"], peak.get("anonymous", 0))
+            rows.append((phase, kind, *(f"{size / GIB:.2f}" for size in sizes)))
+        rows.append((phase, "all processes together", "", f"{figures[phase]['peak_total_pss'] / GIB:.2f}", ""))
+        rows.append((phase, "least memory available", "", f"{figures[phase]['least_available'] / GIB:.2f}", ""))
         rows.append(None)
     machine = f"{figures['machine_gib']:.1f} GiB"
     print_table(
         f"TPC-H SF {figures['sf']:g}: peak memory (GiB) of one process of each kind, on a machine of {machine}",
-        ["phase", "process", "peak RSS", "peak PSS"],
+        ["phase", "process", "peak RSS", "peak PSS", "peak anonymous"],
         rows,
     )
     answered = [q for q, r in figures["serve"]["queries"].items() if r["state"] == "succeeded"]

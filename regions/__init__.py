@@ -5,6 +5,7 @@ yet."""
 
 from regions.embedded import EmbeddedRegion
 from regions.launcher import LocalRegion, interrupt_on_sigterm
+from regions.memory_budgets import node_process_memory
 from regions.spark_session import machine_memory, session_factory, spark_options, spark_session, stop_all
 
 __all__ = [
@@ -12,6 +13,7 @@ __all__ = [
     "LocalRegion",
     "interrupt_on_sigterm",
     "machine_memory",
+    "node_process_memory",
     "session_factory",
     "spark_options",
     "spark_session",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -185,15 +185,17 @@ def target(spec: str, index: int = 0) -> Target:
     return DirectoryTarget(Store(spec, node=f"node-{index}"))
 
 
-@dataclass(frozen=True)
+@dataclass
 class BlockCutter:
-    """Cuts the rows of one bucket into RC-row blocks, encodes and uploads them."""
+    """Cuts the rows of one bucket into RC-row blocks, encodes and uploads them; block names are
+    numbered across all of one task's writes."""
 
     schema: TableSchema
     sizing: Sizing
     compression: str
     load_id: str
     encoding: EncodingOptions
+    written: int = field(default=0, init=False)
 
     def write(self, rows: pa.Table, bucket: int, targets: list[Target], part: str) -> dict[str, list[BlockEntry]]:
         """Upload the bucket's blocks to each target; entries per target node."""
@@ -205,9 +207,39 @@ class BlockCutter:
             stop = rows.num_rows * (i + 1) // count
             block = encode_block(rows.slice(start, stop - start), self.schema, self.encoding)
             suffix = ".arrow.zst" if self.compression == "zstd" else ".arrow"
-            name = f"{self.load_id}-{bucket:04d}-{part}-{i:06d}{suffix}"
+            name = f"{self.load_id}-{bucket:04d}-{part}-{self.written:06d}{suffix}"
+            self.written += 1
             payload, entry = serialize_block(block, name, bucket, self.compression)
             for t in targets:
                 t.put(self.schema.name, self.load_id, name, payload)
                 entries[t.node].append(entry)
         return entries
+
+
+class BlockStream:
+    """The rows of one bucket as they stream in, handed on as whole blocks: at most two blocks' rows
+    (and the batch being added) are held, whatever the bucket's size. What is left at the end (one
+    to two blocks' rows) is cut into equal blocks."""
+
+    def __init__(self, block_rows: int):
+        self.block_rows = block_rows
+        self.held = 0
+        self._batches: list[pa.RecordBatch] = []
+
+    def add(self, batch: pa.RecordBatch) -> pa.Table | None:
+        """Hold `batch`; rows whose blocks are whole (a multiple of RC) once two blocks' rows are held."""
+        self._batches.append(batch)
+        self.held += batch.num_rows
+        if self.held < 2 * self.block_rows:
+            return None
+        whole = (self.held // self.block_rows - 1) * self.block_rows
+        rows = pa.Table.from_batches(self._batches)
+        self._batches = rows.slice(whole).to_batches()
+        self.held -= whole
+        return rows.slice(0, whole)
+
+    def end(self) -> pa.Table | None:
+        """The rows still held, if any; the stream is then empty."""
+        rows = pa.Table.from_batches(self._batches) if self._batches else None
+        self._batches, self.held = [], 0
+        return rows

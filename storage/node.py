@@ -45,6 +45,7 @@ from storage.catalog import TableSchema
 from storage.errors import DiskFullError, StorageError, TableNotFoundError, VersionConflictError, VersionGoneError
 from storage.ingest import DirectoryTarget
 from storage.manifest import Sizing
+from storage.memory_budget import OUT_OF_MEMORY, private_memory_limit
 from storage.scan import BlockScan, TableCache, scan_table
 from storage.scan_protocol import (
     ARROW_STREAM,
@@ -58,7 +59,7 @@ from storage.scan_protocol import (
     ScanRequest,
     ScanRequestError,
 )
-from storage.scan_workers import ScanWorkers
+from storage.scan_workers import ScanWorkers, default_processes
 from storage.stats import summarize
 from storage.store import Store
 
@@ -129,7 +130,7 @@ class Node:
         self.threads = threads  # per scan; None: the cores shared by the scans running when it starts
         # CPU kernels: long scans spread over worker processes (default: one per core; 0: threads)
         if processes is None:
-            processes = self.cores if self.cores > 1 else 0
+            processes = default_processes()
         self.workers = ScanWorkers(processes) if processes and backend.name == "numpy" else None
         self.running = 0
         self.counters: Counter = Counter()
@@ -154,6 +155,7 @@ class Node:
                 "backend": self.backend.name,
                 "scan_processes": self.workers.processes if self.workers is not None else 0,
                 "chunks_on_processes": self.workers.chunks if self.workers is not None else 0,
+                "memory_budget": private_memory_limit(),  # bytes of each of its processes; null: none
                 "tables": self.cache.names(),
                 "scans": dict(self.counters),
             }
@@ -243,6 +245,9 @@ class Node:
             return error_response(400, e.code, str(e))
         except StorageError as e:
             return error_response(500, e.code, str(e))
+        except MemoryError:
+            message = f"planning the scan needed more memory than node {self.store.node}'s process may hold"
+            return error_response(503, OUT_OF_MEMORY, message)
         async with self._slots:
             self.running += 1
             self.counters["started"] += 1
@@ -320,8 +325,11 @@ class Node:
             trailer = {METADATA_STATS: json.dumps({**scan.stats.to_json(), "backend": self.backend.name}).encode()}
         except Exception as e:  # the stream has started: report in the trailer
             log.exception("scan of %s failed", scan.plan.table)
-            code = getattr(e, "code", "internal_error")
-            trailer = {METADATA_ERROR: json.dumps({"code": code, "message": str(e)}).encode()}
+            code, message = getattr(e, "code", "internal_error"), str(e)
+            if isinstance(e, MemoryError):
+                code = OUT_OF_MEMORY
+                message = f"the scan of {scan.plan.table} needed more memory than node {self.store.node} may hold"
+            trailer = {METADATA_ERROR: json.dumps({"code": code, "message": message}).encode()}
             outcome = "failed"
         finally:
             if scan.cancel.is_set():

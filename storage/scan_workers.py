@@ -68,8 +68,15 @@ Pieces = list[tuple[Any, int | None]]  # (record batch, hash bucket or None)
 Result = tuple[BlockEntry, Pieces, ScanStats]
 
 
+def default_processes() -> int:
+    """Scan worker processes of a node unless configured: one per core, none on one core."""
+    cores = os.cpu_count() or 1
+    return cores if cores > 1 else 0
+
+
 class ScanWorkers:
-    """A pool of `processes` worker processes shared by a node's scans, started on first use."""
+    """A pool of `processes` worker processes shared by a node's scans, started on first use. They
+    inherit the node's memory budget (`storage.memory_budget`), each held to it on its own."""
 
     def __init__(self, processes: int):
         self.processes = processes

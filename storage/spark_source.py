@@ -66,7 +66,7 @@ from gpu_kernels import to_domain
 from storage.blockfile import BlockEntry
 from storage.catalog import TableSchema
 from storage.encoding_choice import EncodingOptions
-from storage.ingest import BlockCutter, commit_all, target
+from storage.ingest import BlockCutter, BlockStream, commit_all, target
 from storage.manifest import Sizing
 from storage.node_client import NodeClient
 from storage.partitioning import buckets_of
@@ -289,25 +289,24 @@ class CxgWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> CxgCommit:
         """Rows that carry their bucket (the ingest pipeline: sorted by bucket and sort key), and rows
-        of a replicated table, are cut into blocks as they stream; rows of a hash-placed table without
-        their bucket (a plain ``df.write``) are bucketed here, kept per bucket, sorted by the sort key
-        and written when the task's input ends."""
+        of a replicated table, are cut into blocks as they stream, holding at most two blocks' rows
+        (`BlockStream`); rows of a hash-placed table without their bucket (a plain ``df.write``) are
+        bucketed here, kept per bucket, sorted by the sort key and written when the task's input ends."""
         targets = {t.node: t for t in self._targets()}
         cutter = BlockCutter(self.schema, self.sizing, self.compression, self.load_id, self.encoding)
         part = uuid.uuid4().hex[:8]
         placement = self.schema.placement
         entries: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        streaming: list[pa.RecordBatch] = []
+        stream = BlockStream(self.sizing.block_rows)
         current: int | None = None
         unbucketed: dict[int, list[pa.RecordBatch]] = defaultdict(list)
 
-        def flush(bucket: int | None, batches: list[pa.RecordBatch], sort: bool = False) -> None:
-            if not batches:
+        def flush(bucket: int | None, rows: pa.Table | None, sort: bool = False) -> None:
+            if rows is None or bucket is None:
                 return
             owners = (
                 [targets[n] for n in placement.holders(bucket)] if placement.kind == "hash" else list(targets.values())
             )
-            rows = pa.Table.from_batches(batches)
             if sort and self.schema.sort_key:
                 rows = rows.sort_by([(k, "ascending") for k in self.schema.sort_key])
             for node, written in cutter.write(rows, bucket, owners, part).items():
@@ -329,13 +328,12 @@ class CxgWriter(DataSourceArrowWriter):
             for start, stop in _runs(buckets):
                 bucket = buckets[start].as_py()
                 if bucket != current:
-                    flush(current, streaming)
-                    streaming = []
+                    flush(current, stream.end())
                     current = bucket
-                streaming.append(batch.slice(start, stop - start))
-        flush(current, streaming)
+                flush(bucket, stream.add(batch.slice(start, stop - start)))
+        flush(current, stream.end())
         for bucket, batches in sorted(unbucketed.items()):
-            flush(bucket, batches, sort=True)
+            flush(bucket, pa.Table.from_batches(batches), sort=True)
         return CxgCommit(dict(entries))
 
     def commit(self, messages: list[CxgCommit]) -> None:

@@ -11,11 +11,13 @@ for the whole module; each test leaves it whole again. The faults themselves are
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -23,6 +25,9 @@ import pytest
 from gateway import Client, GatewayError
 from loadtests import faults
 from loadtests.faults import NODE_QUERIES, QUERIES, FaultRegion, Report, ask, judge, wait_until
+from regions import machine_memory, node_process_memory
+from regions.memory_budgets import JVM_OVERHEAD, SMALLEST, SYSTEM_SHARE, jvm_bytes
+from regions.spark_session import driver_memory
 from storage import Placement, TableSchema, load_table, read_parquet, tpch
 
 
@@ -60,6 +65,27 @@ def test_the_region_answers_right_before_any_fault(live: FaultRegion, expected) 
 
 
 @pytest.mark.parametrize("seed", [1, 2])
+def test_every_node_process_and_scan_worker_holds_the_region_budget(live: FaultRegion) -> None:
+    """`cxg up` derives one budget per node process from the machine and every node applies it to
+    itself and, by inheritance, to its scan workers; the budgets and Spark's heap fit the machine."""
+    config = live.region.config
+    budget = node_process_memory(config, nodes=2)
+    assert budget is not None
+    processes = 0
+    for role in (r for r in live.region.roles if r.name.startswith("node-")):
+        node = Client(f"http://127.0.0.1:{role.port}", timeout=5).get("/v1/node")
+        assert node["memory_budget"] == budget
+        family = [live.pid(role.name), *faults.descendants(live.pid(role.name))]
+        assert len(family) >= 1 + node["scan_processes"]  # the node, its fork server and workers
+        for pid in family:
+            assert resource.prlimit(pid, resource.RLIMIT_DATA)[0] == budget, faults.command(pid)
+            status = Path(f"/proc/{pid}/status").read_text()
+            assert int(status.split("VmData:")[1].split()[0]) * 1024 < budget / 2, "room left: no 1 GiB reservation"
+        processes += 1 + node["scan_processes"]
+    spark = jvm_bytes(driver_memory(config.spark.driver_memory)) * JVM_OVERHEAD
+    assert budget * processes + spark <= machine_memory() * (1 - SYSTEM_SHARE) or budget == SMALLEST
+
+
 def test_a_killed_node_gives_right_answers_or_retryable_errors_never_part_of_a_table(
     live: FaultRegion, expected, seed: int
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from pathlib import Path
 
 import pyarrow as pa
@@ -100,6 +101,30 @@ def test_spark_ingest_lays_out_blocks_like_the_local_loader(spark, tmp_path: Pat
             dates = block.decode(["o_orderdate"]).column(0).to_pylist()
             assert dates == sorted(dates), "rows of a bucket are sorted by the sort key"
     assert sizing.block_rows == local_stores[0].table("orders").manifest.sizing.block_rows
+
+
+def test_spark_ingest_streams_each_bucket_in_whole_blocks(spark, tmp_path: Path, tpch_files) -> None:
+    """Small blocks, so that every bucket streams through several: all but a bucket's last two
+    blocks are whole (RC rows), the bucket stays in sort-key order across them, no row is lost."""
+    source = Source("parquet", (str(tpch_files["orders"]),))
+    schema = schema_for("orders", source.arrow_schema())
+    stores = [Store(tmp_path / f"n{i}", node=f"node-{i}") for i in range(2)]
+    options = LoadOptions(block_budget=16 * 1024)
+    rc = spark_load(spark, source.spark(spark), schema, [str(s.root) for s in stores], options).block_rows
+    buckets: dict[int, list[tuple[str, int, list]]] = defaultdict(list)
+    for store in stores:
+        for entry, block in store.table("orders").iter_blocks():
+            keys = block.decode(["o_orderdate"]).column(0).to_pylist()
+            buckets[entry.bucket].append((entry.file, entry.rows, keys))
+    assert len(buckets) == schema.placement.buckets
+    assert min(sum(rows for _, rows, _ in blocks) for blocks in buckets.values()) > 4 * rc
+    for blocks in buckets.values():
+        blocks.sort()
+        assert all(rows == rc for _, rows, _ in blocks[:-2]), "whole blocks while the bucket streams"
+        assert all(0 < rows <= rc for _, rows, _ in blocks[-2:])
+        dates = [d for _, _, keys in blocks for d in keys]
+        assert dates == sorted(dates), "a bucket's rows in sort-key order across its blocks"
+    assert sum(s.table("orders").rows for s in stores) == source.read().num_rows
 
 
 def test_spark_ingest_into_running_nodes_over_http(spark, tmp_path: Path, tpch_files) -> None:

@@ -15,12 +15,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpu_kernels import to_domain
 from storage import CorruptBlockError, LoadOptions, Placement, SchemaError, Store, TableSchema, load_table
 from storage.block import record_size
 from storage.errors import DiskFullError, StorageError, VersionGoneError
-from storage.ingest import DirectoryTarget
+from storage.ingest import BlockStream, DirectoryTarget
 from storage.partitioning import buckets_of
 from storage.store import ORPHAN_AGE_S
 
@@ -297,3 +299,27 @@ def test_a_full_disk_fails_the_load_naming_the_table_and_keeps_the_served_versio
     assert by_key(store.table("sales").to_arrow()).equals(by_key(first)), "the served version is intact"
     assert store.versions("sales") == [1]
     assert sorted(p.name for p in (small_disk / "sales").iterdir()) == files_before, "no part of the load is left"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    block_rows=st.integers(1, 40),
+    batches=st.lists(st.integers(0, 90), max_size=30),
+)
+def test_a_streamed_bucket_holds_under_two_blocks_and_hands_on_whole_ones(block_rows: int, batches: list[int]) -> None:
+    stream = BlockStream(block_rows)
+    given_on, start = [], 0
+    for size in batches:
+        rows = stream.add(pa.record_batch({"n": pa.array(range(start, start + size), pa.int64())}))
+        start += size
+        if rows is not None:
+            assert rows.num_rows % block_rows == 0, "only whole blocks before the end"
+            given_on.append(rows)
+        assert stream.held < 2 * block_rows, "under two blocks' rows held between batches"
+    rest = stream.end()
+    assert stream.held == 0 and stream.end() is None
+    if rest is not None:
+        assert 0 < rest.num_rows < 2 * block_rows
+        given_on.append(rest)
+    numbers = [n for t in given_on for n in t.column("n").to_pylist()]
+    assert numbers == list(range(start)), "every row once, in order"

@@ -18,6 +18,7 @@ from gateway.sql.errors import (
     ExecutionError,
     InvalidQuery,
     NodeUnavailable,
+    OutOfMemory,
     QueryCancelled,
     SparkUnavailable,
     SqlError,
@@ -27,7 +28,7 @@ from gateway.sql.parse import CheckedQuery, prepare
 from gateway.sql.plan import Plan
 from gateway.sql.run import run_on_spark, staged_plan
 from gateway.sql.staged import Staged
-from storage import NodeError, StorageError
+from storage import OUT_OF_MEMORY, NodeError, StorageError
 
 
 @dataclass
@@ -166,6 +167,8 @@ def _execution_error(error: Exception) -> SqlError:
         return InvalidQuery(str(error))
     if isinstance(error, NodeError) and error.code in NODE_GONE:
         return NodeUnavailable(f"{error}; retry shortly")
+    if isinstance(error, NodeError) and error.code == OUT_OF_MEMORY:
+        return OutOfMemory(str(error))
     if isinstance(error, StorageError):
         return ExecutionError(f"{error.code}: {error}")
     if _spark_gone(error):

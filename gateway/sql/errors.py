@@ -99,3 +99,12 @@ class SparkUnavailable(Unavailable):
     """The region's Spark is down or restarting; join queries fail until it is back."""
 
     code = "spark_unavailable"
+
+
+class OutOfMemory(SqlError):
+    """A node's process went past its memory budget running the query's scans (`storage.process_memory`):
+    the query needs more than a node process may hold; the node and the other queries go on."""
+
+    status = 503
+    code = "out_of_memory"
+    sqlstate = "53200"

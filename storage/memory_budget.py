@@ -1,0 +1,34 @@
+"""A process's memory budget: the most private memory (heap, results) it may hold.
+
+The limit is RLIMIT_DATA, which counts a process's private writable mappings and not the block
+files it maps read-only, so the decoded blocks a node and its scan workers share through the page
+cache are outside every budget. Past the limit an allocation fails with MemoryError: the scan that
+asked fails with `out_of_memory`, and the machine never runs out, which would have the kernel's
+OOM killer stop some process of the region, whichever holds most.
+"""
+
+from __future__ import annotations
+
+import resource
+
+OUT_OF_MEMORY = "out_of_memory"  # the code a scan that went past its process's budget fails with
+# RLIMIT_DATA counts address space reserved, not only used: Arrow's allocator (mimalloc) reserves
+# 1 GiB at its first allocation unless told to reserve less. This must be in a process's
+# environment before pyarrow loads (`cxg` puts it there first thing, and its children inherit it).
+ALLOCATOR_ENVIRONMENT = {"MIMALLOC_ARENA_RESERVE": "64MiB"}
+
+
+def limit_private_memory(budget: int | None) -> None:
+    """Hold this process (and what it starts) to `budget` bytes of private memory; None: no limit."""
+    if budget is None:
+        return
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if hard != resource.RLIM_INFINITY:
+        budget = min(budget, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (budget, hard))
+
+
+def private_memory_limit() -> int | None:
+    """This process's budget, None when it has none."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_DATA)
+    return None if soft == resource.RLIM_INFINITY else soft
