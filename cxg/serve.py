@@ -22,7 +22,7 @@ from cxg.client_commands import show_status
 from cxg.console import console
 from gateway import Client, Config, ConfigError, Gateway, SparkFactory
 from gpu_kernels import get_backend
-from regions import LocalRegion, interrupt_on_sigterm, node_process_memory, session_factory
+from regions import NODE_SHARES, LocalRegion, interrupt_on_sigterm, node_memory_budget, session_factory
 from storage import Node, Store, limit_private_memory
 
 log = logging.getLogger("cxg.gateway")
@@ -85,14 +85,14 @@ def cmd_node(args: argparse.Namespace, config: Config) -> int:
     journal = Journal(config.gateway.log_dir or None, "node", args.name)
     url = f"http://{args.host}:{args.port}"
     if args.memory is not None:
-        config.storage.process_memory = args.memory
-    budget = node_process_memory(config, nodes=1, with_spark=False)  # alone: `cxg up` says what it shares
-    limit_private_memory(budget)  # before any scan worker starts: they inherit it
+        config.storage.node_memory = args.memory
+    budget = node_memory_budget(config, nodes=1, with_spark=False)  # alone: `cxg up` says what it shares
+    limit_private_memory(budget)
     if kind == "native":
         store = Store(args.data or config.storage.data[0], node=args.name)
-        node = Node(
-            store, get_backend(args.backend or config.storage.backend), args.scan_slots, args.threads, args.processes
-        )
+        backend = get_backend(args.backend or config.storage.backend)
+        worker_memory = budget // NODE_SHARES if budget else None
+        node = Node(store, backend, args.scan_slots, args.threads, args.processes, worker_memory)
         server = NodeServer(args.name, NativeBackend(store), slots, url, journal)
         node.on_commit.append(server.announce)
         app = node.app()
@@ -112,7 +112,7 @@ def cmd_node(args: argparse.Namespace, config: Config) -> int:
         raise ConfigError(f"--kind must be native, mysql or simulation, not {kind!r}")
     app.router.add_get("/v1/cluster", server.status_page)
     upstream = _upstream(args, config)
-    held = f"{budget / 2**30:.2f} GiB per process" if budget else "no memory budget"
+    held = f"{budget / 2**30:.2f} GiB of memory" if budget else "no memory budget"
     print(f"node {args.name}: {kind}, {slots} slots + 1, {held}, {url}, upstream {upstream} ({detail})", flush=True)
     token = config.gateway.cluster_token or None
     asyncio.run(serve(app, args.host, args.port, lambda stop: server.run(upstream, token, stop)))
@@ -206,7 +206,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--memory",
         metavar="SIZE",
-        help="private memory each process of the node may hold: a size, auto or none (default storage.process_memory)",
+        help="private memory the node process may hold (its scan workers: a third each): a size, auto or none "
+        "(default storage.node_memory)",
     )
     p.add_argument("--mysql-url", metavar="URL", help="mysql: the database (default region.mysql_url)")
     p.add_argument("--time-scale", type=float, help="simulation: real seconds per simulated second")

@@ -51,9 +51,9 @@ class StorageConfig:
     zstd_strings: bool = True  # keep free-text strings zstd-compressed in memory
     backend: str = "auto"  # scan kernels: auto (CuPy when a CUDA device is present), numpy or cupy
     ingest: str = "spark"  # cxg load: spark (the ingest pipeline) or local (in this process)
-    # private memory each node process and scan worker may hold: auto (the machine's, less Spark's
-    # driver and the system's share, split over the region's node processes), a size, or none
-    process_memory: str = "auto"
+    # private memory a node process may hold (each of its scan workers: a third): auto (the machine's,
+    # less Spark's driver and the system's share, split over the region's nodes), a size, or none
+    node_memory: str = "auto"
 
 
 @dataclass

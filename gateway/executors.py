@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -56,6 +57,22 @@ class Prepared:
             self.catalog.close()
 
 
+async def prepared_off_loop(pool: ThreadPoolExecutor | None, prepare: Callable[..., Prepared], *args: Any) -> Prepared:
+    """`prepare(*args)` on a thread of `pool`. When the task awaiting it is cancelled (its client
+    went away, its time ran out), the query it prepares is closed once ready, its versions released."""
+    future = asyncio.get_running_loop().run_in_executor(pool, prepare, *args)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        future.add_done_callback(_close_prepared)
+        raise
+
+
+def _close_prepared(future: asyncio.Future) -> None:
+    if not future.cancelled() and future.exception() is None:
+        future.result().close()
+
+
 class Executor(Protocol):
     """What the gateway asks of a region's way of running queries."""
 
@@ -88,6 +105,7 @@ class NativeExecutor:
         self.balancer = balancer
         self.engine = Engine({}, settings, spark)
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="query")
+        self._reviving = threading.Lock()
 
     def nodes_changed(self, nodes: list[NodeInfo]) -> None:
         urls = {n.name: n.url for n in nodes if n.url}
@@ -117,8 +135,18 @@ class NativeExecutor:
         if unavailable:
             problems["unavailable_tables"] = unavailable
         if self.engine.spark_state() == "down":
-            problems["spark"] = "down: the next join query starts a new session"
+            problems["spark"] = "down: a new session is starting"
+            if self._reviving.acquire(blocking=False):  # one at a time; a probe need not wait for a query
+                self.pool.submit(self._revive_spark)
         return problems
+
+    def _revive_spark(self) -> None:
+        try:
+            self.engine.spark  # noqa: B018 (the factory replaces a session whose JVM died)
+        except Exception as e:
+            log.warning("starting a new Spark session failed: %s", e)
+        finally:
+            self._reviving.release()
 
     def prepare(self, sql: str, params: dict[str, Any], tag: str) -> Prepared:
         """Check the query against one snapshot of the catalog, which it then runs on: every table
@@ -154,7 +182,6 @@ class NativeExecutor:
         """Run the query; once more, on what is served then, if a node it read went away (its
         replicated tables are read on another node; a hash-placed table missing a bucket then
         fails with `table_unavailable`)."""
-        loop = asyncio.get_running_loop()
         attempt, retries = prepared, 0
         try:
             while True:
@@ -167,7 +194,7 @@ class NativeExecutor:
                 retries += 1
                 await asyncio.sleep(RETRY_PAUSE_S)
                 attempt.close()
-                attempt = await loop.run_in_executor(self.pool, self._prepare_again, prepared)
+                attempt = await prepared_off_loop(self.pool, self._prepare_again, prepared)
         finally:
             attempt.close()
 

@@ -15,7 +15,7 @@ from balancer import RegionBalancer
 from gateway import results
 from gateway.config import GatewayConfig, TokenConfig
 from gateway.errors import ApiError, timeout
-from gateway.executors import Executor, Prepared
+from gateway.executors import Executor, Prepared, prepared_off_loop
 from gateway.metrics import Metrics
 from gateway.statements import CANCELLED, FAILED, RUNNING, SUCCEEDED, Statement, Statements
 
@@ -47,8 +47,7 @@ class StatementLifecycle:
         prepared: Prepared | None = None
         try:
             if self.executor.blocking_prepare:
-                loop = asyncio.get_running_loop()
-                prepared = await loop.run_in_executor(None, self.executor.prepare, sql, params, tag)
+                prepared = await prepared_off_loop(None, self.executor.prepare, sql, params, tag)
             else:
                 prepared = self.executor.prepare(sql, params, tag)
             if not prepared.local:

@@ -6,6 +6,7 @@ cancelled. A finished statement keeps its (limited) result for `result_ttl` seco
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -18,6 +19,9 @@ from gateway.errors import ApiError
 
 QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = "queued", "running", "succeeded", "failed", "cancelled"
 FINISHED = (SUCCEEDED, FAILED, CANCELLED)
+
+
+_ID = re.compile(r"[0-9a-f]+-[0-9]+")  # "<run>-<number>"
 
 
 def new_run() -> str:
@@ -134,15 +138,14 @@ class Statements:
         """The statement of an API id; None when unknown or expired. StatementOfEarlierRun when
         the id was given by this gateway before it restarted."""
         self.expire()
-        run, _, number = key.rpartition("-")
-        if run and run != self.run:
+        if not _ID.fullmatch(key):
+            return None  # no id this gateway gives, now or before
+        run, _, number = key.partition("-")
+        if run != self.run:
             raise StatementOfEarlierRun(
                 f"statement {key} was accepted before the gateway restarted and is lost: submit the query again"
             )
-        try:
-            return self._items.get(int(number))
-        except ValueError:
-            return None
+        return self._items.get(int(number))
 
     def active(self, owner: str | None = None) -> int:
         """Queued and running statements (of one token)."""

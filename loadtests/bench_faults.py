@@ -28,6 +28,7 @@ FAULTS = {
     "spark": lambda region, expected, files: faults.kill_spark(region, expected),
     "gateway": lambda region, expected, files: faults.kill_gateway(region, expected),
     "load": lambda region, expected, files: faults.kill_load(region, expected),
+    "disk-full": lambda region, expected, files: faults.fill_disk(region, expected, files),
     "reload": lambda region, expected, files: faults.reload_under_load(region, expected, files),
 }
 

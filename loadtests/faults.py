@@ -116,9 +116,15 @@ class Tally:
 
 
 def clients(
-    url: str, expected: dict, names: tuple[str, ...], until: Callable[[], bool], seed: int, count: int = 3
+    url: str,
+    expected: dict,
+    names: tuple[str, ...],
+    until: Callable[[], bool],
+    seed: int,
+    count: int = 3,
+    queries: dict[str, str] = QUERIES,
 ) -> Tally:
-    """`count` clients sending the queries `names` in a seeded random order until `until()`."""
+    """`count` clients sending the `queries` named `names` in a seeded random order until `until()`."""
     tally = Tally()
     lock = threading.Lock()
 
@@ -126,7 +132,7 @@ def clients(
         rng = random.Random(seed * 100 + k)
         while not until():
             name = rng.choice(names)
-            answer = ask(url, QUERIES[name])
+            answer = ask(url, queries[name])
             with lock:
                 tally.add(name, *answer, expected)
             if answer[0] == 0:
@@ -417,6 +423,53 @@ def kill_load(region: FaultRegion, expected: dict, scale_factor: float = 0.05) -
         _recovered(region, expected, NODE_QUERIES),
         [f"killed while uploading: {process.returncode == -signal.SIGKILL}", f"table versions unchanged: {unchanged}"],
     )
+
+
+def fill_disk(region: FaultRegion, expected: dict, files: dict[str, Path], size: str = "1m") -> Report:
+    """A load that fills its disk, under queries: table `filled` lives on a file system of `size` on
+    each node (tmpfs, mounted for it; skipped where mounting is not allowed); its first version (25
+    rows) fits, then `cxg load parquet` (Spark ingest) replaces it with lineitem, which does not."""
+    dirs = [s.table_dir("filled") for s in region.stores]
+    mounted: list[Path] = []
+    try:
+        for directory in dirs:
+            directory.mkdir(parents=True)
+            if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)]).returncode:
+                return Report("a disk full during a load: skipped (mounting needs root)", Tally(), Tally())
+            mounted.append(directory)
+        load = [sys.executable, "-m", "cxg", *region.load_options(), "load", "parquet", "filled", "--mode", "replace"]
+        load += ["--placement", "replicated"]
+        subprocess.run([*load, str(files["nation"])], check=True, capture_output=True)
+        queries = {**QUERIES, "filled": "SELECT count(*) AS n FROM filled"}
+        expected = {**expected, "filled": [(25,)]}
+        wait_until(lambda: ask(region.url, queries["filled"])[0] == 200, 10, "the first version is served")
+        before = _files(dirs)
+        process = subprocess.Popen([*load, str(files["lineitem"])], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        names = ("filled", *NODE_QUERIES)
+        during = clients(region.url, expected, names, lambda: process.poll() is not None, seed=17, queries=queries)
+        output = process.communicate()[0].decode(errors="replace")
+        after = clients(region.url, expected, names, for_seconds(1.0), seed=18, queries=queries)
+        left = _files(dirs) - before
+        said = next((line.strip() for line in output.splitlines() if "no space left" in line), output.strip()[-200:])
+        notes = [f"the load exited {process.returncode}: {said}", f"files of it left on the nodes: {sorted(left)}"]
+        return Report("a disk full during a load (Spark ingest)", during, after, notes)
+    finally:
+        for directory in mounted:
+            subprocess.run(["umount", "-l", str(directory)], check=False)
+        for directory in dirs:
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+
+
+def _files(dirs: list[Path]) -> set[str]:
+    """The files of tables' directories but the decoded copies the nodes make as they read and the
+    empty marks an aborted load leaves (`storage.ingest`; removed with leftovers an hour later)."""
+    return {
+        str(p)
+        for d in dirs
+        for p in d.rglob("*")
+        if p.is_file() and "decoded" not in p.parts and not (p.suffix == ".aborted" and not p.stat().st_size)
+    }
 
 
 VERSIONED = "SELECT count(*), sum(v) FROM versioned"

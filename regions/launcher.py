@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gateway import Client, Config, ConfigError, GatewayError, free_port
-from regions.memory_budgets import node_process_memory
+from regions.memory_budgets import node_memory_budget
 
 
 def interrupt_on_sigterm() -> None:
@@ -86,7 +86,7 @@ class LocalRegion:
                 port = next(ports)
                 roles.append(Role(f"router-{r}", ["router", "--name", f"router-{r}", "--port", str(port)], port))
             upstreams = [f"http://{g.host}:{roles[1 + i // group].port}" for i in range(len(names))]
-        budget = node_process_memory(self.config, len(names))
+        budget = node_memory_budget(self.config, len(names))
         for i, name in enumerate(names):
             port = next(ports)
             args = ["node", "--kind", region.backend, "--name", name, "--port", str(port), "--upstream", upstreams[i]]

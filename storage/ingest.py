@@ -8,8 +8,10 @@ replicated table). Nothing is visible until `commit` swaps the table's manifest 
 
 from __future__ import annotations
 
+import logging
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from storage.manifest import Sizing
 from storage.node_client import NodeClient, NodeError
 from storage.store import LOAD_ID, Store
 
+log = logging.getLogger("cxg.ingest")
 BLOCK_FILE = re.compile(r"[0-9a-f]{8,32}-\d{4}-[0-9a-z]+-\d{6}\.arrow(\.zst)?")
 
 
@@ -54,7 +57,8 @@ class Target(ABC):
         its version number."""
 
     @abstractmethod
-    def abort(self, table: str, load_id: str) -> None: ...
+    def abort(self, table: str, load_id: str) -> None:
+        """Remove what load `load_id` uploaded; if it committed here, undo that first."""
 
 
 class DirectoryTarget(Target):
@@ -104,6 +108,8 @@ class DirectoryTarget(Target):
             raise StorageError(f"invalid load id {load_id!r}")
         directory = self.store.table_dir(table)
         directory.mkdir(parents=True, exist_ok=True)
+        if self.store.exists(table):
+            self.store.revert(table, load_id)  # committed here already: the previous version is back
         _aborted(directory, load_id).touch()  # first the mark, then the files: see `_aborted`
         for path in directory.glob(f"{load_id}-*"):
             path.unlink(missing_ok=True)
@@ -171,11 +177,33 @@ def commit_all(
 ) -> int:
     """Commit a load on each of its nodes under one version number, one past the newest any of them
     has: a gateway shows the new version only once every node holding the table has it, and until
-    then reads the previous one, which the nodes that committed first keep."""
-    version = 1 + max((t.version(schema.name) for t in targets), default=0)
-    for t in targets:
-        t.commit(schema, sizing, compression, mode, load_id, entries.get(t.node, []), version)
+    then reads the previous one, which the nodes that committed first keep. When a node's commit
+    fails (another load committed first, a full disk, a node gone), the load is aborted on every
+    node, undoing the commits made: no node is left a version ahead of the others."""
+    version = next_version(targets, schema.name)
+    try:
+        for t in targets:
+            t.commit(schema, sizing, compression, mode, load_id, entries.get(t.node, []), version)
+    except BaseException:
+        abort_all(targets, schema.name, load_id)
+        raise
     return version
+
+
+def next_version(targets: Iterable[Target], table: str) -> int:
+    """The version a load commits on all its nodes: one past the newest any of them has, so that one
+    number names the same load on every node."""
+    return 1 + max((t.version(table) for t in targets), default=0)
+
+
+def abort_all(targets: Iterable[Target], table: str, load_id: str) -> None:
+    """Abort a load on every node it reached that can be reached (a node that cannot keeps the
+    load's files until its leftovers are collected, and reverts nothing it never committed)."""
+    for t in targets:
+        try:
+            t.abort(table, load_id)
+        except (StorageError, OSError) as e:
+            log.warning("aborting load %s of table %s on node %s failed: %s", load_id, table, t.node, e)
 
 
 def target(spec: str, index: int = 0) -> Target:

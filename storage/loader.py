@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Iterable, Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
@@ -23,6 +24,7 @@ from storage.block import block_rows, conform, encode_block, record_size
 from storage.catalog import TableSchema
 from storage.encoding_choice import EncodingOptions
 from storage.errors import SchemaError
+from storage.ingest import DirectoryTarget, abort_all, next_version
 from storage.manifest import Manifest, Sizing
 from storage.partitioning import buckets_of
 from storage.store import Store
@@ -99,12 +101,6 @@ def block_slices(buckets: np.ndarray, rows_per_block: int) -> list[tuple[int, in
     return slices
 
 
-def next_version(stores: Iterable[Store], table: str) -> int:
-    """The version a load commits on all its nodes: one past the newest any of them has, so that
-    one version number names the same load on every node."""
-    return 1 + max((s.versions(table)[-1] if s.exists(table) else 0 for s in stores), default=0)
-
-
 def load_table(
     stores: Sequence[Store],
     schema: TableSchema,
@@ -126,8 +122,9 @@ def load_table(
     record_bytes = record_size(table, schema)
     sizing = Sizing(options.block_budget, record_bytes, block_rows(options.block_budget, record_bytes))
     order, buckets = plan_layout(table, schema)
-    owners = {s.node: s for s in stores}
-    writers = {s.node: s.writer(schema, sizing, options.compression, options.mode) for s in stores}
+    owners = {s.node: DirectoryTarget(s) for s in stores}
+    load_id = uuid.uuid4().hex[:12]
+    writers = {s.node: s.writer(schema, sizing, options.compression, options.mode, load_id) for s in stores}
 
     def targets(bucket: int) -> list[str]:
         if schema.placement.kind == "hash":
@@ -149,7 +146,5 @@ def load_table(
         version = next_version(owners.values(), schema.name)
         return [writers[node].commit(version) for node in owners]
     except BaseException:
-        for writer in writers.values():
-            if not writer.finished:
-                writer.abort()
+        abort_all(owners.values(), schema.name, load_id)  # the nodes that committed go back
         raise

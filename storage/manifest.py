@@ -39,6 +39,7 @@ class Manifest:
     sizing: Sizing
     blocks: list[BlockEntry] = field(default_factory=list)
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    load: str = ""  # the load that committed this version (undone by aborting that load)
 
     @property
     def rows(self) -> int:
@@ -50,6 +51,7 @@ class Manifest:
             "table": self.table.to_json(),
             "version": self.version,
             "created": self.created,
+            "load": self.load,
             "sizing": vars(self.sizing),
             "blocks": [b.to_json() for b in self.blocks],
         }
@@ -64,6 +66,7 @@ class Manifest:
             sizing=Sizing(**data["sizing"]),
             blocks=[BlockEntry.from_json(b) for b in data["blocks"]],
             created=data["created"],
+            load=data.get("load", ""),
         )
 
 

@@ -12,10 +12,18 @@ from __future__ import annotations
 import resource
 
 OUT_OF_MEMORY = "out_of_memory"  # the code a scan that went past its process's budget fails with
-# RLIMIT_DATA counts address space reserved, not only used: Arrow's allocator (mimalloc) reserves
-# 1 GiB at its first allocation unless told to reserve less. This must be in a process's
-# environment before pyarrow loads (`cxg` puts it there first thing, and its children inherit it).
-ALLOCATOR_ENVIRONMENT = {"MIMALLOC_ARENA_RESERVE": "64MiB"}
+# RLIMIT_DATA counts address space reserved, not only used. Arrow's default allocator (mimalloc)
+# reserves 1 GiB at its first allocation and keeps growing arenas mapped once their memory is
+# freed (a node at SF 10 held 3.4 GiB of address space for 1.3 GiB resident), so Arrow allocates
+# with glibc's malloc; and glibc keeps what is freed in per-thread arenas once its mmap threshold has
+# grown, so the threshold is fixed at 1 MiB (large arrays go back to the system when freed) and two
+# arenas bound the rest: on a scan-like mix of threads, a quarter of the address space and a ninth
+# of the resident memory. It must be in a process's environment when it starts (glibc) or before
+# pyarrow allocates (Arrow): `cxg` puts it there first thing, for itself and what it starts.
+ALLOCATOR_ENVIRONMENT = {
+    "ARROW_DEFAULT_MEMORY_POOL": "system",
+    "GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.mmap_threshold=1048576",
+}
 
 
 def limit_private_memory(budget: int | None) -> None:

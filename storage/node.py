@@ -121,6 +121,7 @@ class Node:
         slots: int | None = None,
         threads: int | None = None,
         processes: int | None = None,
+        worker_memory: int | None = None,
     ):
         self.store = store
         self.cache = TableCache(store)
@@ -131,7 +132,7 @@ class Node:
         # CPU kernels: long scans spread over worker processes (default: one per core; 0: threads)
         if processes is None:
             processes = default_processes()
-        self.workers = ScanWorkers(processes) if processes and backend.name == "numpy" else None
+        self.workers = ScanWorkers(processes, worker_memory) if processes and backend.name == "numpy" else None
         self.running = 0
         self.counters: Counter = Counter()
         self._slots = asyncio.Semaphore(self.slots)
@@ -155,17 +156,23 @@ class Node:
                 "backend": self.backend.name,
                 "scan_processes": self.workers.processes if self.workers is not None else 0,
                 "chunks_on_processes": self.workers.chunks if self.workers is not None else 0,
-                "memory_budget": private_memory_limit(),  # bytes of each of its processes; null: none
+                "memory_budget": private_memory_limit(),  # bytes this process may hold; null: no limit
+                "worker_memory_budget": self.workers.memory if self.workers is not None else None,
                 "tables": self.cache.names(),
                 "scans": dict(self.counters),
             }
         )
 
     async def tables(self, request: web.Request) -> web.Response:
+        rows = await asyncio.get_running_loop().run_in_executor(None, self._tables)  # manifests: off the loop
+        return web.json_response({"tables": rows})
+
+    def _tables(self) -> list[dict]:
         rows = []
         for name in self.cache.names():
             try:
-                s = summarize(self.store.table(name))
+                table = self.store.table(name)
+                s = summarize(table)
                 versions = self.store.versions(name)
             except TableNotFoundError:  # dropped meanwhile
                 continue
@@ -179,15 +186,16 @@ class Node:
                     "disk_bytes": s.disk_bytes,
                     "version": s.version,
                     "versions": versions,
+                    "load": table.manifest.load,  # the load that committed the current version
                 }
             )
-        return web.json_response({"tables": rows})
+        return rows
 
     async def table(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         try:
             version = _version(request.query.get("version"))
-            table = self.store.table(name, version)
+            table = await asyncio.get_running_loop().run_in_executor(None, self.store.table, name, version)
         except TableNotFoundError as e:
             return error_response(404, e.code, str(e))
         except VersionGoneError as e:
@@ -221,13 +229,22 @@ class Node:
         name = request.match_info["name"]
         try:
             version = _version(request.match_info["version"])
-            released = await asyncio.get_running_loop().run_in_executor(None, self.store.release, name, version)
-            self.cache.forget(name)
+            released = await asyncio.get_running_loop().run_in_executor(None, self._release, name, version)
         except TableNotFoundError as e:
             return error_response(404, e.code, str(e))
         except StorageError as e:
             return error_response(400, e.code, str(e))
         return web.json_response({"table": name, "version": version, "released": released})
+
+    def _release(self, name: str, version: int) -> bool:
+        """Worker thread (the cache's lock may be held while a new version is mapped)."""
+        released = self.store.release(name, version)
+        self.cache.forget(name)
+        return released
+
+    def _expire(self, name: str) -> None:
+        self.store.expire(name)
+        self.cache.forget(name)
 
     async def scan(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -421,8 +438,7 @@ class Node:
                 await asyncio.sleep(EXPIRE_EVERY_S)
                 for name in self.store.tables():
                     try:
-                        await loop.run_in_executor(None, self.store.expire, name)
-                        self.cache.forget(name)
+                        await loop.run_in_executor(None, self._expire, name)
                     except StorageError:
                         log.exception("expiring old versions of %s failed", name)
 

@@ -47,6 +47,7 @@ from gpu_kernels import BlockTask, EncodedBlock, NumpyBackend, ScanStats, run_bl
 from gpu_kernels import expr as E
 from gpu_kernels.expr import Expr
 from storage.blockfile import BlockEntry, map_block
+from storage.memory_budget import limit_private_memory
 
 log = logging.getLogger("cxg.node")
 SPREAD_AFTER_S = 0.005  # a scan still running after this long may send its remaining blocks to the workers
@@ -75,11 +76,12 @@ def default_processes() -> int:
 
 
 class ScanWorkers:
-    """A pool of `processes` worker processes shared by a node's scans, started on first use. They
-    inherit the node's memory budget (`storage.memory_budget`), each held to it on its own."""
+    """A pool of `processes` worker processes shared by a node's scans, started on first use, each
+    held to `memory` bytes of its own (`storage.memory_budget`; None: the node's budget)."""
 
-    def __init__(self, processes: int):
+    def __init__(self, processes: int, memory: int | None = None):
         self.processes = processes
+        self.memory = memory
         self.shared_bytes = SHARED_BYTES
         self.chunks = 0  # chunks run by the workers
         self._pool: ProcessPoolExecutor | None = None
@@ -89,7 +91,9 @@ class ScanWorkers:
         with self._lock:
             if self._pool is None:
                 context = multiprocessing.get_context("forkserver")
-                self._pool = ProcessPoolExecutor(self.processes, mp_context=context, initializer=_die_with_parent)
+                self._pool = ProcessPoolExecutor(
+                    self.processes, mp_context=context, initializer=_start_worker, initargs=(self.memory,)
+                )
             return self._pool
 
     def start(self) -> list[int]:
@@ -229,14 +233,15 @@ def _started(pause: float) -> int:
     return os.getpid()
 
 
-def _die_with_parent() -> None:
-    """A worker's first act: ask the kernel to kill it when its parent exits. Its parent is the
-    pool's fork server, which exits when the node does, however the node died (SIGKILL included),
-    so no worker outlives its node holding memory."""
+def _start_worker(memory: int | None) -> None:
+    """A worker's first acts: ask the kernel to kill it when its parent exits (the pool's fork
+    server, which exits when the node does, however the node died, SIGKILL included, so no worker
+    outlives its node holding memory); then take its memory budget."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() == 1:  # the parent went before the request was made
             os._exit(0)
+    limit_private_memory(memory)
 
 
 _BACKEND = NumpyBackend()

@@ -107,6 +107,24 @@ class Store:
             collect_garbage(directory, [manifest])
         return True
 
+    def revert(self, name: str, load_id: str) -> bool:
+        """Undo the commit of load `load_id` if it made the current version here (the load failed on
+        another node): the version it replaced is current again (none: the table is gone). False
+        when the current version is another load's."""
+        directory = self.table_dir(name)
+        with _locked(directory):
+            current = read_manifest(directory)
+            if current is None or current.load != load_id:
+                return False
+            kept = [v for v in self.versions(name) if v < current.version]
+            if kept:
+                write_manifest(directory, read_manifest(directory, _retained_name(kept[-1])))
+                (directory / _retained_name(kept[-1])).unlink()
+            else:
+                (directory / MANIFEST).unlink()
+            collect_garbage(directory, [current])
+        return True
+
     def expire(self, name: str) -> None:
         """Forget replaced versions kept longer than RETAIN_S and remove their files."""
         directory = self.table_dir(name)
@@ -275,7 +293,8 @@ class TableWriter:
                     f"table {self.schema.name} is at version {latest} on node {self.store.node}: "
                     f"cannot commit version {version} (another load committed first)"
                 )
-            manifest = Manifest(self.schema, version if version is not None else latest + 1, self.sizing, blocks)
+            number = version if version is not None else latest + 1
+            manifest = Manifest(self.schema, number, self.sizing, blocks, load=self.load_id)
             try:
                 if old is not None:
                     write_manifest(self.directory, old, _retained_name(old.version))

@@ -15,6 +15,7 @@ import resource
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -25,8 +26,8 @@ import pytest
 from gateway import Client, GatewayError
 from loadtests import faults
 from loadtests.faults import NODE_QUERIES, QUERIES, FaultRegion, Report, ask, judge, wait_until
-from regions import machine_memory, node_process_memory
-from regions.memory_budgets import JVM_OVERHEAD, SMALLEST, SYSTEM_SHARE, jvm_bytes
+from regions import NODE_SHARES, machine_memory, node_memory_budget
+from regions.memory_budgets import JVM_OVERHEAD, SYSTEM_SHARE, jvm_bytes
 from regions.spark_session import driver_memory
 from storage import Placement, TableSchema, load_table, read_parquet, tpch
 
@@ -64,28 +65,31 @@ def test_the_region_answers_right_before_any_fault(live: FaultRegion, expected) 
     )
 
 
-@pytest.mark.parametrize("seed", [1, 2])
 def test_every_node_process_and_scan_worker_holds_the_region_budget(live: FaultRegion) -> None:
-    """`cxg up` derives one budget per node process from the machine and every node applies it to
-    itself and, by inheritance, to its scan workers; the budgets and Spark's heap fit the machine."""
+    """`cxg up` derives a budget for each node process from the machine, its scan workers a third of
+    it each; every process holds its own, with room left at rest; with Spark's heap they fit the
+    machine."""
     config = live.region.config
-    budget = node_process_memory(config, nodes=2)
+    budget = node_memory_budget(config, nodes=2)
     assert budget is not None
-    processes = 0
+    worker = budget // NODE_SHARES
+    parts = 0
     for role in (r for r in live.region.roles if r.name.startswith("node-")):
         node = Client(f"http://127.0.0.1:{role.port}", timeout=5).get("/v1/node")
-        assert node["memory_budget"] == budget
+        assert (node["memory_budget"], node["worker_memory_budget"]) == (budget, worker)
         family = [live.pid(role.name), *faults.descendants(live.pid(role.name))]
-        assert len(family) >= 1 + node["scan_processes"]  # the node, its fork server and workers
+        limits = Counter(resource.prlimit(pid, resource.RLIMIT_DATA)[0] for pid in family)
+        assert limits == {budget: 2, worker: node["scan_processes"]}, limits  # the node, its fork server, workers
         for pid in family:
-            assert resource.prlimit(pid, resource.RLIMIT_DATA)[0] == budget, faults.command(pid)
             status = Path(f"/proc/{pid}/status").read_text()
-            assert int(status.split("VmData:")[1].split()[0]) * 1024 < budget / 2, "room left: no 1 GiB reservation"
-        processes += 1 + node["scan_processes"]
+            held = int(status.split("VmData:")[1].split()[0]) * 1024
+            assert held < resource.prlimit(pid, resource.RLIMIT_DATA)[0] / 2, "room left: no 1 GiB reservation"
+        parts += NODE_SHARES + node["scan_processes"]
     spark = jvm_bytes(driver_memory(config.spark.driver_memory)) * JVM_OVERHEAD
-    assert budget * processes + spark <= machine_memory() * (1 - SYSTEM_SHARE) or budget == SMALLEST
+    assert worker * parts + spark <= machine_memory() * (1 - SYSTEM_SHARE)
 
 
+@pytest.mark.parametrize("seed", [1, 2])
 def test_a_killed_node_gives_right_answers_or_retryable_errors_never_part_of_a_table(
     live: FaultRegion, expected, seed: int
 ) -> None:
@@ -126,6 +130,23 @@ def test_a_hung_node_is_dropped_and_taken_back(live: FaultRegion, expected) -> N
     assert report.notes[0].startswith("dropped by the balancer after")
 
 
+def test_a_table_whose_only_node_is_hung_is_unavailable_not_undefined(live: FaultRegion) -> None:
+    table = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
+    load_table(live.stores[1:], TableSchema.from_arrow("lonely", table.schema), table)  # on node-1 alone
+    wait_until(lambda: ask(live.url, "SELECT sum(id) FROM lonely")[0] == 200, 10, "the table is served")
+    os.kill(live.pid("node-1"), signal.SIGSTOP)
+    try:
+        wait_until(lambda: live.members() == 1, 10, "the hung node is dropped")
+        status, doc, headers = ask(live.url, "SELECT sum(id) FROM lonely")
+        assert (status, doc["error"]["code"]) == (503, "table_unavailable"), doc
+        assert "node-1" in doc["error"]["message"] and "Retry-After" in headers
+    finally:
+        os.kill(live.pid("node-1"), signal.SIGCONT)
+    wait_until(live.whole, 30, "the node is taken back")
+    live.stores[1].drop("lonely")
+    wait_until(lambda: ask(live.url, "SELECT sum(id) FROM lonely")[0] == 400, 10, "a dropped table is undefined")
+
+
 def test_buckets_with_replicas_are_read_from_a_replica_while_their_node_is_down(
     live: FaultRegion, expected, tpch_files
 ) -> None:
@@ -150,7 +171,8 @@ def test_buckets_with_replicas_are_read_from_a_replica_while_their_node_is_down(
     threading.Timer(0.5, os.kill, (node, signal.SIGKILL)).start()
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline:  # killed mid-query: run again on the replicas, or a retryable error
-        judge("q1", *ask(live.url, sql), expected)
+        outcome = judge("q1", *ask(live.url, sql), expected)
+        assert outcome == "right" or outcome.startswith("retryable:"), outcome
     wait_until(live.whole, 60, "the node restarted")
 
 
@@ -190,3 +212,16 @@ def test_a_restarted_gateway_never_answers_an_old_statement_with_another_result(
 def test_a_load_killed_half_way_leaves_the_previous_version_served(live: FaultRegion, expected) -> None:
     report = clean(faults.kill_load(live, expected))
     assert report.notes == ["killed while uploading: True", "table versions unchanged: True"]
+
+
+def test_a_full_disk_fails_the_load_naming_the_table_and_keeps_the_served_version(
+    live: FaultRegion, expected, tpch_files
+) -> None:
+    report = faults.fill_disk(live, expected, tpch_files)
+    if "skipped" in report.fault:
+        pytest.skip(report.fault)
+    clean(report)
+    exited, left = report.notes
+    assert "exited 0" not in exited and "filled" in exited and "no space left" in exited, exited
+    assert left.endswith("[]"), left
+    assert report.during.outcomes["right"] > 0

@@ -117,6 +117,11 @@ def test_unknown_statements_and_routes_are_404(region) -> None:
     for path in ("/v1/statements/12345", "/v1/statements/abc", "/v1/statements/1/result", "/v1/nothing"):
         reply = http("GET", region.url + path)
         assert reply.status == 404 and reply.json()["error"]["code"] in ("statement_not_found", "not_found")
+    for garbage in ("not-an-id", "x-1", "1a-b2", "-7"):  # no id of any run: not "lost with a restart"
+        reply = http("GET", f"{region.url}/v1/statements/{garbage}")
+        assert reply.status == 404 and reply.json()["error"]["code"] == "statement_not_found", garbage
+    earlier = http("GET", f"{region.url}/v1/statements/1-5")  # the form of an id, of another run
+    assert earlier.status == 410 and earlier.json()["error"]["code"] == "statement_lost"
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,8 @@ import pytest
 
 from gateway import ConfigError, load_config
 from gateway.sql.engine import _execution_error
-from regions import machine_memory, node_process_memory
-from regions.memory_budgets import SMALLEST, SYSTEM_SHARE, jvm_bytes
+from regions import machine_memory, node_memory_budget
+from regions.memory_budgets import NODE_SHARES, SMALLEST_PART, SYSTEM_SHARE, jvm_bytes
 from storage import OUT_OF_MEMORY, NodeError
 
 
@@ -47,17 +47,18 @@ def test_a_budget_bounds_private_memory_but_not_mapped_block_files(tmp_path: Pat
 
 def test_the_budget_setting_none_a_size_or_derived_from_the_machine() -> None:
     def budget(*sets: str, nodes: int = 2, with_spark: bool = True) -> int | None:
-        return node_process_memory(load_config(None, list(sets)), nodes, with_spark)
+        return node_memory_budget(load_config(None, list(sets)), nodes, with_spark)
 
-    assert budget('storage.process_memory="none"') is None
-    assert budget('storage.process_memory="3GiB"') == 3 * 2**30
+    assert budget('storage.node_memory="none"') is None
+    assert budget('storage.node_memory="3GiB"') == 3 * 2**30
     with pytest.raises(ConfigError, match="not a size"):
-        budget('storage.process_memory="lots"')
+        budget('storage.node_memory="lots"')
     with pytest.raises(ConfigError, match="driver_memory"):
         budget('spark.driver_memory="big"')
     alone, shared = budget(nodes=1, with_spark=False), budget('spark.driver_memory="2g"', nodes=2)
-    assert alone is not None and shared is not None and alone > shared >= SMALLEST
-    assert jvm_bytes("2g") == 2 * 2**30 and jvm_bytes("512m") == 2**29
+    assert alone is not None and shared is not None and alone > shared >= NODE_SHARES * SMALLEST_PART
+    sizes = [jvm_bytes(s) for s in ("2g", "2gb", "512m", "2048", "1t")]  # a bare number is MiB, as in Spark
+    assert sizes == [2 * 2**30, 2 * 2**30, 2**29, 2 * 2**30, 2**40]
     assert alone <= machine_memory() * (1 - SYSTEM_SHARE)
 
 

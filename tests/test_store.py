@@ -298,7 +298,8 @@ def test_a_full_disk_fails_the_load_naming_the_table_and_keeps_the_served_versio
         load_table([store], wide, big)
     assert by_key(store.table("sales").to_arrow()).equals(by_key(first)), "the served version is intact"
     assert store.versions("sales") == [1]
-    assert sorted(p.name for p in (small_disk / "sales").iterdir()) == files_before, "no part of the load is left"
+    left = sorted(p.name for p in (small_disk / "sales").iterdir() if p.suffix != ".aborted")  # the abort's mark
+    assert left == files_before, "no part of the load is left"
 
 
 @settings(max_examples=60, deadline=None)
@@ -323,3 +324,20 @@ def test_a_streamed_bucket_holds_under_two_blocks_and_hands_on_whole_ones(block_
         given_on.append(rest)
     numbers = [n for t in given_on for n in t.column("n").to_pylist()]
     assert numbers == list(range(start)), "every row once, in order"
+
+
+def test_a_load_that_fails_on_one_node_is_undone_on_the_nodes_that_committed(tmp_path: Path) -> None:
+    """Node 1 refuses the commit (its table has other columns); node 0 had committed already and
+    goes back to its previous version: no node is left a version ahead, no file of the load stays."""
+    first, other = sample(300), sample(200).drop_columns(["note"])
+    stores = [Store(tmp_path / "n0", "node-0"), Store(tmp_path / "n1", "node-1")]
+    load_table(stores[:1], schema_of(first, "replicated"), first)
+    load_table(stores[1:], schema_of(other, "replicated"), other)
+    before = [sorted(p.name for p in s.table_dir("sales").iterdir() if p.suffix != ".aborted") for s in stores]
+    with pytest.raises(SchemaError, match="cannot append"):
+        load_table(stores, schema_of(first, "replicated"), first, LoadOptions(mode="append"))
+    assert [s.versions("sales") for s in stores] == [[1], [1]]
+    assert by_key(stores[0].table("sales").to_arrow()).equals(by_key(first)), "node 0 serves its first version"
+    after = [sorted(p.name for p in s.table_dir("sales").iterdir() if p.suffix != ".aborted") for s in stores]
+    assert after == before
+    assert not stores[0].revert("sales", "0123456789ab"), "another load's version is never undone"

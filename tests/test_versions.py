@@ -5,6 +5,7 @@ catalog serves, whatever each node holds, the newest version every bucket's hold
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -120,3 +121,16 @@ def test_the_catalog_serves_the_newest_version_every_bucket_holder_has(held_by, 
         read = [b for buckets in info.buckets.values() for b in buckets]
         assert sorted(read) == list(range(placement.buckets))
         assert all(node in placement.holders(b) for node, buckets in info.buckets.items() for b in buckets)
+
+
+def test_one_version_number_committed_by_two_loads_is_not_served() -> None:
+    """Two loads of one table at once can each commit version 2 on some of the nodes before both
+    fail and are undone: meanwhile the gateway serves version 1, never a mix of the two."""
+    schema = TableSchema.from_arrow("t", pa.schema([("k", pa.int64())]), placement=Placement.parse("hash(k)", 2))
+    schema = replace(schema, placement=schema.placement.with_owners(["node-0", "node-1"]))
+    held = {
+        ("t", 1): [_Held("node-0", 5), _Held("node-1", 5)],
+        ("t", 2): [_Held("node-0", 7, "loadaaaaaaaa"), _Held("node-1", 9, "loadbbbbbbbb")],
+    }
+    chosen = _choose(held, {("t", 1): schema, ("t", 2): schema})["t"]
+    assert (chosen.version, chosen.rows, chosen.available) == (1, 10, True)

@@ -62,6 +62,7 @@ class _Held:
 
     node: str
     rows: int | None  # None until read (a kept, not current, version)
+    load: str = ""  # the load that committed it, when the node said (its current version)
 
 
 class RegionCatalog:
@@ -102,18 +103,23 @@ class RegionCatalog:
         clients = dict(self.clients)
         held: dict[tuple[str, int], list[_Held]] = defaultdict(list)
 
-        def listing(node: str) -> list[dict]:
+        def listing(node: str) -> list[dict] | None:
             try:
                 return clients[node].get("/v1/tables")["tables"]
             except NodeError as e:  # down or hung: it serves nothing until it answers again
                 log.warning("catalog: node %s did not answer (%s)", node, e)
-                return []
+                return None
 
+        answered = set()
         for node, rows in zip(clients, _READERS.map(listing, clients), strict=True):
-            for row in rows:
+            if rows is not None:
+                answered.add(node)
+            for row in rows or []:
                 for version in row.get("versions") or [row["version"]]:
-                    count = row["rows"] if version == row["version"] else None
-                    held[(row["name"], version)].append(_Held(node, count))
+                    current = version == row["version"]
+                    held[(row["name"], version)].append(
+                        _Held(node, row["rows"] if current else None, row.get("load", "") if current else "")
+                    )
         for (name, version), holders in list(held.items()):
             try:
                 if (name, version) not in self._schemas:
@@ -123,12 +129,18 @@ class RegionCatalog:
                 del held[(name, version)]
                 continue
             for h in holders:
-                if h.rows is None:  # a kept version's rows, read once
+                if h.rows is None:  # a kept version's rows, read once (0 for now if it cannot be)
                     key = (name, version, h.node)
                     if key not in self._counts:
-                        self._counts[key] = self._rows(name, version, h.node, clients)
-                    h.rows = self._counts[key]
+                        rows = self._rows(name, version, h.node, clients)
+                        if rows is not None:
+                            self._counts[key] = rows
+                    h.rows = self._counts.get(key, 0)
         tables = _choose(held, self._schemas)
+        for name, old in self._tables.items():  # a table whose nodes are all down or gone is not "undefined"
+            silent = sorted(set(old.nodes) - answered)
+            if name not in tables and silent:
+                tables[name] = replace(old, missing=f"its node(s) {', '.join(silent)} are not answering", buckets=None)
         with self._lock:
             if clients.keys() == self.clients.keys():
                 self._tables, self._held = tables, dict(held)
@@ -141,11 +153,11 @@ class RegionCatalog:
     def _describe(self, name: str, version: int, holders: list[_Held], clients) -> TableSchema:
         return TableSchema.from_json(clients[holders[0].node].get(f"/v1/tables/{name}?version={version}"))
 
-    def _rows(self, name: str, version: int, node: str, clients) -> int:
+    def _rows(self, name: str, version: int, node: str, clients) -> int | None:
         try:
             return clients[node].get(f"/v1/tables/{name}?version={version}")["rows"]
         except NodeError:
-            return 0
+            return None
 
     def refresh_since(self, moment: float) -> bool:
         """Read the nodes now unless a reading that began after `moment` (time.monotonic) is done:
@@ -244,10 +256,6 @@ class RegionCatalog:
             self._pins += Counter()  # drop the zeros
         self._release_unpinned()
 
-    def pinned(self) -> dict[tuple[str, int], int]:
-        with self._lock:
-            return dict(self._pins)
-
     def _release_unpinned(self) -> None:
         """Tell the nodes to stop keeping versions older than the one served that no query reads."""
         with self._lock:
@@ -308,6 +316,8 @@ def _choose(held: dict[tuple[str, int], list[_Held]], schemas: dict[tuple[str, i
             holders = held[(name, version)]
             nodes = sorted({h.node for h in holders})
             missing, buckets = _coverage(schema, nodes)
+            if len({h.load for h in holders if h.load}) > 1:  # two loads at once, each committed on some nodes
+                missing = "its nodes hold versions of different loads under one number"
             if not missing:
                 placement = schema.placement
                 rows = holders[0].rows if placement.kind == "replicated" else sum(h.rows for h in holders)

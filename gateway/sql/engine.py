@@ -121,8 +121,9 @@ class Engine:
             raise _execution_error(e) from e
         finally:
             CANCELLED.reset(token)
-            with self._lock:
-                self._running.pop(query_id, None)
+            with self._lock:  # a run of the same query started since (a retry) keeps its own entry
+                if self._running.get(query_id) is cancelled:
+                    del self._running[query_id]
         table = table.rename_columns(query.names)
         return Result(table, plan, time.perf_counter() - started)
 

@@ -102,7 +102,7 @@ class SparkUnavailable(Unavailable):
 
 
 class OutOfMemory(SqlError):
-    """A node's process went past its memory budget running the query's scans (`storage.process_memory`):
+    """A node's process went past its memory budget running the query's scans (`storage.node_memory`):
     the query needs more than a node process may hold; the node and the other queries go on."""
 
     status = 503
