@@ -22,7 +22,8 @@ from cxg.client_commands import show_status
 from cxg.console import console
 from gateway import Client, Config, ConfigError, Gateway, SparkFactory
 from gpu_kernels import get_backend
-from regions import NODE_SHARES, LocalRegion, interrupt_on_sigterm, node_memory_budget, session_factory
+from regions import LocalRegion, interrupt_on_sigterm, node_memory_budget, session_factory
+from regions.memory_budgets import NODE_SHARES
 from storage import Node, Store, limit_private_memory
 
 log = logging.getLogger("cxg.gateway")

@@ -5,11 +5,10 @@ yet."""
 
 from regions.embedded import EmbeddedRegion
 from regions.launcher import LocalRegion, interrupt_on_sigterm
-from regions.memory_budgets import NODE_SHARES, node_memory_budget
+from regions.memory_budgets import node_memory_budget
 from regions.spark_session import machine_memory, session_factory, spark_options, spark_session, stop_all
 
 __all__ = [
-    "NODE_SHARES",
     "EmbeddedRegion",
     "LocalRegion",
     "interrupt_on_sigterm",

@@ -15,7 +15,7 @@ _FACE: dict[str, tuple[str, ...]] = {
     "blockfile": ("ZSTD_LEVEL",),
     "catalog": ("Column", "Placement", "TableSchema"),
     "encoding_choice": ("CHAIN_PREFERENCE", "EncodingOptions"),
-    "errors": ("CorruptBlockError", "SchemaError", "StorageError", "TableNotFoundError"),
+    "errors": ("CorruptBlockError", "DiskFullError", "SchemaError", "StorageError", "TableNotFoundError"),
     "loader": ("LoadOptions", "load_table"),
     "memory_budget": ("OUT_OF_MEMORY", "limit_private_memory", "private_memory_limit"),
     "mysql_load": ("create_database", "load_mysql"),

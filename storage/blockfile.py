@@ -194,8 +194,17 @@ def map_block(path: Path, entry: BlockEntry, verify: bool = True) -> EncodedBloc
         if not mapped.exists():
             mapped.parent.mkdir(exist_ok=True)
             tmp = mapped.with_name(f"{mapped.name}.{os.getpid()}-{threading.get_ident()}.tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, mapped)
+            try:
+                tmp.write_bytes(data)
+                os.replace(tmp, mapped)
+            except OSError as e:  # no part of a decoded copy is left
+                tmp.unlink(missing_ok=True)
+                if e.errno == errno.ENOSPC:
+                    where = mapped.parent
+                    raise DiskFullError(
+                        f"no space left on the disk of {where} for the decoded copy of {path.name}"
+                    ) from None
+                raise
     try:
         buffer = pa.memory_map(str(mapped)).read_buffer()
     except FileNotFoundError:

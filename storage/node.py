@@ -260,6 +260,8 @@ class Node:
             return error_response(409, e.code, str(e))
         except ScanRequestError as e:
             return error_response(400, e.code, str(e))
+        except DiskFullError as e:  # no room for the decoded copies the scan maps
+            return error_response(507, e.code, str(e))
         except StorageError as e:
             return error_response(500, e.code, str(e))
         except MemoryError:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -22,13 +23,17 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
 
 from gpu_kernels import Domain
+from storage import errors
 from storage.block import block_rows
 from storage.catalog import TableSchema
+from storage.errors import StorageError
 from storage.ingest import target
 from storage.loader import LoadOptions
 from storage.manifest import Sizing
 from storage.spark_source import BUCKET_COLUMN, with_buckets
 from storage.types import decoded_width
+
+_TASK_ERROR = re.compile(r"storage\.errors\.(\w+): (.*)")
 
 
 def _add_buckets(keys: tuple[str, ...], buckets: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -66,6 +71,17 @@ def spark_load(
         frame = frame.sortWithinPartitions(BUCKET_COLUMN, *sort_key)
     else:
         frame = source.repartition(1).sortWithinPartitions(*sort_key) if sort_key else source.repartition(1)
+    try:
+        _write(frame, schema, targets, sizing, options)
+    except Exception as e:  # a task's storage error reaches here inside Spark's own
+        error = _storage_error(e)
+        if error is None:
+            raise
+        raise error from e
+    return sizing
+
+
+def _write(frame: DataFrame, schema: TableSchema, targets: list[str], sizing: Sizing, options: LoadOptions) -> None:
     (
         frame.write.format("cxg")
         .mode("overwrite" if options.mode == "replace" else "append")
@@ -79,4 +95,13 @@ def spark_load(
         .option("zstd_strings", "true" if options.encoding.allow_zstd else "false")
         .save()
     )
-    return sizing
+
+
+def _storage_error(error: Exception) -> StorageError | None:
+    """The storage error a load's task failed with (a full disk, a version conflict), found in the
+    message of the error Spark raises for it; None if it failed for another reason."""
+    match = _TASK_ERROR.search(str(error))
+    kind = getattr(errors, match[1], None) if match else None
+    if isinstance(kind, type) and issubclass(kind, StorageError):
+        return kind(match[2].strip())
+    return None

@@ -76,17 +76,18 @@ class RegionCatalog:
         self._schemas: dict[tuple[str, int], TableSchema] = {}  # versions are immutable: read once
         self._counts: dict[tuple[str, int, str], int] = {}  # rows of a kept version on a node
         self._held: dict[tuple[str, int], list[_Held]] = {}  # (table, version) -> nodes keeping it
+        self._tables: dict[str, TableInfo] = {}
         self._read_at = 0.0  # when the last reading of the nodes ended
         self._read_from = 0.0  # ... and when it began
         self._frozen = False
         self.set_nodes(nodes)
 
     def set_nodes(self, nodes: dict[str, str]) -> None:
-        """The region's nodes changed (joined, left): read them again before the next query."""
+        """The region's nodes changed (joined, left): read them again before the next query. What
+        was read is kept until then, so a table whose nodes all left is unavailable, not undefined."""
         with self._lock:
             self.nodes = dict(nodes)
             self.clients = {name: NodeClient(url, timeout=READ_TIMEOUT_S) for name, url in self.nodes.items()}
-            self._tables: dict[str, TableInfo] = {}
             self._read_at = self._read_from = 0.0
 
     # ---- reading the nodes --------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from gateway.sql.catalog import RegionCatalog
 from gateway.sql.errors import (
     ExecutionError,
     InvalidQuery,
+    NodeFull,
     NodeUnavailable,
     OutOfMemory,
     QueryCancelled,
@@ -28,7 +29,7 @@ from gateway.sql.parse import CheckedQuery, prepare
 from gateway.sql.plan import Plan
 from gateway.sql.run import run_on_spark, staged_plan
 from gateway.sql.staged import Staged
-from storage import OUT_OF_MEMORY, NodeError, StorageError
+from storage import OUT_OF_MEMORY, DiskFullError, NodeError, StorageError
 
 
 @dataclass
@@ -170,6 +171,8 @@ def _execution_error(error: Exception) -> SqlError:
         return NodeUnavailable(f"{error}; retry shortly")
     if isinstance(error, NodeError) and error.code == OUT_OF_MEMORY:
         return OutOfMemory(str(error))
+    if isinstance(error, NodeError) and error.code == DiskFullError.code:
+        return NodeFull(str(error))
     if isinstance(error, StorageError):
         return ExecutionError(f"{error.code}: {error}")
     if _spark_gone(error):

@@ -108,3 +108,11 @@ class OutOfMemory(SqlError):
     status = 503
     code = "out_of_memory"
     sqlstate = "53200"
+
+
+class NodeFull(SqlError):
+    """A node has no disk left for the decoded copies of the blocks the query reads."""
+
+    status = 503
+    code = "disk_full"
+    sqlstate = "53100"
