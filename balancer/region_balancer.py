@@ -17,7 +17,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,6 +99,7 @@ class RegionBalancer:
         self.queue: deque[Ticket] = deque()
         self.in_flight: dict[int, Ticket] = {}
         self.counters = {"admitted": 0, "rejected": 0, "completed": 0, "failed": 0, "cancelled": 0}
+        self.rejections: Counter[str] = Counter()  # reason -> queries refused for capacity
         self._numbers = itertools.count(1)
         self._wake = asyncio.Event()
         self._pump: asyncio.Task | None = None
@@ -119,14 +120,11 @@ class RegionBalancer:
     ) -> Ticket:
         """Queue one query (under the id `number` from `new_id`, else a new one); Overloaded when
         the queue is full, nothing is connected or one of `nodes` is not."""
-        try:
-            self.check_admission()
-            missing = sorted(nodes - {info.name for info in self.pool.node_infos()}) if nodes is not None else []
-            if missing:
-                raise Overloaded("node_lost", f"node(s) {', '.join(missing)} are not connected")
-        except Overloaded:
-            self.counters["rejected"] += 1
-            raise
+        self.check_admission()
+        missing = sorted(nodes - {info.name for info in self.pool.node_infos()}) if nodes is not None else []
+        if missing:
+            self.reject("node_lost")
+            raise Overloaded("node_lost", f"node(s) {', '.join(missing)} are not connected")
         number = number if number is not None else self.new_id(client)
         request = Request(id=number, sql=sql, params=params or {}, tag=tag, lease=lease)
         ticket = Ticket(number, request, nodes)
@@ -141,9 +139,17 @@ class RegionBalancer:
         queue): the gateway asks before it books a statement, so a refused query is answered at
         once and never listed."""
         if not self.pool.members:
+            self.reject("no_nodes")
             raise Overloaded("no_nodes", f"region {self.region} has no connected node")
         if len(self.queue) >= self.max_queue:
+            self.reject("queue_full")
             raise Overloaded("queue_full", f"the region's queue is full ({self.max_queue} queries)")
+
+    def reject(self, reason: str) -> None:
+        """Count a query refused for capacity: the one count of rejections, which /v1/cluster,
+        `cxg status` and /metrics all show."""
+        self.counters["rejected"] += 1
+        self.rejections[reason] += 1
 
     @property
     def queue_length(self) -> int:
@@ -363,6 +369,7 @@ class RegionBalancer:
             "in_flight": len(self.in_flight),
             "ready": self.pool.ready,
             "counters": dict(self.counters),
+            "rejections": dict(self.rejections),
             "members": [
                 {
                     "name": m.name,

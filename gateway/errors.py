@@ -3,6 +3,10 @@ the problem, answered as ``{"error": {"code", "sqlstate", "message"}}``."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import re
+
 from aiohttp import web
 
 from balancer import DispatchFailed
@@ -25,6 +29,8 @@ NODE_CODES: dict[str, tuple[int, str]] = {
     "timeout": (504, "57014"),
     "execution_error": (500, "XX000"),
 }
+_PATH = re.compile(r"(?<![\w/:.])(?:/[^\s'\"/:,;()]+){2,}")
+log = logging.getLogger("cxg.gateway")
 RETRY_AFTER = {"busy": 1, "queue_full": 5, "no_nodes": 5, "node_lost": 1, "too_many_queries": 1}
 
 
@@ -41,7 +47,7 @@ class ApiError(Exception):
         return str(self)
 
     def body(self) -> dict:
-        return {"code": self.code, "sqlstate": self.sqlstate, "message": self.message}
+        return {"code": self.code, "sqlstate": self.sqlstate, "message": without_paths(self.message)}
 
     def response(self, **extra) -> web.Response:
         headers = {"Retry-After": str(self.retry_after)} if self.retry_after is not None else None
@@ -59,6 +65,12 @@ class ApiError(Exception):
             status, sqlstate = NODE_CODES.get(error.code, (500, "XX000"))
             return cls(status, error.code, str(error), sqlstate, RETRY_AFTER.get(error.code))
         return cls(500, "internal_error", f"{type(error).__name__}: {error}", "XX000")
+
+
+def without_paths(message: str) -> str:
+    """`message` with each server file path cut to its last part (`/srv/cxg/node-0/t/1.blk` ->
+    `.../1.blk`): where the server keeps its files is not the client's business."""
+    return _PATH.sub(lambda m: f".../{m[0].rsplit('/', 1)[1]}", message)
 
 
 def bad_request(message: str, code: str = "invalid_request") -> ApiError:
@@ -80,4 +92,10 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
         if e.status < 400:
             raise
         code = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(e.status, "http_error")
-        return ApiError(e.status, code, f"{e.reason}: {request.method} {request.path}", "42000").response()
+        message = e.text if e.status == 413 else f"{e.reason}: {request.method} {request.path}"
+        return ApiError(e.status, code, message, "42000").response()
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:  # a defect: answered in the API's format, told in the log
+        log.exception("%s %s failed", request.method, request.path)
+        return ApiError.of(e).response()

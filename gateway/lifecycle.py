@@ -56,7 +56,8 @@ class StatementLifecycle:
             if prepared is not None:
                 prepared.close()
             error = ApiError.of(e)
-            self.metrics.rejected.labels(error.code).inc()
+            if error.status < 500:  # a capacity refusal was counted where it was made
+                self.metrics.invalid.labels(error.code).inc()
             raise error from None
         statement.mark("prepare")
         self.statements.add(statement)
@@ -67,7 +68,7 @@ class StatementLifecycle:
 
     def _admit(self, token: TokenConfig) -> None:
         if self.statements.active(token.name) >= token.max_concurrent:
-            self.metrics.rejected.labels("too_many_queries").inc()
+            self.balancer.reject("too_many_queries")
             raise ApiError(
                 429,
                 "too_many_queries",

@@ -1,12 +1,13 @@
-"""Prometheus metrics of a gateway (base units: seconds, bytes): what it admitted, rejected and
-finished, how long each stage took, and the region's queue and node slots read at scrape time."""
+"""Prometheus metrics of a gateway (base units: seconds, bytes): what it admitted, refused as
+invalid and finished, how long each stage took, and, read from the region balancer at scrape time,
+its queue, node slots and rejections (its count is the only one: /v1/cluster shows the same)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from balancer import RegionBalancer
 
@@ -40,14 +41,20 @@ class RegionCollector:
                 buffered.add_metric([node["name"]], node["buffered"])
                 ready.add_metric([node["name"]], int(node["ready"]))
         yield from (slots, busy, buffered, ready)
+        rejected = CounterMetricFamily(
+            "cxg_queries_rejected", "Queries refused for capacity (429, 503) before running", labels=["reason"]
+        )
+        for reason, count in sorted(snap["rejections"].items()):
+            rejected.add_metric([reason], count)
+        yield rejected
 
 
 class Metrics:
     def __init__(self, balancer: RegionBalancer, running: Callable[[], int]):
         self.registry = CollectorRegistry()
         self.admitted = Counter("cxg_queries_admitted", "Queries accepted by the gateway", registry=self.registry)
-        self.rejected = Counter(
-            "cxg_queries_rejected", "Queries refused before running", ["reason"], registry=self.registry
+        self.invalid = Counter(
+            "cxg_queries_invalid", "Queries refused as invalid (4xx) before running", ["code"], registry=self.registry
         )
         self.finished = Counter("cxg_queries_finished", "Queries that ended", ["state"], registry=self.registry)
         self.stage = Histogram(

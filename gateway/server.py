@@ -36,7 +36,7 @@ from gateway.lifecycle import StatementLifecycle
 from gateway.metrics import Metrics
 from gateway.statements import Statements
 
-MAX_REQUEST = 16 * 1024 * 1024  # bytes of a request body (the SQL and its parameters)
+MAX_REQUEST = 1024 * 1024  # bytes of a request body (the SQL and its parameters): more is 413
 
 
 class Gateway:

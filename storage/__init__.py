@@ -24,6 +24,7 @@ _FACE: dict[str, tuple[str, ...]] = {
     "node_client": ("NodeClient", "NodeError", "ScanCancelled"),
     "scan": ("TableCache", "scan_table"),
     "scan_protocol": (
+        "MAX_EXPRESSION_DEPTH",
         "Aggregate",
         "Expr",
         "Int64List",
@@ -33,6 +34,7 @@ _FACE: dict[str, tuple[str, ...]] = {
         "ScanRequest",
         "ScanRequestError",
         "ValueList",
+        "allow_deep_expressions",
         "and_",
         "call",
         "col",

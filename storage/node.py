@@ -58,6 +58,7 @@ from storage.scan_protocol import (
     SCAN_PATH,
     ScanRequest,
     ScanRequestError,
+    allow_deep_expressions,
 )
 from storage.scan_workers import ScanWorkers, default_processes
 from storage.stats import summarize
@@ -123,6 +124,7 @@ class Node:
         processes: int | None = None,
         worker_memory: int | None = None,
     ):
+        allow_deep_expressions()
         self.store = store
         self.cache = TableCache(store)
         self.backend = backend
@@ -249,7 +251,7 @@ class Node:
     async def scan(self, request: web.Request) -> web.StreamResponse:
         try:
             body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
             return error_response(400, "invalid_json", f"the scan request is not valid JSON: {e}")
         loop = asyncio.get_running_loop()
         try:

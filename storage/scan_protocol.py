@@ -38,6 +38,7 @@ and only count, sum, min and max are merged there).
 from __future__ import annotations
 
 import base64
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +60,9 @@ METADATA_BLOCK = "block"  # each batch: the block file it came from
 METADATA_PARTITION = "partition"  # each batch of a partitioned scan: its hash bucket
 
 MAX_PARTITION_BUCKETS = 65536
+MAX_EXPRESSION_DEPTH = 400  # how deep an expression may nest (a chain of N ORs is N deep)
+# Python frames one level of an expression may take on its way (parser, planner, JSON, pickling)
+_FRAMES_PER_LEVEL = 40
 MERGED_ON_NODE = ("count", "sum", "min", "max")  # the aggregates a node merges for `having`
 
 
@@ -136,10 +140,18 @@ class Call:
 Expr = Column | Literal | ValueList | Int64List | Call
 
 
-def expr_from_json(data: Any) -> Expr:
+def allow_deep_expressions() -> None:
+    """Let this process recurse as deep as expressions `MAX_EXPRESSION_DEPTH` deep need (Python's
+    default of 1,000 frames is reached by about 50 nested parentheses in sqlglot's parser)."""
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), _FRAMES_PER_LEVEL * MAX_EXPRESSION_DEPTH + 1_000))
+
+
+def expr_from_json(data: Any, depth: int = 1) -> Expr:
     """An expression from its JSON form; raises ScanRequestError naming what is malformed. What
     its literals and lists hold, whether its operations exist and whether it is well typed are
     checked against a table (`storage.scan_typing`): a list of 500,000 keys is read once."""
+    if depth > MAX_EXPRESSION_DEPTH:
+        raise ScanRequestError(f"an expression nests more than {MAX_EXPRESSION_DEPTH} deep")
     if not isinstance(data, dict):
         raise ScanRequestError(f"an expression must be an object, not {data!r}")
     if "col" in data:
@@ -167,7 +179,7 @@ def expr_from_json(data: Any) -> Expr:
         args = data.get("args", [])
         if not isinstance(args, list):
             raise ScanRequestError(f"args of {op} must be a list")
-        return Call(op, tuple(expr_from_json(a) for a in args))
+        return Call(op, tuple(expr_from_json(a, depth + 1) for a in args))
     raise ScanRequestError(f"an expression needs 'col', 'lit' or 'op': {data!r}")
 
 

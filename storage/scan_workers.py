@@ -48,6 +48,7 @@ from gpu_kernels import expr as E
 from gpu_kernels.expr import Expr
 from storage.blockfile import BlockEntry, map_block
 from storage.memory_budget import limit_private_memory
+from storage.scan_protocol import allow_deep_expressions
 
 log = logging.getLogger("cxg.node")
 SPREAD_AFTER_S = 0.005  # a scan still running after this long may send its remaining blocks to the workers
@@ -242,6 +243,7 @@ def _start_worker(memory: int | None) -> None:
         if os.getppid() == 1:  # the parent went before the request was made
             os._exit(0)
     limit_private_memory(memory)
+    allow_deep_expressions()
 
 
 _BACKEND = NumpyBackend()

@@ -238,9 +238,12 @@ def test_a_full_queue_is_503() -> None:
         until(region, lambda: len(region.gateway.balancer.queue) == 1)
         reply = _post(region, {"sql": "SELECT 1", "tag": "slow", "wait": 0})
         assert reply.status == 503 and reply.json()["error"]["code"] == "queue_full" and "Retry-After" in reply.headers
-        assert (
-            'cxg_queries_rejected_total{reason="queue_full"} 1.0' in http("GET", f"{region.url}/metrics").body.decode()
-        )
+        assert _post(region, {"sql": "SELEC 1"}).status == 400  # invalid, not a rejection
+        metrics = http("GET", f"{region.url}/metrics").body.decode()
+        assert 'cxg_queries_rejected_total{reason="queue_full"} 1.0' in metrics
+        assert 'cxg_queries_invalid_total{code="syntax_error"} 1.0' in metrics
+        cluster = http("GET", f"{region.url}/v1/cluster").json()  # one count, whoever shows it
+        assert (cluster["counters"]["rejected"], cluster["rejections"]) == (1, {"queue_full": 1})
 
 
 def test_tokens_authenticate_limit_and_own_their_statements() -> None:

@@ -3,12 +3,17 @@ node a query reads (one node for replicated tables), the engine runs it; answers
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 import pytest
 
 from gateway import Client, GatewayError
+from gateway.server import MAX_REQUEST
+from gateway.sql.limits import MAX_SQL_LENGTH
 from loadtests.compare import rows, rows_match
 from loadtests.tpch_queries import query
+from storage import MAX_EXPRESSION_DEPTH
 from tests.balancing import until
 from tests.http import http
 
@@ -103,3 +108,86 @@ def test_cancelling_a_spark_query_frees_the_slots_on_every_node(native_gateway, 
     with pytest.raises(GatewayError) as info:
         client.execute("select count(*) from nation group by n_name having")
     assert info.value.status == 400
+
+
+def _raw(gateway, body: bytes, content_type: str = "application/json"):
+    """POST bytes as they are (no encoding by the helper)."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{gateway.url}/v1/statements", data=body, method="POST", headers={"Content-Type": content_type}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.headers.get("Content-Type"), response.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Content-Type"), e.read()
+
+
+DEEP_OR = " or ".join(f"n_nationkey = {i}" for i in range(MAX_EXPRESSION_DEPTH + 10))
+BAD_INPUT = {
+    "a body that is not UTF-8": (b'{"sql": "select \xff\xfe"}', "application/json", 400, "invalid_request"),
+    "SQL text that is not UTF-8": (b"select \xff", "text/plain", 400, "invalid_request"),
+    "JSON nested past Python's recursion": (
+        b'{"sql": ' + b"[" * 200_000 + b"]" * 200_000 + b"}",
+        "application/json",
+        400,
+        "invalid_request",
+    ),
+    "a body past the request bound": (
+        b'{"sql": "select 1' + b" " * (MAX_REQUEST + 1) + b'"}',
+        "application/json",
+        413,
+        "request_too_large",
+    ),
+    "SQL past its length bound": (("select 1" + " " * MAX_SQL_LENGTH).encode(), "text/plain", 400, "too_complex"),
+    "an OR chain past the depth bound": (
+        f"select count(*) from nation where {DEEP_OR}".encode(),
+        "text/plain",
+        400,
+        "too_complex",
+    ),
+    "a LIMIT past 64 bits on the nodes": (
+        b"select n_name from nation limit 99999999999999999999999",
+        "text/plain",
+        400,
+        "numeric_value_out_of_range",
+    ),
+    "a LIMIT past 64 bits on Spark": (
+        b"select n_name from nation join region on n_regionkey = r_regionkey limit 99999999999999999999999",
+        "text/plain",
+        400,
+        "numeric_value_out_of_range",
+    ),
+    "an overflow on the nodes": (
+        b"select n_nationkey * 9223372036854775807 from nation",
+        "text/plain",
+        400,
+        "numeric_value_out_of_range",
+    ),
+    "params that are not an object": (
+        b'{"sql": "select 1", "params": [1]}',
+        "application/json",
+        400,
+        "invalid_request",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUT))
+def test_bad_input_is_a_4xx_in_the_error_format(native_gateway, case: str) -> None:
+    body, content_type, status, code = BAD_INPUT[case]
+    got, media, reply = _raw(native_gateway, body, content_type)
+    assert media.startswith("application/json"), reply[:200]
+    assert (got, json.loads(reply)["error"]["code"]) == (status, code), reply[:300]
+    balancer = native_gateway.gateway.balancer
+    assert sum(n["running"] for m in balancer.snapshot()["members"] for n in m["nodes"]) == 0, "no slot left busy"
+
+
+def test_error_messages_show_no_server_paths(native_gateway) -> None:
+    from gateway.errors import ApiError
+
+    message = ApiError(500, "internal_error", "could not open /srv/cxg/data/node-0/lineitem/3.blk").body()["message"]
+    assert message == "could not open .../3.blk"
+    assert "http://127.0.0.1:8101/v1/scan" in ApiError(503, "x", "node http://127.0.0.1:8101/v1/scan").body()["message"]

@@ -276,8 +276,8 @@ def test_a_join_plan_is_explained_without_running_anything() -> None:
     assert "pre-aggregated on the nodes: group by l_orderkey; SUM(l.l_extendedprice) AS __a0" in text
     assert "rows:" not in text and "handed to Spark" not in text, "nothing ran"
     assert "REPARTITION(1)" in plan.spark_sql
-    # `/` divides as a DOUBLE in Spark too
-    assert "CAST(SUM(l.__a0) AS DOUBLE) / 2" in text
+    # `/` divides as a DOUBLE in Spark too, NULL for a zero divisor
+    assert "TRY_DIVIDE(CAST(SUM(l.__a0) AS DOUBLE), 2)" in text
 
 
 def test_having_goes_to_the_nodes_when_groups_live_on_one() -> None:
@@ -313,10 +313,10 @@ def test_a_path_finds_the_same_node_in_a_copy() -> None:
 
 
 def test_spark_text_divides_as_a_double_and_sorts_in_one_partition() -> None:
-    tree = exp.maybe_parse("select a / b from t order by 1")
+    tree = exp.maybe_parse("select a / b, a % b from t order by 1")
     text = spark_text(tree)
-    assert "CAST(a AS DOUBLE) / b" in text and "REPARTITION(1)" in text
-    assert tree.sql() == "SELECT a / b FROM t ORDER BY 1", "the tree is left as it is"
+    assert "TRY_DIVIDE(CAST(a AS DOUBLE), b)" in text and "TRY_MOD(a, b)" in text and "REPARTITION(1)" in text
+    assert tree.sql() == "SELECT a / b, a % b FROM t ORDER BY 1", "the tree is left as it is"
     assert "REPARTITION" not in spark_text(exp.maybe_parse("select a from t order by 1 limit 5"))
 
 

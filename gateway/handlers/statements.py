@@ -157,12 +157,15 @@ def _bytes(table: pa.Table, fmt: str, statement: Statement) -> web.Response:
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
-    text = await request.text()
+    try:
+        text = (await request.read()).decode(request.charset or "utf-8")
+    except (UnicodeDecodeError, LookupError) as e:
+        raise bad_request(f"the body is not text in {request.charset or 'utf-8'}: {e}") from None
     if request.content_type in ("text/plain", "application/sql"):
         return {"sql": text}
     try:
         body = json.loads(text)
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, RecursionError) as e:
         raise bad_request(f"the body is not valid JSON: {e}") from None
     if not isinstance(body, dict):
         raise bad_request('the body must be a JSON object like {"sql": "SELECT 1"}')

@@ -19,17 +19,19 @@ from gateway.sql.errors import (
     InvalidQuery,
     NodeFull,
     NodeUnavailable,
+    NumericOutOfRange,
     OutOfMemory,
     QueryCancelled,
     SparkUnavailable,
     SqlError,
+    TooComplex,
 )
 from gateway.sql.local import CANCELLED, run_local
 from gateway.sql.parse import CheckedQuery, prepare
 from gateway.sql.plan import Plan
 from gateway.sql.run import run_on_spark, staged_plan
 from gateway.sql.staged import Staged
-from storage import OUT_OF_MEMORY, DiskFullError, NodeError, StorageError
+from storage import OUT_OF_MEMORY, DiskFullError, NodeError, StorageError, allow_deep_expressions
 
 
 @dataclass
@@ -48,6 +50,7 @@ class Engine:
     whoever composes the region hands in as `spark`, a factory called when a query needs it."""
 
     def __init__(self, nodes: dict[str, str], settings: SparkSettings | None = None, spark: SparkFactory | None = None):
+        allow_deep_expressions()
         self.catalog = RegionCatalog(nodes)
         self.spark_settings = settings or SparkSettings()
         self._spark_factory = spark
@@ -159,6 +162,7 @@ USER_ERROR_CLASSES = ("21", "22", "42")  # SQLSTATE classes: cardinality, data, 
 # a node that went away mid-query, or no longer keeps the version the query reads: the same query
 # run again reads what is served then
 NODE_GONE = ("node_unreachable", "version_gone", "table_not_found")
+OVERFLOW = "numeric_overflow"  # a node's kernels refusing arithmetic that may pass 64 bits
 
 
 def _execution_error(error: Exception) -> SqlError:
@@ -167,6 +171,8 @@ def _execution_error(error: Exception) -> SqlError:
     query's fault (400); anything else is the service's (500)."""
     if isinstance(error, NodeError) and error.code == "invalid_scan":
         return InvalidQuery(str(error))
+    if isinstance(error, NodeError) and error.code == OVERFLOW:
+        return NumericOutOfRange(f"{error}: the result could pass 64 bits (cast to DOUBLE to compute it approximately)")
     if isinstance(error, NodeError) and error.code in NODE_GONE:
         return NodeUnavailable(f"{error}; retry shortly")
     if isinstance(error, NodeError) and error.code == OUT_OF_MEMORY:
@@ -181,6 +187,10 @@ def _execution_error(error: Exception) -> SqlError:
     message = f"query failed: {text.splitlines()[0] if text else type(error).__name__}"
     sql_state = getattr(error, "getSqlState", None)  # Spark's errors carry one (pyspark is imported lazily)
     sqlstate = sql_state() if callable(sql_state) else None
+    if sqlstate == NumericOutOfRange.sqlstate:
+        return NumericOutOfRange(message)
+    if sqlstate and sqlstate.startswith("54"):  # program limit exceeded: too complex for Spark's parser
+        return TooComplex(message)
     if sqlstate and sqlstate.startswith(USER_ERROR_CLASSES):
         return InvalidQuery(message, sqlstate)
     return ExecutionError(message)

@@ -48,6 +48,20 @@ class InvalidLiteral(SqlError):
     sqlstate = "22007"
 
 
+class TooComplex(SqlError):
+    """A query past one of the documented bounds of the service (`gateway.sql.limits`)."""
+
+    code = "too_complex"
+    sqlstate = "54001"  # statement too complex
+
+
+class NumericOutOfRange(SqlError):
+    """A number past what its type holds: arithmetic that overflows 64 bits, a LIMIT past 2^63."""
+
+    code = "numeric_value_out_of_range"
+    sqlstate = "22003"
+
+
 class InvalidQuery(SqlError):
     """Valid SQL whose types or data make it fail: a string added to a number, a cast that does not
     parse, several rows from a scalar subquery. The SQLSTATE names the class of failure."""

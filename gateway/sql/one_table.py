@@ -14,7 +14,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import traverse_scope
 
 from gateway.sql.catalog import RegionCatalog, TableInfo
-from gateway.sql.errors import SqlError
+from gateway.sql.errors import InvalidQuery, SqlError
 from gateway.sql.parse import CheckedQuery
 from gateway.sql.plan import LocalQuery, Plan, TableQuery
 from gateway.sql.translate import NotTranslatable, plain, to_ir
@@ -184,6 +184,6 @@ def _output_reference(node: exp.Expression, names: list[str], outputs: list[tupl
     if isinstance(node, exp.Literal) and not node.is_string:
         position = int(node.this)
         if not 1 <= position <= len(outputs):
-            raise SqlError(f"ORDER BY position {position} is not in the select list")
+            raise InvalidQuery(f"ORDER BY position {position} is not in the select list", "42P10")
         return outputs[position - 1][1]
     return None

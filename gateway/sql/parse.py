@@ -21,12 +21,14 @@ from sqlglot.optimizer.qualify import qualify
 
 from gateway.sql.errors import (
     InvalidLiteral,
+    NumericOutOfRange,
     ReadOnlyViolation,
     SqlSyntaxError,
     UndefinedColumn,
     UndefinedTable,
     UnsupportedSql,
 )
+from gateway.sql.limits import check_tree, checked_text
 from gateway.sql.params import bind
 
 # DuckDB's dialect: standard SQL, and NULLs sort last unless NULLS FIRST is written.
@@ -158,6 +160,7 @@ UNSUPPORTED: dict[type, str] = {
     exp.Dot: "field access (a.b.c) is not supported",
 }
 _ALLOWED = (*CLAUSES, *FUNCTIONS)
+INT64_MAX = (1 << 63) - 1
 _JOIN_KINDS = {"", "INNER", "OUTER", "CROSS"}
 _JOIN_SIDES = {"", "LEFT", "RIGHT", "FULL"}
 _JOIN_METHODS = {"", "NATURAL"}
@@ -193,11 +196,13 @@ def syntax_error(e: ParseError) -> SqlSyntaxError:
 def parse(sql: str) -> tuple[exp.Expression, bool]:
     """The single statement of `sql` and whether it was prefixed by EXPLAIN."""
     explain = bool(_EXPLAIN.match(sql))
-    text = _EXPLAIN.sub("", sql, count=1) if explain else sql
+    text = checked_text(_EXPLAIN.sub("", sql, count=1) if explain else sql)
     try:
         statements = [s for s in sqlglot.parse(text, read=DIALECT) if s is not None]
     except ParseError as e:
         raise syntax_error(e) from None
+    for statement in statements:
+        check_tree(statement)
     if not statements:
         raise SqlSyntaxError("empty statement")
     if len(statements) > 1:
@@ -249,6 +254,8 @@ def _check_clause(node: exp.Expression) -> None:
         count = node.expression
         if not (isinstance(count, exp.Literal) and count.is_int and int(count.this) >= 0):
             raise UnsupportedSql(f"{node.key.upper()} must be a non-negative integer, not {count.sql()}")
+        if int(count.this) > INT64_MAX:
+            raise NumericOutOfRange(f"{node.key.upper()} {count.this} is past the largest 64-bit integer ({INT64_MAX})")
     if isinstance(node, exp.Join):
         kind, side, method = node.kind.upper(), node.side.upper(), node.method.upper()
         if kind not in _JOIN_KINDS or side not in _JOIN_SIDES or method not in _JOIN_METHODS:

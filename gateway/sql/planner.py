@@ -3,7 +3,8 @@ never changes the query it is given (it plans a copy).
 
 The regular plan (seed 004 §2.2) is built automatically from the qualified query:
 
-- a query without FROM is evaluated by the coordinator (`gateway.sql.constant`);
+- a query without FROM is evaluated by the coordinator (`gateway.sql.constant`), or by Spark when
+  it calls a function the nodes' expression language lacks;
 - a query over one table runs entirely on the nodes (`gateway.sql.one_table`);
 - any other query runs on Spark: every base-table reference becomes a select-project sub-query
   for the nodes, and the `RULES` below, in this order, rewrite the query around them; what is
@@ -71,7 +72,7 @@ class Planner:
         query = query.copy() if copy else query
         tree = query.tree
         if tree.args.get("from_") is None and not tree.args.get("joins"):
-            return plan_constant(query)
+            return plan_constant(query) or plan_joins(query, self.catalog)
         return plan_one_table(query, self.catalog) or plan_joins(query, self.catalog)
 
     def subqueries_first(self, query: CheckedQuery) -> Iterator[FirstSubquery]:

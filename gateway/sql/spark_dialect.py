@@ -1,22 +1,27 @@
 """What the SQL handed to Spark needs beyond a translation into Spark's dialect: division as
-DuckDB and the nodes divide, and a sort without a sampling job."""
+DuckDB and the nodes divide (a DOUBLE, NULL for a zero divisor), and a sort without a sampling job."""
 
 from __future__ import annotations
 
 from sqlglot import exp
 
 
-def _double_division(node: exp.Expression) -> exp.Expression:
-    if isinstance(node, exp.Div) and not (isinstance(node.this, exp.Cast) and node.this.to.is_type("double")):
-        return exp.Div(this=exp.cast(node.this, "double"), expression=node.expression)
+def _division(node: exp.Expression) -> exp.Expression:
+    if isinstance(node, exp.Div):
+        double = isinstance(node.this, exp.Cast) and node.this.to.is_type("double")
+        dividend = node.this if double else exp.cast(node.this, "double")
+        return exp.Anonymous(this="TRY_DIVIDE", expressions=[dividend, node.expression])
+    if isinstance(node, exp.Mod):
+        return exp.Anonymous(this="TRY_MOD", expressions=[node.this, node.expression])
     return node
 
 
 def spark_text(tree: exp.Expression) -> str:
     """Spark SQL for `tree` (left unchanged), dividing as DuckDB and the nodes do (`/` gives a
     DOUBLE: Spark divides decimals into a decimal of 6 places, and TPC-H Q8's share 0.0344358904
-    became 0.034436), and sorting in one partition (`sort_in_one_partition`)."""
-    return sort_in_one_partition(tree.transform(_double_division)).sql(dialect="spark", pretty=True)
+    became 0.034436; `/` and `%` by zero give NULL, not Spark's DIVIDE_BY_ZERO), and sorting in one
+    partition (`sort_in_one_partition`)."""
+    return sort_in_one_partition(tree.transform(_division)).sql(dialect="spark", pretty=True)
 
 
 def sort_in_one_partition(tree: exp.Expression) -> exp.Expression:

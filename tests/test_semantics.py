@@ -1,0 +1,150 @@
+"""One semantics on every path (docs/sql.md): each rule runs as a one-table query, which the nodes
+answer, and over a join, which Spark answers; both give DuckDB's answer, or both refuse with the
+same code. And the bounds of a query (`gateway.sql.limits`): below them deep and long expressions
+are answered on both paths, past them the query is refused with 400 `too_complex`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.sql.errors import SqlError
+from gateway.sql.limits import MAX_IN_LIST, MAX_SQL_LENGTH
+from loadtests.compare import rows, rows_match
+from storage import MAX_EXPRESSION_DEPTH
+
+JOINED = "people p join visits v on p.id = v.person_id"  # Spark answers
+ALONE = "people p"  # the nodes answer
+
+# (select list, where, order by) over people p; None: the clause is left out
+RULES = {
+    "division by zero is NULL": ("p.id, p.age / (p.id - p.id) as d, p.score / 0 as e", None, "p.id"),
+    "modulo by zero is NULL": ("p.id, p.age % (p.id - p.id) as m", None, "p.id"),
+    "integer division gives a DOUBLE": ("p.id, p.age / 2 as half", None, "p.id"),
+    "NULLs sort last, ascending": ("p.id, p.age", None, "p.age, p.id"),
+    "NULLs sort last, descending": ("p.id, p.age", None, "p.age desc, p.id"),
+    "NULLS FIRST as written": ("p.id, p.joined", None, "p.joined nulls first, p.id"),
+    "strings compare by code point": ("p.id, p.name", "p.name < 'Zz'", "p.name, p.id"),
+    "strings sort by code point": ("p.name", "p.name is not null", "p.name"),
+    "a cast of text to a number": ("p.id, cast('12' as integer) + p.id as n", None, "p.id"),
+    "a cast of a number to text": ("p.id, cast(p.age as varchar) as t", None, "p.id"),
+    "a decimal keeps its scale": ("p.id, p.score * 2 as s", None, "p.id"),
+    "NULL in arithmetic": ("p.id, p.age + null as n", None, "p.id"),
+}
+# what the nodes' expression language lacks: a one-table query using it runs on Spark too
+SPARK_ONLY = {"modulo by zero is NULL", "a cast of text to a number", "a cast of a number to text"}
+# the same refusal whichever path runs it
+REFUSALS = {
+    "a 64-bit overflow": ("p.age * 9223372036854775807 as big", "numeric_value_out_of_range"),
+    "a cast of text that is no number": ("cast(p.name as integer) as n", "invalid_query"),
+}
+
+
+def _sql(select: str, where: str | None, order: str | None, source: str) -> str:
+    return (
+        f"select {select} from {source}"
+        + (f" where {where}" if where else "")
+        + (f" order by {order}" if order else "")
+    )
+
+
+@pytest.mark.parametrize("source", [ALONE, JOINED], ids=["nodes", "spark"])
+@pytest.mark.parametrize("rule", list(RULES))
+def test_each_rule_gives_duckdbs_answer_on_both_paths(engine, duck, rule: str, source: str) -> None:
+    sql = _sql(*RULES[rule], source)
+    result = engine.execute(sql)
+    assert result.plan.engine == ("nodes" if source == ALONE and rule not in SPARK_ONLY else "spark")
+    expected = duck.sql(sql).fetchall()
+    assert rows_match(rows(result.table), expected, ordered=True), (rows(result.table), expected)
+
+
+@pytest.mark.parametrize("source", [ALONE, JOINED], ids=["nodes", "spark"])
+@pytest.mark.parametrize("rule", list(REFUSALS))
+def test_each_refusal_is_the_same_on_both_paths(engine, duck, rule: str, source: str) -> None:
+    select, code = REFUSALS[rule]
+    sql = _sql(select, None, None, source)
+    with pytest.raises(SqlError) as refused:
+        engine.execute(sql)
+    assert (refused.value.status, refused.value.code) == (400, code), refused.value
+    with pytest.raises(Exception):  # noqa: B017 - DuckDB refuses it too (its own error classes)
+        duck.sql(sql).fetchall()
+
+
+def test_a_query_without_a_table_is_answered_whatever_it_calls(engine) -> None:
+    assert rows(engine.execute("select 'p' || 'q' as pq, 1 / 0 as z").table) == [("pq", None)]
+
+
+def test_named_parameters_stand_wherever_an_expression_may(engine) -> None:
+    result = engine.run(engine.prepare("select :x as v, :a || :b as ab", {"x": 7, "a": "p", "b": "q"}))
+    assert rows(result.table) == [(7, "pq")]
+    result = engine.run(engine.prepare("select p.id from people p where p.id = :id", {"id": 3}))
+    assert rows(result.table) == [(3,)]
+    assert rows(engine.execute("select '::' as c, cast(p.id as varchar) from people p where p.id = 1").table) == [
+        ("::", "1")
+    ]
+
+
+# ---- bounds --------------------------------------------------------------------------------------
+
+SHAPES = {
+    "or": lambda n: ("p.id in (1, 3) and (" + " or ".join(f"p.age = {i}" for i in range(n)) + ")", "p.id"),
+    "plus": lambda n: ("p.id = 1", " + ".join(["p.id"] * n)),
+    "parentheses": lambda n: ("(" * n + "p.id = 1" + ")" * n, "p.id"),
+    "case": lambda n: ("p.id = 1", "case when p.id > 0 then " * n + "p.id" + " end" * n),
+    "abs": lambda n: ("p.id = 1", "abs(" * n + "p.id" + ")" * n),
+}
+# levels of the tree a level of each shape takes (a CASE two: the CASE and its WHEN)
+LEVELS = {"case": 2}
+
+
+@pytest.mark.parametrize("source", [ALONE, JOINED], ids=["nodes", "spark"])
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_deep_expressions_below_the_bound_are_answered_on_both_paths(engine, duck, shape, source) -> None:
+    where, select = SHAPES[shape]((MAX_EXPRESSION_DEPTH - 12) // LEVELS.get(shape, 1))
+    sql = f"select {select} as v from {source} where {where} order by 1"
+    result = engine.execute(sql)
+    assert rows_match(rows(result.table), duck.sql(sql).fetchall(), ordered=True)
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_expressions_past_the_bound_are_too_complex(engine, shape: str) -> None:
+    where, select = SHAPES[shape](MAX_EXPRESSION_DEPTH + 1)
+    with pytest.raises(SqlError) as refused:
+        engine.execute(f"select {select} from people p where {where}")
+    assert (refused.value.status, refused.value.code) == (400, "too_complex")
+    assert str(MAX_EXPRESSION_DEPTH) in str(refused.value)
+
+
+def test_in_lists_and_text_past_their_bounds_are_too_complex(engine, duck) -> None:
+    values = ", ".join(map(str, range(MAX_IN_LIST)))
+    sql = f"select count(*) from people p where p.id in ({values})"
+    assert rows(engine.execute(sql).table) == duck.sql(sql).fetchall()
+    for refused_sql in (
+        f"select count(*) from people p where p.id in ({values}, -1)",
+        "select 1" + " " * MAX_SQL_LENGTH,
+    ):
+        with pytest.raises(SqlError) as refused:
+            engine.execute(refused_sql)
+        assert refused.value.code == "too_complex", refused.value
+
+
+def _subclasses(kind: type) -> set[type]:
+    found = set(kind.__subclasses__())
+    return found.union(*(_subclasses(k) for k in found))
+
+
+def test_every_sql_error_code_is_in_the_readmes_table_and_none_is_the_bare_base() -> None:
+    """A client can look up every code it may get; the base class's own code is never raised."""
+    import gateway.sql.engine
+    import gateway.sql.run
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    table = readme[readme.index("| status | codes |") : readme.index("## Python clients")]
+    leaves = [kind for kind in _subclasses(SqlError) if not kind.__subclasses__()]  # the bases are not raised
+    codes = {kind.code for kind in leaves}
+    assert SqlError.code not in codes
+    assert not [code for code in sorted(codes) if f"`{code}`" not in table]
+    package = Path(gateway.sql.engine.__file__).parent
+    raised_bare = [p.name for p in package.rglob("*.py") if "raise SqlError(" in p.read_text()]
+    assert not raised_bare
