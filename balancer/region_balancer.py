@@ -80,11 +80,14 @@ class Ticket:
         return (self.sent or time.perf_counter()) - self.enqueued
 
 
+QUEUE_PER_SLOT = 8  # the default bound of the queue: this many waiting queries per slot of the region
+
+
 class RegionBalancer:
     def __init__(
         self,
         region: int = 1,
-        max_queue: int = 10_000,
+        max_queue: int = 0,
         token: str | None = None,
         journal: Journal | None = None,
         backend: str | None = None,
@@ -92,7 +95,7 @@ class RegionBalancer:
     ):
         self.region = region
         self.backend = backend  # when set, nodes of another kind are turned away
-        self.max_queue = max_queue
+        self.max_queue = max_queue  # 0: QUEUE_PER_SLOT per slot of the connected nodes
         self.token = token
         self.journal = journal or Journal(None, "balancer", f"region-{region}")
         self.pool = Pool(free_slot_first=free_slot_first)
@@ -141,9 +144,17 @@ class RegionBalancer:
         if not self.pool.members:
             self.reject("no_nodes")
             raise Overloaded("no_nodes", f"region {self.region} has no connected node")
-        if len(self.queue) >= self.max_queue:
+        bound = self.queue_bound
+        if len(self.queue) >= bound:
             self.reject("queue_full")
-            raise Overloaded("queue_full", f"the region's queue is full ({self.max_queue} queries)")
+            raise Overloaded("queue_full", f"the region's queue is full ({bound} queries)")
+
+    @property
+    def queue_bound(self) -> int:
+        """How many queries may wait: `max_queue`, or by default `QUEUE_PER_SLOT` per slot of the
+        connected nodes, so that a query admitted waits for a few rounds of the region's slots, not
+        minutes, and load past the region's capacity is refused at once (503 with Retry-After)."""
+        return self.max_queue or QUEUE_PER_SLOT * max(1, sum(info.slots for info in self.pool.node_infos()))
 
     def reject(self, reason: str) -> None:
         """Count a query refused for capacity: the one count of rejections, which /v1/cluster,
@@ -366,6 +377,7 @@ class RegionBalancer:
         return {
             "region": self.region,
             "queue": len(self.queue),
+            "queue_bound": self.queue_bound,
             "in_flight": len(self.in_flight),
             "ready": self.pool.ready,
             "counters": dict(self.counters),

@@ -122,7 +122,7 @@ class GatewayConfig:
     wait: float = 10.0  # seconds POST /v1/statements waits for the answer before returning an id
     max_wait: float = 300.0  # the longest wait a request may ask for
     query_timeout: float = 3600.0  # seconds before a query is stopped (504)
-    max_queue: int = 10_000  # queued queries before new ones get 503
+    max_queue: int = 0  # queued queries before new ones get 503; 0: 8 per slot of the region's nodes
     max_rows: int = 1_000_000  # rows kept of a result (more: truncated)
     max_bytes: int = 256 * 1024 * 1024  # bytes kept of a result (more: truncated)
     chunk_rows: int = 10_000  # rows per result chunk

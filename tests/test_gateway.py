@@ -14,6 +14,7 @@ import pyarrow.csv as pacsv
 import pytest
 
 from balancer import NodeServer
+from balancer.region_balancer import QUEUE_PER_SLOT
 from balancer.simulation import QueryType, SimulationBackend
 from gateway import load_config
 from regions import EmbeddedRegion
@@ -244,6 +245,22 @@ def test_a_full_queue_is_503() -> None:
         assert 'cxg_queries_invalid_total{code="syntax_error"} 1.0' in metrics
         cluster = http("GET", f"{region.url}/v1/cluster").json()  # one count, whoever shows it
         assert (cluster["counters"]["rejected"], cluster["rejections"]) == (1, {"queue_full": 1})
+
+
+def test_by_default_the_queue_holds_a_few_rounds_of_the_regions_slots() -> None:
+    """Load past the region's capacity is refused at once (503, Retry-After), not queued for minutes."""
+    with _region(nodes=2, slots=1) as region:
+        until(region, lambda: len(region.gateway.balancer.pool.node_infos()) == 2)
+        bound = region.gateway.balancer.queue_bound
+        assert bound == QUEUE_PER_SLOT * 2
+        answers = [_post(region, {"sql": "SELECT 1", "tag": "slow", "wait": 0}) for _ in range(bound + 8)]
+        statuses = [a.status for a in answers]
+        assert statuses.count(202) == bound + 4  # two running, two in the nodes' buffers, the queue full
+        refused = [a for a in answers if a.status == 503]
+        assert refused and all(
+            a.json()["error"]["code"] == "queue_full" and "Retry-After" in a.headers for a in refused
+        )
+        assert http("GET", f"{region.url}/v1/cluster").json()["queue_bound"] == bound
 
 
 def test_tokens_authenticate_limit_and_own_their_statements() -> None:

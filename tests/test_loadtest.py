@@ -156,7 +156,7 @@ def test_scenario_steps_are_obeyed(region) -> None:
 
 
 def test_the_open_model_keeps_its_rate_whatever_the_answers_do() -> None:
-    with _region(nodes=1, slots=1) as region:  # 0.2 s per query, one slot: 5 answers per second at most
+    with _region("gateway.max_queue=100", nodes=1, slots=1) as region:  # 0.2 s a query, one slot: 5 answers/s
         run = _run(region, 4, Scenario([Query("slow", "SELECT 1")], "random", total=30), model="open", rate=30.0)
     scheduled = [r.scheduled for r in run.records]
     assert [round(b - a, 9) for a, b in itertools.pairwise(scheduled)] == [round(1 / 30, 9)] * 29
