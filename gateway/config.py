@@ -107,11 +107,13 @@ class SparkSettings:
 
 @dataclass
 class TokenConfig:
-    """A bearer token of the query API and how many queries it may have queued or running."""
+    """A bearer token of the query API, how many queries it may have queued or running, and the
+    tables it may read (empty: all)."""
 
     name: str
     token: str
     max_concurrent: int = 8
+    tables: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -50,6 +50,7 @@ class Prepared:
     nodes: frozenset[str] | None = None  # native: a slot on each of these; None: any one node
     local: bool = False  # native: no table, the gateway answers
     catalog: Snapshot | None = None  # native: the table versions the query reads, pinned until `close`
+    tables: frozenset[str] | None = None  # native: the tables it reads; None: not known (other backends)
 
     def close(self) -> None:
         """The query is over (or will never run): its table versions may be released."""
@@ -170,13 +171,13 @@ class NativeExecutor:
             names = {t.name.lower() for t in parsed.tree.find_all(exp.Table) if t.name and t.name not in ctes}
             if not names:
                 snapshot.close()
-                return Prepared(sql, params, tag, parsed, local=True)
+                return Prepared(sql, params, tag, parsed, local=True, tables=frozenset())
             infos = [snapshot.table(name) for name in sorted(names)]
         except BaseException:
             snapshot.close()
             raise
         owners = frozenset(node for info in infos if not info.replicated for node in info.nodes)
-        return Prepared(sql, params, tag, parsed, owners or None, catalog=snapshot)
+        return Prepared(sql, params, tag, parsed, owners or None, catalog=snapshot, tables=frozenset(names))
 
     async def run(self, statement: Statement, prepared: Prepared, started: Started) -> pa.Table:
         """Run the query; once more, on what is served then, if a node it read went away (its

@@ -50,6 +50,7 @@ class StatementLifecycle:
                 prepared = await prepared_off_loop(None, self.executor.prepare, sql, params, tag)
             else:
                 prepared = self.executor.prepare(sql, params, tag)
+            _check_tables(token, prepared)
             if not prepared.local:
                 self.balancer.check_admission()
         except Exception as e:
@@ -119,3 +120,16 @@ class StatementLifecycle:
     async def cancel_all(self) -> None:
         for statement in self.statements.unfinished():
             await self.cancel(statement)
+
+
+def _check_tables(token: TokenConfig, prepared: Prepared) -> None:
+    """403 when the token may read only some tables and the query reads another (or reads tables
+    the backend does not name: only the native one does)."""
+    if not token.tables:
+        return
+    if prepared.tables is None:
+        raise ApiError(403, "forbidden_table", "this token may read only some tables: the native backend only", "42501")
+    allowed = {name.lower() for name in token.tables}
+    refused = sorted(prepared.tables - allowed)
+    if refused:
+        raise ApiError(403, "forbidden_table", f"token {token.name!r} may not read {', '.join(refused)}", "42501")

@@ -191,3 +191,32 @@ def test_error_messages_show_no_server_paths(native_gateway) -> None:
     message = ApiError(500, "internal_error", "could not open /srv/cxg/data/node-0/lineitem/3.blk").body()["message"]
     assert message == "could not open .../3.blk"
     assert "http://127.0.0.1:8101/v1/scan" in ApiError(503, "x", "node http://127.0.0.1:8101/v1/scan").body()["message"]
+
+
+def test_a_token_reads_only_the_tables_it_is_given(region_stores, region) -> None:
+    from balancer import NodeServer
+    from balancer.native_backend import NativeBackend
+    from gateway import load_config
+    from regions import EmbeddedRegion
+
+    tokens = 'gateway.tokens=[{name="analyst", token="t-1", tables=["nation", "Region"]}, {name="all", token="t-2"}]'
+    config = load_config(None, ["gateway.port=0", 'spark.master="local[2]"', 'spark.driver_memory="2g"', tokens])
+    nodes = [NodeServer(s.node, NativeBackend(s), 2, region[s.node]) for s in region_stores]
+    with EmbeddedRegion(config, nodes) as embedded:
+
+        def ask(sql: str, token: str):
+            headers = {"Authorization": f"Bearer {token}"}
+            return http("POST", f"{embedded.url}/v1/statements", {"sql": sql}, headers)
+
+        joined = "select count(*) from nation join region on n_regionkey = r_regionkey"
+        assert ask(joined, "t-1").status == 200
+        for sql in (
+            "select count(*) from orders",
+            "select count(*) from nation where n_nationkey in (select c_nationkey from customer)",
+            "with o as (select * from orders) select count(*) from o",
+        ):
+            refused = ask(sql, "t-1")
+            assert refused.status == 403 and refused.json()["error"]["code"] == "forbidden_table", refused.body
+            assert "analyst" in refused.json()["error"]["message"]
+        assert ask("select count(*) from orders", "t-2").status == 200
+        assert ask("select 1 as one", "t-1").status == 200  # no table: nothing to refuse
