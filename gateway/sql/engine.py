@@ -7,6 +7,7 @@ import contextlib
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,23 +163,24 @@ USER_ERROR_CLASSES = ("21", "22", "42")  # SQLSTATE classes: cardinality, data, 
 # a node that went away mid-query, or no longer keeps the version the query reads: the same query
 # run again reads what is served then
 NODE_GONE = ("node_unreachable", "version_gone", "table_not_found")
-OVERFLOW = "numeric_overflow"  # a node's kernels refusing arithmetic that may pass 64 bits
+# a node's error code -> what it tells the user (any other storage error is the service's fault)
+NODE_ERRORS: dict[str, Callable[[str], SqlError]] = {
+    "invalid_scan": InvalidQuery,  # the scan does not type-check: a string where a number is needed
+    "numeric_overflow": lambda message: NumericOutOfRange(  # arithmetic that may pass 64 bits
+        f"{message}: the result could pass 64 bits (cast to DOUBLE to compute it approximately)"
+    ),
+    **dict.fromkeys(NODE_GONE, lambda message: NodeUnavailable(f"{message}; retry shortly")),
+    OUT_OF_MEMORY: OutOfMemory,
+    DiskFullError.code: NodeFull,
+}
 
 
 def _execution_error(error: Exception) -> SqlError:
     """What a failure while running tells the user: a node refusing a scan over the query's types
     (a string where a number is needed) and Spark failing on the query's data or types are the
     query's fault (400); anything else is the service's (500)."""
-    if isinstance(error, NodeError) and error.code == "invalid_scan":
-        return InvalidQuery(str(error))
-    if isinstance(error, NodeError) and error.code == OVERFLOW:
-        return NumericOutOfRange(f"{error}: the result could pass 64 bits (cast to DOUBLE to compute it approximately)")
-    if isinstance(error, NodeError) and error.code in NODE_GONE:
-        return NodeUnavailable(f"{error}; retry shortly")
-    if isinstance(error, NodeError) and error.code == OUT_OF_MEMORY:
-        return OutOfMemory(str(error))
-    if isinstance(error, NodeError) and error.code == DiskFullError.code:
-        return NodeFull(str(error))
+    if isinstance(error, NodeError) and error.code in NODE_ERRORS:
+        return NODE_ERRORS[error.code](str(error))
     if isinstance(error, StorageError):
         return ExecutionError(f"{error.code}: {error}")
     if _spark_gone(error):
