@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
@@ -92,9 +93,11 @@ async def dial(
     serve: Callable[[Link], Awaitable[None]],
     token: str | None = None,
     stop: asyncio.Event | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> None:
-    """The downstream side: connect to `url`, send `hello()`, run `serve(link)` until the link
-    drops, then reconnect (0.1 s pause doubling to 2 s) until `stop` is set."""
+    """The downstream side: connect to `url` (an https one verified with `tls`, default: the
+    system's authorities), send `hello()`, run `serve(link)` until the link drops, then reconnect
+    (0.1 s pause doubling to 2 s) until `stop` is set."""
     stop = stop or asyncio.Event()
     pause = 0.1
     headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -103,7 +106,7 @@ async def dial(
         while not stop.is_set():
             try:
                 async with session.ws_connect(
-                    target, heartbeat=HEARTBEAT, max_msg_size=MAX_MESSAGE, headers=headers, compress=0
+                    target, heartbeat=HEARTBEAT, max_msg_size=MAX_MESSAGE, headers=headers, compress=0, ssl=tls or True
                 ) as ws:
                     link = Link(ws, url)
                     await link.send(hello())

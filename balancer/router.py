@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 
 from aiohttp import web
@@ -160,5 +161,11 @@ class Router:
             await self.upstream.send(Hello(name=self.name, role="router", nodes=self.pool.node_infos()))
             await self._report(force=True)
 
-    async def run(self, upstream: str, token: str | None = None, stop: asyncio.Event | None = None) -> None:
-        await dial(upstream, self.hello, self.serve_upstream, token, stop)
+    async def run(
+        self,
+        upstream: str,
+        token: str | None = None,
+        stop: asyncio.Event | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        await dial(upstream, self.hello, self.serve_upstream, token, stop, tls)

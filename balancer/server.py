@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from typing import Protocol
 
@@ -203,5 +204,11 @@ class NodeServer:
 
         await serve_link(link, self.handle, opened, closed)
 
-    async def run(self, upstream: str, token: str | None = None, stop: asyncio.Event | None = None) -> None:
-        await dial(upstream, self.hello, self.serve, token, stop)
+    async def run(
+        self,
+        upstream: str,
+        token: str | None = None,
+        stop: asyncio.Event | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        await dial(upstream, self.hello, self.serve, token, stop, tls)

@@ -16,9 +16,9 @@ from gateway import Client, Config, json_rows
 
 
 def _client(args: argparse.Namespace, config: Config) -> Client:
-    url = args.url or os.environ.get("CXG_URL") or f"http://{config.gateway.host}:{config.gateway.port}"
+    url = args.url or os.environ.get("CXG_URL") or config.gateway.url
     token = args.token or (config.gateway.tokens[0].token if config.gateway.tokens else None)
-    return Client(url, token)
+    return Client(url, token, ca=config.gateway.tls_ca or None)
 
 
 def show_status(doc: dict) -> None:

@@ -36,7 +36,7 @@ def _logging(verbose: bool = False) -> None:
 
 
 def _upstream(args: argparse.Namespace, config: Config) -> str:
-    return args.upstream or f"http://{config.gateway.host}:{config.gateway.port}"
+    return args.upstream or config.gateway.url
 
 
 def warm_spark(spark: SparkFactory, master: str) -> threading.Thread:
@@ -57,16 +57,17 @@ def warm_spark(spark: SparkFactory, master: str) -> threading.Thread:
 def cmd_gateway(args: argparse.Namespace, config: Config) -> int:
     _logging()
     g = config.gateway
+    tls = g.server_tls()
     spark = session_factory(config.spark.settings(), f"region-{g.region}")
     gateway = Gateway(config, spark)
     auth = f"{len(g.tokens)} token(s)" if g.tokens else "no authentication"
     print(
-        f"gateway: http://{g.host}:{g.port}, region {g.region} ({config.region.backend} nodes), {auth}",
+        f"gateway: {g.url}, region {g.region} ({config.region.backend} nodes), {auth}",
         flush=True,
     )
     if config.region.backend == "native" and config.spark.warm_up:
         warm_spark(spark, config.spark.master)
-    asyncio.run(serve(gateway.app(), g.host, g.port))
+    asyncio.run(serve(gateway.app(), g.host, g.port, tls=tls))
     return 0
 
 
@@ -115,20 +116,20 @@ def cmd_node(args: argparse.Namespace, config: Config) -> int:
     upstream = _upstream(args, config)
     held = f"{budget / 2**30:.2f} GiB of memory" if budget else "no memory budget"
     print(f"node {args.name}: {kind}, {slots} slots + 1, {held}, {url}, upstream {upstream} ({detail})", flush=True)
-    token = config.gateway.cluster_token or None
-    asyncio.run(serve(app, args.host, args.port, lambda stop: server.run(upstream, token, stop)))
+    token, tls = config.gateway.cluster_token or None, config.gateway.client_tls()
+    asyncio.run(serve(app, args.host, args.port, lambda stop: server.run(upstream, token, stop, tls)))
     journal.close()
     return 0
 
 
 def cmd_router(args: argparse.Namespace, config: Config) -> int:
     _logging(args.verbose)
-    token = config.gateway.cluster_token or None
+    token, tls = config.gateway.cluster_token or None, config.gateway.client_tls()
     journal = Journal(config.gateway.log_dir or None, "router", args.name)
     router = Router(args.name, token, journal, free_slot_first=config.region.dispatch == "free-slot-first")
     upstream = _upstream(args, config)
     print(f"router {args.name}: http://{args.host}:{args.port}, upstream {upstream}", flush=True)
-    asyncio.run(serve(router.app(), args.host, args.port, lambda stop: router.run(upstream, token, stop)))
+    asyncio.run(serve(router.app(), args.host, args.port, lambda stop: router.run(upstream, token, stop, tls)))
     journal.close()
     return 0
 
@@ -153,7 +154,7 @@ def cmd_up(args: argparse.Namespace, config: Config) -> int:
     except KeyboardInterrupt:
         return 130  # start() has stopped what it started
     console.print(f"region {config.gateway.region} is up at [bold]{url}[/] (process output in {region.run_dir})")
-    show_status(Client(url, region.token()).cluster())
+    show_status(Client(url, region.token(), ca=config.gateway.tls_ca or None).cluster())
     if config.region.backend == "native":
         for line in served_data(config):
             console.print(line, soft_wrap=True, highlight=False, markup=False)

@@ -7,6 +7,7 @@ import datetime
 import decimal
 import json
 import os
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -52,10 +53,16 @@ def parameter(value: Any) -> Any:
 
 
 class Client:
-    def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 3600.0):
+    def __init__(
+        self, url: str | None = None, token: str | None = None, timeout: float = 3600.0, ca: str | None = None
+    ):
+        """`ca`: the certificate (or bundle) an https gateway is verified with, default $CXG_CA,
+        else the system's authorities."""
         self.url = (url or os.environ.get("CXG_URL") or DEFAULT_URL).rstrip("/")
         self.token = token if token is not None else os.environ.get("CXG_TOKEN")
         self.timeout = timeout
+        ca = ca or os.environ.get("CXG_CA")
+        self.tls = ssl.create_default_context(cafile=ca) if ca else None
 
     def _request(
         self, method: str, path: str, body: dict | None = None, accept: str = JSON
@@ -69,7 +76,7 @@ class Client:
             headers["Content-Type"] = JSON
         request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with urllib.request.urlopen(request, timeout=self.timeout, context=self.tls) as response:
                 return response.status, dict(response.headers), response.read()
         except urllib.error.HTTPError as e:
             payload = e.read()

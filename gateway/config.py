@@ -8,6 +8,7 @@ strange behaviour (a path given where a list is expected is a one-element list).
 from __future__ import annotations
 
 import re
+import ssl
 import tomllib
 import types
 import typing
@@ -132,6 +133,35 @@ class GatewayConfig:
     cluster_token: str = ""  # shared secret of the links between balancer, routers and nodes
     log_dir: str = ""  # where the roles write their logs (empty: no files)
     tokens: list[TokenConfig] = field(default_factory=list)  # none: no authentication
+    tls_cert: str = ""  # PEM certificate (chain) of the gateway: set with tls_key, it serves HTTPS only
+    tls_key: str = ""  # PEM private key of tls_cert
+    tls_ca: str = ""  # what nodes, routers and the CLI trust to reach the gateway over TLS (empty: the system's)
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls_cert else 'http'}://{self.host}:{self.port}"
+
+    def server_tls(self) -> ssl.SSLContext | None:
+        """The gateway's TLS context (None without a certificate)."""
+        if not self.tls_cert:
+            return None
+        if not self.tls_key:
+            raise ConfigError("gateway.tls_cert needs gateway.tls_key (the certificate's private key)")
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            context.load_cert_chain(self.tls_cert, self.tls_key)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"cannot use gateway.tls_cert {self.tls_cert} with its key {self.tls_key}: {e}") from None
+        return context
+
+    def client_tls(self) -> ssl.SSLContext | None:
+        """What a role dialling the gateway verifies it with (None: plain HTTP)."""
+        if not self.tls_cert:
+            return None
+        try:
+            return ssl.create_default_context(cafile=self.tls_ca or None)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"cannot read gateway.tls_ca {self.tls_ca}: {e}") from None
 
 
 @dataclass

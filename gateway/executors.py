@@ -208,7 +208,11 @@ class NativeExecutor:
         key = str(statement.id)
         if prepared.local:
             started([])
-            result = await loop.run_in_executor(self.pool, self.engine.run, prepared.parsed, key)
+            try:
+                result = await loop.run_in_executor(self.pool, self.engine.run, _capped(prepared, statement), key)
+            except asyncio.CancelledError:  # cancelled or timed out: its scans and Spark jobs stop too
+                self.engine.cancel(key)
+                raise
             statement.engine = result.engine
             return result.table
         ticket = self.balancer.submit(
@@ -222,7 +226,8 @@ class NativeExecutor:
         try:
             granted = await ticket.started
             started(granted)
-            work = loop.run_in_executor(self.pool, self.engine.run, prepared.parsed, key, granted, prepared.catalog)
+            query = _capped(prepared, statement)
+            work = loop.run_in_executor(self.pool, self.engine.run, query, key, granted, prepared.catalog)
             await asyncio.wait([work, ticket.done], return_when=asyncio.FIRST_COMPLETED)
             if not work.done():  # a node it holds went away: stop now, not when its scans time out
                 self.engine.cancel(key)
@@ -248,6 +253,12 @@ class NativeExecutor:
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _capped(prepared: Prepared, statement: Statement) -> CheckedQuery:
+    """The query to run: stopped one row past what the client keeps, where that changes no answer."""
+    query = prepared.parsed
+    return query if statement.max_rows is None else query.capped(statement.max_rows + 1)
 
 
 class PassThroughExecutor:

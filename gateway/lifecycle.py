@@ -43,7 +43,7 @@ class StatementLifecycle:
         """Admit, prepare and start one query; its statement, running. An ApiError when it is
         refused (the token's limit, a full region, a query that does not prepare)."""
         self._admit(token)
-        statement = Statement(self.balancer.new_id(client), sql, token.name, tag, client)
+        statement = Statement(self.balancer.new_id(client), sql, token.name, tag, client, max_rows)
         prepared: Prepared | None = None
         try:
             if self.executor.blocking_prepare:

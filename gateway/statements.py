@@ -37,6 +37,7 @@ class Statement:
     owner: str  # the token's name ("" without authentication)
     tag: str = ""
     client: int = 0
+    max_rows: int | None = None  # rows the client keeps: an unordered query stops after one more
     state: str = QUEUED
     submitted: float = field(default_factory=time.time)
     timings: dict[str, float] = field(default_factory=dict)  # stage -> seconds

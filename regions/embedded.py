@@ -5,6 +5,7 @@ runs as separate processes (`cxg up`); tests and examples use it to start in mil
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -34,7 +35,8 @@ class EmbeddedRegion:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.config.gateway.port}"
+        scheme = "https" if self.config.gateway.tls_cert else "http"
+        return f"{scheme}://127.0.0.1:{self.config.gateway.port}"
 
     def call(self, work: Awaitable[Any], timeout: float = 60.0) -> Any:
         """Await `work` (a coroutine or a future of this loop) on the region's loop; its result."""
@@ -44,10 +46,10 @@ class EmbeddedRegion:
 
         return asyncio.run_coroutine_threadsafe(wrapped(), self.loop).result(timeout)
 
-    async def _serve(self, app: web.Application, port: int) -> None:
+    async def _serve(self, app: web.Application, port: int, tls: ssl.SSLContext | None = None) -> None:
         runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
+        await web.TCPSite(runner, "127.0.0.1", port, ssl_context=tls).start()
         self._runners.append(runner)
 
     async def _start(self) -> None:
@@ -55,17 +57,18 @@ class EmbeddedRegion:
         token = self.config.gateway.cluster_token or None
         spark = session_factory(self.config.spark.settings(), f"region-{self.config.gateway.region}")
         self.gateway = Gateway(self.config, spark)
-        await self._serve(self.gateway.app(), self.config.gateway.port)
+        await self._serve(self.gateway.app(), self.config.gateway.port, self.config.gateway.server_tls())
+        tls = self.config.gateway.client_tls()
         upstream = {node.name: self.url for node in self.nodes}
         for name, members in self.routers.items():
             router = Router(name, token, free_slot_first=self.config.region.dispatch == "free-slot-first")
             port = free_port()
             await self._serve(router.app(), port)
-            self._tasks.append(asyncio.create_task(router.run(self.url, token, self._stop)))
+            self._tasks.append(asyncio.create_task(router.run(self.url, token, self._stop, tls)))
             self.router_objects[name] = router
             upstream.update({member: f"http://127.0.0.1:{port}" for member in members})
         for node in self.nodes:
-            self._tasks.append(asyncio.create_task(node.run(upstream[node.name], token, self._stop)))
+            self._tasks.append(asyncio.create_task(node.run(upstream[node.name], token, self._stop, tls)))
 
     async def _ready(self, timeout: float) -> None:
         deadline = self.loop.time() + timeout

@@ -65,7 +65,7 @@ class LocalRegion:
 
     @property
     def url(self) -> str:
-        return f"http://{self.config.gateway.host}:{self.config.gateway.port}"
+        return self.config.gateway.url
 
     def layout(self) -> list[Role]:
         """The gateway, then the routers, then the nodes (each node joins its router, or the gateway)."""
@@ -157,7 +157,7 @@ class LocalRegion:
 
     def _wait_ready(self, timeout: float) -> None:
         nodes = sum(1 for r in self.roles if r.name.startswith("node-"))
-        client = Client(self.url, token=self.token())
+        client = Client(self.url, token=self.token(), ca=self.config.gateway.tls_ca or None)
         deadline = time.monotonic() + timeout
         while True:
             dead = self.dead()

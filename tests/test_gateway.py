@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import socket
 import time
 
@@ -16,7 +17,7 @@ import pytest
 from balancer import NodeServer
 from balancer.region_balancer import QUEUE_PER_SLOT
 from balancer.simulation import QueryType, SimulationBackend
-from gateway import load_config
+from gateway import Client, GatewayError, load_config
 from regions import EmbeddedRegion
 from tests.balancing import on_loop, until
 from tests.http import http
@@ -263,8 +264,9 @@ def test_by_default_the_queue_holds_a_few_rounds_of_the_regions_slots() -> None:
         assert http("GET", f"{region.url}/v1/cluster").json()["queue_bound"] == bound
 
 
-def test_tokens_authenticate_limit_and_own_their_statements() -> None:
-    with _region(f"gateway.tokens={TOKENS}") as region:
+def test_tokens_authenticate_limit_and_own_their_statements(tmp_path, caplog) -> None:
+    caplog.set_level(logging.DEBUG)
+    with _region(f"gateway.tokens={TOKENS}", f"gateway.log_dir={json.dumps(str(tmp_path))}") as region:
         missing = _post(region, {"sql": "SELECT 1", "tag": "fast"})
         assert missing.status == 401 and missing.json()["error"]["code"] == "unauthorized"
         assert _post(region, {"sql": "SELECT 1", "tag": "fast"}, token="wrong").status == 401
@@ -283,6 +285,33 @@ def test_tokens_authenticate_limit_and_own_their_statements() -> None:
         mine = http("DELETE", url, headers={"Authorization": "Bearer a-secret"})
         assert mine.json()["state"] == "cancelled"
         assert _post(region, {"sql": "SELECT 1", "tag": "fast"}, token="a-secret").status == 200
+    # tokens, right or wrong, are never logged: not in the process's log, nor in the roles' files
+    logged = caplog.text + "".join(p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file())
+    assert "a-secret" not in logged and "b-secret" not in logged and "wrong" not in logged
+    assert list(tmp_path.rglob("*.jsonl")) or list(tmp_path.rglob("*.log")), "the roles wrote no logs to check"
+
+
+def test_tls_with_a_configured_certificate(tmp_path) -> None:
+    """HTTPS with a certificate from the configuration: clients that trust it get answers, the
+    nodes' links run over it too; a client that does not trust it, or speaks plain HTTP, gets
+    nothing."""
+    trustme = pytest.importorskip("trustme")
+    authority = trustme.CA()
+    authority.cert_pem.write_to_path(tmp_path / "ca.pem")
+    issued = authority.issue_cert("127.0.0.1")
+    issued.cert_chain_pems[0].write_to_path(tmp_path / "cert.pem")
+    issued.private_key_pem.write_to_path(tmp_path / "key.pem")
+    tls = [f'gateway.tls_{k}="{tmp_path / f}"' for k, f in (("cert", "cert.pem"), ("key", "key.pem"), ("ca", "ca.pem"))]
+    with _region(*tls) as region:
+        assert region.url.startswith("https://")
+        client = Client(region.url, ca=str(tmp_path / "ca.pem"))
+        assert client.execute("SELECT 1", tag="fast").table.num_rows == 7
+        assert sum(len(m["nodes"]) for m in client.cluster()["members"]) == 2  # both nodes linked over TLS
+        with pytest.raises(GatewayError, match="CERTIFICATE_VERIFY_FAILED"):
+            Client(region.url).execute("SELECT 1", tag="fast")
+        with pytest.raises(GatewayError) as plain:
+            Client(region.url.replace("https://", "http://")).execute("SELECT 1", tag="fast")
+        assert plain.value.status in (0, 400)
 
 
 def test_statements_expire_after_their_ttl() -> None:

@@ -88,21 +88,27 @@ def test_tables_endpoint_lists_columns_and_placement(native_gateway) -> None:
     assert {"name": "l_quantity", "type": "decimal(15,2)", "nullable": False} in tables["lineitem"]["columns"]
 
 
-def test_cancelling_a_spark_query_frees_the_slots_on_every_node(native_gateway, spark) -> None:
+@pytest.mark.parametrize("stop", ["cancel", "timeout"])
+def test_a_cancelled_or_timed_out_spark_query_frees_the_slots_on_every_node(native_gateway, spark, stop) -> None:
     client = Client(native_gateway.url)
     slow = "select count(*) from lineitem a join lineitem b on a.l_orderkey < b.l_orderkey"
-    statement = http("POST", f"{native_gateway.url}/v1/statements", {"sql": slow, "wait": 0}).json()["id"]
     balancer = native_gateway.gateway.balancer
+    tracker = spark.sparkContext.statusTracker()
 
     def busy() -> int:
         return sum(n["running"] for m in balancer.snapshot()["members"] for n in m["nodes"])
 
-    until(native_gateway, lambda: busy() == 2, timeout=30, what="a slot on both nodes")
-    assert client.cancel(statement)["state"] == "cancelled"
+    if stop == "cancel":
+        statement = http("POST", f"{native_gateway.url}/v1/statements", {"sql": slow, "wait": 0}).json()["id"]
+        until(native_gateway, lambda: busy() == 2, timeout=30, what="a slot on both nodes")
+        until(native_gateway, lambda: tracker.getActiveJobsIds(), timeout=30, what="the Spark job running")
+        assert client.cancel(statement)["state"] == "cancelled"
+    else:
+        reply = http("POST", f"{native_gateway.url}/v1/statements", {"sql": slow, "wait": 60, "timeout": 8})
+        assert reply.status == 504 and reply.json()["error"]["code"] == "timeout", reply.body
     until(native_gateway, lambda: busy() == 0, timeout=30, what="both slots freed")
     engine = native_gateway.gateway.executor.engine
     until(native_gateway, lambda: not engine._running, timeout=60, what="the Spark job stopped")
-    tracker = spark.sparkContext.statusTracker()
     until(native_gateway, lambda: not tracker.getActiveJobsIds(), timeout=60, what="no Spark job left")
     assert client.execute("select count(*) as n from nation").table.column("n").to_pylist() == [25]
     with pytest.raises(GatewayError) as info:
@@ -220,3 +226,21 @@ def test_a_token_reads_only_the_tables_it_is_given(region_stores, region) -> Non
             assert "analyst" in refused.json()["error"]["message"]
         assert ask("select count(*) from orders", "t-2").status == 200
         assert ask("select 1 as one", "t-1").status == 200  # no table: nothing to refuse
+
+
+def test_a_row_limit_stops_an_unordered_query_one_row_past_it(native_gateway, engine) -> None:
+    """The nodes and Spark stop after max_rows + 1 rows where any rows are an answer; an ordered
+    query or a smaller LIMIT is left as written."""
+    joined = "select o_orderkey from orders join customer on o_custkey = c_custkey"
+    for sql in ("select l_orderkey from lineitem", joined):
+        reply = http("POST", f"{native_gateway.url}/v1/statements", {"sql": sql, "max_rows": 10})
+        assert reply.status == 200 and reply.json()["truncated"] is True and len(reply.json()["rows"]) == 10
+    limits = {
+        "select l_orderkey from lineitem": "11",
+        "select l_orderkey from lineitem limit 50": "11",
+        "select l_orderkey from lineitem limit 5": "5",
+        "select l_orderkey from lineitem order by 1": None,
+    }
+    for sql, limit in limits.items():
+        capped = engine.prepare(sql).capped(11).tree.args.get("limit")
+        assert (capped.expression.this if capped is not None else None) == limit, sql

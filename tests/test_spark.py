@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from gateway.background import serve
+from gateway.sql.run import POOLS, SchedulerPools
 from gpu_kernels import get_backend, to_domain
 from storage import LoadOptions, Node, Placement, Source, Store, TableSchema, load_table, spark_load
 from storage.partitioning import buckets_of
@@ -69,9 +70,21 @@ def test_the_region_session_shares_spark_fairly_with_arrow_and_pushdown(spark) -
     assert conf.get("spark.sql.execution.arrow.pyspark.enabled") == "true"
     assert conf.get("spark.sql.python.filterPushdown.enabled") == "true"
     assert conf.get("spark.scheduler.mode") == "FAIR"
-    # queries' jobs share the default pool, which shares the cores between their stages
     pool = spark.sparkContext._jsc.sc().getPoolForName("default").get()
     assert pool.schedulingMode().toString() == "FAIR"
+
+
+def test_each_running_query_has_a_scheduler_pool_of_its_own(engine) -> None:
+    """Pools share the cores equally (FAIR), so a query's share does not grow with its tasks."""
+    pools = SchedulerPools("test")
+    with pools.pool() as first, pools.pool() as second:
+        assert first != second
+    with pools.pool() as again:
+        assert again in (first, second)  # reused: Spark keeps as many pools as ran at once
+    engine.execute("select count(*) from orders join customer on o_custkey = c_custkey")
+    context = engine.spark.sparkContext
+    assert context._jsc.sc().getPoolForName(f"{POOLS.prefix}-0").isDefined()
+    assert context.getLocalProperty("spark.scheduler.pool") is None  # the thread is left as it was
 
 
 def test_a_replicated_table_is_read_once_across_nodes(spark, region) -> None:

@@ -65,6 +65,7 @@ def _local_query(tree: exp.Select, names: list[str], scan: TableQuery, catalog: 
     distinct = bool(tree.args.get("distinct"))
     if distinct and not group:
         group = [p.copy() for p in projections]
+    group = list({g.sql(): g for g in group}.values())  # `group by a, a` and `distinct a, a` group by a once
     everything = [*projections, *([having] if having is not None else []), *(o.this for o in ordered)]
     aggregates = _aggregates(everything)
     aggregating = bool(group or aggregates)

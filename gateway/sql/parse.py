@@ -179,6 +179,21 @@ class CheckedQuery:
         """The same query over a copy of its tree, to rewrite without touching this one."""
         return CheckedQuery(self.tree.copy(), list(self.names), self.explain, self.text)
 
+    def capped(self, rows: int) -> CheckedQuery:
+        """The query stopped after `rows` rows where any `rows` of them are an answer: without
+        ORDER BY, and without a smaller LIMIT (a copy; this query when nothing changes). The nodes
+        then stop scanning and Spark collects no more."""
+        limit = self.tree.args.get("limit")
+        if self.explain or self.tree.args.get("order") is not None:
+            return self
+        if limit is not None:
+            bound = limit.args.get("expression")
+            if not (isinstance(bound, exp.Literal) and bound.is_int and int(bound.this) > rows):
+                return self
+        query = self.copy()
+        query.tree.set("limit", exp.Limit(expression=exp.Literal.number(rows)))
+        return query
+
 
 def syntax_error(e: ParseError) -> SqlSyntaxError:
     """The user's message for a parse error: where, near what, and what was expected."""

@@ -14,6 +14,9 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -124,14 +127,48 @@ def stage(plan: Plan, catalog: RegionCatalog, mode: str) -> Staged:
     return staged
 
 
+class SchedulerPools:
+    """Spark scheduler pools, one per running query. Under the FAIR scheduler the pools share the
+    cores equally whatever their number of tasks, so a query with thousands of long tasks takes
+    its share and no more: the next free core goes to the pool with the fewest running tasks.
+    Names are reused, so Spark keeps as many pools as queries ever ran at once."""
+
+    def __init__(self, prefix: str = "query"):
+        self.prefix = prefix
+        self._free: list[str] = []
+        self._made = 0
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def pool(self) -> Iterator[str]:
+        with self._lock:
+            if self._free:
+                name = self._free.pop()
+            else:
+                name, self._made = f"{self.prefix}-{self._made}", self._made + 1
+        try:
+            yield name
+        finally:
+            with self._lock:
+                self._free.append(name)
+
+
+POOLS = SchedulerPools()
+
+
 def run_on_spark(
     plan: Staged, spark: Any, catalog: RegionCatalog, mode: str, directory: str | None, job: str
 ) -> pa.Table:
-    """Run a staged plan on `spark` under the job group `job` (which `Engine.cancel` cancels), its
-    sub-queries handed over by an `Exchange` in `mode` (files under `directory`)."""
-    spark.sparkContext.setJobGroup(job, plan.query.text[:200], interruptOnCancel=True)
-    handover = Exchange(spark, catalog, mode, directory)
-    try:
-        return spark.sql(handover.spark_sql(plan)).toArrow()
-    finally:
-        handover.close()
+    """Run a staged plan on `spark` in a scheduler pool of its own, under the job group `job`
+    (which `Engine.cancel` cancels), its sub-queries handed over by an `Exchange` in `mode` (files
+    under `directory`)."""
+    context = spark.sparkContext
+    with POOLS.pool() as pool:
+        context.setJobGroup(job, plan.query.text[:200], interruptOnCancel=True)
+        context.setLocalProperty("spark.scheduler.pool", pool)  # this thread's jobs
+        handover = Exchange(spark, catalog, mode, directory)
+        try:
+            return spark.sql(handover.spark_sql(plan)).toArrow()
+        finally:
+            handover.close()
+            context.setLocalProperty("spark.scheduler.pool", None)

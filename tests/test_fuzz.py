@@ -1,0 +1,288 @@
+"""Generated input through the real HTTP API, never a 5xx.
+
+* SQL drawn from a grammar of the supported subset (filters, arithmetic, CASE, IN, LIKE, BETWEEN,
+  joins, grouping, ordering) over the small tables of `tests.sql_cases` (NULLs, decimals, dates,
+  timestamps, non-ASCII text) and mutations of the 22 TPC-H queries (literals changed,
+  comparisons turned, conjuncts dropped, orders reversed): each answer equals DuckDB's, or the
+  query is refused with a 4xx whose code the README lists.
+* The HTTP API fuzzed against its own OpenAPI document with Schemathesis: wrong methods, content
+  types, bodies, numbers; no 5xx, and every error in the JSON error format.
+
+Afterwards no slot is left busy. The number of examples is bounded for CI; `pytest
+tests/test_fuzz.py --long` runs the report's (README, "Bad input and overload").
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+import schemathesis
+import sqlglot
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schemathesis import GenerationMode
+from sqlglot import exp
+
+from loadtests.compare import rows, rows_match
+from loadtests.tpch_queries import all_queries
+from tests.http import http
+
+README = (Path(__file__).parents[1] / "README.md").read_text()
+ARROW = "application/vnd.apache.arrow.stream"
+DOCUMENTED = set(re.findall(r"`([a-z_]+)`", README[README.index("| status | codes |") : README.index("## Python")]))
+
+# alias -> column -> kind, for the tables of tests.sql_cases
+TABLES = {
+    "people": ("p", {"id": "int", "name": "text", "city": "text", "age": "int", "score": "num", "joined": "date"}),
+    "visits": ("v", {"person_id": "int", "amount": "num", "note": "text"}),
+    "events": ("e", {"person_id": "int", "at": "time", "weight": "float", "ok": "bool", "kind": "text"}),
+}
+SOURCES = [
+    ["people"],
+    ["visits"],
+    ["events"],
+    ["people", "visits"],
+    ["people", "events"],
+]
+JOINS = {"visits": "p.id = v.person_id", "events": "p.id = e.person_id"}
+TEXTS = ["Berlin", "Zoë", "zoe", "東京", "a", "Ωmega", "", "Lima"]
+PATTERNS = ["B%", "%e%", "_o%", "%", "Z_ë", "%ö%"]
+DATES = ["2020-01-31", "2021-01-01", "2019-12-31", "2024-02-29"]
+
+
+def _examples(request: pytest.FixtureRequest, ci: int, long: int) -> int:
+    return long if request.config.getoption("--long") else ci
+
+
+def _columns(tables: list[str], kinds: set[str]) -> list[str]:
+    return [f"{TABLES[t][0]}.{c}" for t in tables for c, k in TABLES[t][1].items() if k in kinds]
+
+
+@st.composite
+def numbers(draw, tables: list[str], depth: int = 2) -> str:
+    """A numeric expression."""
+    leaves = st.one_of(
+        st.sampled_from(_columns(tables, {"int", "num", "float"})),
+        st.integers(-1000, 1000).map(str),
+        st.sampled_from(["0", "1", "2.5", "-0.75", "100.00"]),
+    )
+    if depth == 0:
+        return draw(leaves)
+    inner = numbers(tables, depth - 1)
+    return draw(
+        st.one_of(
+            leaves,
+            st.tuples(inner, st.sampled_from(["+", "-", "*", "/"]), inner).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+            inner.map(lambda a: f"abs({a})"),
+            inner.map(lambda a: f"-({a})"),
+            st.tuples(inner, st.integers(-5, 5)).map(lambda t: f"coalesce({t[0]}, {t[1]})"),
+            st.tuples(predicates(tables, 0), inner, inner).map(
+                lambda t: f"case when {t[0]} then {t[1]} else {t[2]} end"
+            ),
+        )
+    )
+
+
+@st.composite
+def predicates(draw, tables: list[str], depth: int = 2) -> str:
+    """A boolean condition."""
+    texts = _columns(tables, {"text"})
+    dates = _columns(tables, {"date"})
+    choices = [
+        st.tuples(numbers(tables, 1), st.sampled_from(["=", "<>", "<", "<=", ">", ">="]), numbers(tables, 0)).map(
+            " ".join
+        ),
+        st.tuples(numbers(tables, 0), numbers(tables, 0), numbers(tables, 0)).map(
+            lambda t: f"{t[0]} between {t[1]} and {t[2]}"
+        ),
+        st.tuples(numbers(tables, 0), st.lists(st.integers(-50, 50), min_size=1, max_size=5)).map(
+            lambda t: f"{t[0]} in ({', '.join(map(str, t[1]))})"
+        ),
+        st.tuples(st.sampled_from(_columns(tables, {"int", "num", "text", "date", "float"})), st.booleans()).map(
+            lambda t: f"{t[0]} is {'not ' if t[1] else ''}null"
+        ),
+    ]
+    if texts:
+        choices += [
+            st.tuples(st.sampled_from(texts), st.sampled_from(["=", "<>", "<", ">="]), st.sampled_from(TEXTS)).map(
+                lambda t: f"{t[0]} {t[1]} '{t[2]}'"
+            ),
+            st.tuples(st.sampled_from(texts), st.booleans(), st.sampled_from(PATTERNS)).map(
+                lambda t: f"{t[0]} {'not ' if t[1] else ''}like '{t[2]}'"
+            ),
+            st.tuples(st.sampled_from(texts), st.lists(st.sampled_from(TEXTS), min_size=1, max_size=3)).map(
+                lambda t: f"{t[0]} in ({', '.join(repr(v) for v in t[1])})"
+            ),
+        ]
+    if dates:
+        choices.append(
+            st.tuples(st.sampled_from(dates), st.sampled_from(["<", ">=", "="]), st.sampled_from(DATES)).map(
+                lambda t: f"{t[0]} {t[1]} date '{t[2]}'"
+            )
+        )
+    if depth > 0:
+        inner = predicates(tables, depth - 1)
+        choices += [
+            st.tuples(inner, st.sampled_from(["and", "or"]), inner).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+            inner.map(lambda a: f"not ({a})"),
+        ]
+    return draw(st.one_of(choices))
+
+
+@st.composite
+def queries(draw) -> str:
+    """A query of the supported subset: a select-project or a grouping, over one table or a join,
+    ordered by every output column when it has a LIMIT."""
+    tables = draw(st.sampled_from(SOURCES))
+    source = f"{tables[0]} {TABLES[tables[0]][0]}"
+    for other in tables[1:]:
+        kind = draw(st.sampled_from(["join", "left join"]))
+        source += f" {kind} {other} {TABLES[other][0]} on {JOINS[other]}"
+    where = draw(st.none() | predicates(tables))
+    if draw(st.booleans()):  # a grouping
+        groupable = _columns(tables, {"int", "text", "date", "bool"})
+        keys = draw(st.lists(st.sampled_from(groupable), max_size=2, unique=True))
+        aggregate = st.one_of(
+            st.just("count(*)"),
+            st.tuples(st.sampled_from(["sum", "min", "max", "avg", "count"]), numbers(tables, 1)).map(
+                lambda t: f"{t[0]}({t[1]})"
+            ),
+        )
+        items = keys + draw(st.lists(aggregate, min_size=1, max_size=3))
+        tail = f" group by {', '.join(keys)}" if keys else ""
+        if keys and draw(st.booleans()):
+            tail += f" having count(*) > {draw(st.integers(0, 2))}"
+    else:
+        item = st.one_of(numbers(tables), st.sampled_from(_columns(tables, {"text", "date", "time", "bool"})))
+        items = draw(st.lists(item, min_size=1, max_size=4))
+        tail = ""
+    select = ", ".join(f"{e} as c{i}" for i, e in enumerate(items))
+    distinct = "distinct " if not tail and draw(st.booleans()) else ""
+    sql = f"select {distinct}{select} from {source}" + (f" where {where}" if where else "") + tail
+    if draw(st.booleans()):
+        order = ", ".join(f"{i + 1} {draw(st.sampled_from(['asc', 'desc']))}" for i in range(len(items)))
+        sql += f" order by {order}"
+        if draw(st.booleans()):
+            sql += f" limit {draw(st.integers(0, 5))}"
+    return sql
+
+
+def _mutate(tree: exp.Expression, choice: int, number: int) -> exp.Expression:
+    """One small change to a TPC-H query: a literal changed, a comparison turned, a conjunct of
+    the WHERE dropped, or the order reversed."""
+    tree = tree.copy()
+    literals = [n for n in tree.find_all(exp.Literal) if n.is_number and not isinstance(n.parent, exp.Limit)]
+    comparisons = list(tree.find_all(exp.GT, exp.GTE, exp.LT, exp.LTE))
+    where = tree.args.get("where")
+    conjuncts = list(where.this.flatten()) if where is not None and isinstance(where.this, exp.And) else []
+    orders = list(tree.find_all(exp.Ordered))
+    kind = choice % 4
+    if kind == 0 and literals:
+        old = literals[number % len(literals)]
+        value = float(old.this) * (0.5 + (number % 7) / 4)
+        old.replace(exp.Literal.number(int(value) if "." not in old.this else round(value, 2)))
+    elif kind == 1 and comparisons:
+        old = comparisons[number % len(comparisons)]
+        turned = {exp.GT: exp.LTE, exp.GTE: exp.LT, exp.LT: exp.GTE, exp.LTE: exp.GT}[type(old)]
+        old.replace(turned(this=old.this, expression=old.expression))
+    elif kind == 2 and len(conjuncts) > 1:
+        dropped = conjuncts[number % len(conjuncts)]
+        kept = [c for c in conjuncts if c is not dropped]
+        where.set("this", exp.and_(*kept))
+    elif orders:
+        for ordered in orders:
+            ordered.set("desc", not ordered.args.get("desc"))
+    return tree
+
+
+def _check(gateway, duck, sql: str) -> None:
+    """The gateway's answer (as Arrow) equals DuckDB's, or it is a documented 4xx; never a 5xx."""
+    reply = http("POST", f"{gateway.url}/v1/statements", {"sql": sql, "wait": 120}, {"Accept": ARROW}, timeout=180)
+    assert reply.status < 500, (sql, reply.status, reply.body[:500])
+    if reply.status != 200:
+        assert 400 <= reply.status < 500, (sql, reply.status)
+        error = reply.json()["error"]
+        assert error["code"] in DOCUMENTED and error["message"], (sql, error)
+        return
+    got = rows(pa.ipc.open_stream(reply.body).read_all())
+    try:
+        expected = rows(duck.sql(sql).to_arrow_table())
+    except duckdb.Error as e:
+        raise AssertionError(f"answered where DuckDB refuses ({e}): {sql}") from None
+    assert rows_match(got, expected, ordered=" order by " in sql, tolerance=1e-6), (sql, got[:10], expected[:10])
+
+
+def test_generated_sql_is_answered_as_duckdb_answers_or_refused_with_a_4xx(native_gateway, duck, request) -> None:
+    @settings(
+        max_examples=_examples(request, 60, 1000),
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(queries())
+    def run(sql: str) -> None:
+        _check(native_gateway, duck, sql)
+
+    run()
+    _no_slot_busy(native_gateway)
+
+
+def test_mutated_tpch_queries_are_answered_as_duckdb_answers_or_refused_with_a_4xx(
+    native_gateway, duck, request
+) -> None:
+    texts = all_queries()
+
+    @settings(max_examples=_examples(request, 12, 300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.integers(1, 22), st.integers(0, 3), st.integers(0, 1000))
+    def run(number: int, choice: int, which: int) -> None:
+        tree = sqlglot.parse_one(texts[number], dialect="duckdb")
+        _check(native_gateway, duck, _mutate(tree, choice, which).sql(dialect="duckdb"))
+
+    run()
+    _no_slot_busy(native_gateway)
+
+
+def _no_slot_busy(gateway) -> None:
+    deadline = time.monotonic() + 30
+    while (cluster := http("GET", f"{gateway.url}/v1/cluster").json())["queue"] or cluster["in_flight"]:
+        assert time.monotonic() < deadline, cluster
+        time.sleep(0.1)
+
+
+def test_the_http_api_fuzzed_against_its_openapi_document(native_gateway, request) -> None:
+    """Schemathesis draws requests from /openapi.json, valid ones and ones that break it (wrong
+    types, missing fields, odd strings and numbers): no 5xx, every answer as the document says,
+    errors in the JSON error format."""
+    document = http("GET", f"{native_gateway.url}/openapi.json").json()
+    schema = schemathesis.openapi.from_dict(document)
+    cases = st.one_of(schema.as_strategy(GenerationMode.POSITIVE), schema.as_strategy(GenerationMode.NEGATIVE))
+    checks = [
+        schemathesis.checks.not_a_server_error,
+        schemathesis.checks.status_code_conformance,
+        schemathesis.checks.content_type_conformance,
+        schemathesis.checks.response_schema_conformance,
+    ]
+
+    @settings(max_examples=_examples(request, 150, 3000), deadline=None, suppress_health_check=list(HealthCheck))
+    @given(cases)
+    def run(case) -> None:
+        response = case.call(base_url=native_gateway.url, timeout=60)
+        case.validate_response(response, checks=checks)
+
+    run()
+    _no_slot_busy(native_gateway)
+
+
+@pytest.mark.parametrize("method", ["PUT", "PATCH", "POST", "DELETE"])
+def test_methods_the_document_does_not_name_are_405_in_the_error_format(native_gateway, method) -> None:
+    document = http("GET", f"{native_gateway.url}/openapi.json").json()
+    for path, operations in document["paths"].items():
+        if method.lower() in operations:
+            continue
+        reply = http(method, native_gateway.url + path.replace("{id}", "x").replace("{n}", "0"), "")
+        assert reply.status == 405, (method, path, reply.status)
+        assert reply.json()["error"]["code"] == "method_not_allowed", (method, path, reply.body)
