@@ -25,4 +25,6 @@ bench:
 	.venv/bin/python -m loadtests.bench_live --sf 1 --queries 100 --exclude 10 --out docs/bench/live_sf1 \
 		--json docs/bench/live_sf1.json
 	.venv/bin/python -m loadtests.bench_faults --sf 0.1 --json docs/bench/faults_sf0.1.json
+	.venv/bin/python -m loadtests.bench_overload --sf 0.1 --json docs/bench/overload_sf0.1.json
+	.venv/bin/python -m pytest tests/test_fuzz.py --long
 	.venv/bin/python -m loadtests.bench_memory --sf 10 --json docs/bench/memory_sf10.json

@@ -10,16 +10,11 @@ DuckDB's over the same data. Must be 0: wrong answers, errors that are not retry
 
 from __future__ import annotations
 
-import tempfile
 from collections import Counter
-from pathlib import Path
 from typing import Any
-
-import duckdb
 
 from loadtests import faults
 from loadtests.common import console, parser, print_table, write_json
-from storage import tpch
 
 FAULTS = {
     "node": lambda region, expected, files: faults.kill_node(region, expected),
@@ -31,13 +26,6 @@ FAULTS = {
     "disk-full": lambda region, expected, files: faults.fill_disk(region, expected, files),
     "reload": lambda region, expected, files: faults.reload_under_load(region, expected, files),
 }
-
-
-def _expected(files: dict[str, Path]) -> dict[str, list[tuple]]:
-    con = duckdb.connect()
-    for name in faults.TABLES:
-        con.execute(f"CREATE TABLE {name} AS SELECT * FROM read_parquet('{files[name]}')")
-    return {name: faults.rows(con.sql(sql).fetchall()) for name, sql in faults.QUERIES.items()}
 
 
 def _row(name: str, report: faults.Report) -> dict[str, Any]:
@@ -65,22 +53,11 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     chosen = args.fault or list(FAULTS)
     rows = []
-    with tempfile.TemporaryDirectory(prefix="cxg-faults-") as tmp:
-        root = Path(tmp)
-        with console.status(f"generating TPC-H SF {args.sf:g}"):
-            files = tpch.generate(args.sf, root / "tpch", list(faults.TABLES))
-            expected = _expected(files)
-        with console.status("starting a two-node region"):
-            region = faults.FaultRegion.start(root / "region", files)
-        try:
-            if region.expected() != expected:
-                raise SystemExit("the region does not answer as DuckDB does before any fault")
-            for name in chosen:
-                with console.status(f"fault: {name}"):
-                    rows.append(_row(name, FAULTS[name](region, expected, files)))
-                console.print(rows[-1])
-        finally:
-            region.stop()
+    with faults.serving_tpch(args.sf) as (region, files, expected):
+        for name in chosen:
+            with console.status(f"fault: {name}"):
+                rows.append(_row(name, FAULTS[name](region, expected, files)))
+            console.print(rows[-1])
     print_table(
         f"Faults on a two-node region, TPC-H SF {args.sf:g}: what clients got while each lasted",
         ["fault", "queries", "right", "retryable errors", "wrong", "other errors", "lost", "twice", "after: right"],

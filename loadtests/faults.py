@@ -17,21 +17,24 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 
 from gateway import Client, GatewayError, load_config
+from loadtests.common import console
 from regions import LocalRegion
 from storage import Placement, Store, TableSchema, load_table, read_parquet, tpch
 
@@ -168,7 +171,8 @@ class FaultRegion:
     _supervisor: threading.Thread | None = None
 
     @classmethod
-    def start(cls, root: Path, files: dict[str, Path], buckets: int = 8) -> FaultRegion:
+    def start(cls, root: Path, files: dict[str, Path], buckets: int = 8, extra: tuple[str, ...] = ()) -> FaultRegion:
+        """Load the tables and start the region; `extra`: more `--set` options."""
         stores = [Store(root / f"node-{i}", node=f"node-{i}") for i in range(2)]
         for name in TABLES:
             source = read_parquet([files[name]])
@@ -180,6 +184,7 @@ class FaultRegion:
             'spark.master="local[1]"',
             'spark.driver_memory="1g"',
             "spark.warm_up=false",
+            *extra,
         ]
         region = LocalRegion(load_config(None, sets), [x for s in sets for x in ("--set", s)], root / "run")
         running = cls(region, region.start(timeout=120), stores)
@@ -231,6 +236,35 @@ class FaultRegion:
         """`cxg` options that load into this region's data directories."""
         data = f'storage.data=["{self.stores[0].root}", "{self.stores[1].root}"]'
         return ["--set", data, "--set", 'spark.master="local[1]"', "--set", 'spark.driver_memory="1g"']
+
+
+def duckdb_answers(files: dict[str, Path]) -> dict[str, list[tuple]]:
+    """DuckDB's answers to `QUERIES` over the TPC-H `files`."""
+    con = duckdb.connect()
+    for name in TABLES:
+        con.execute(f"CREATE TABLE {name} AS SELECT * FROM read_parquet('{files[name]}')")
+    return {name: rows(con.sql(sql).fetchall()) for name, sql in QUERIES.items()}
+
+
+@contextlib.contextmanager
+def serving_tpch(
+    sf: float, extra: tuple[str, ...] = ()
+) -> Iterator[tuple[FaultRegion, dict[str, Path], dict[str, list[tuple]]]]:
+    """TPC-H at `sf` generated in a temporary directory, DuckDB's answers to `QUERIES` over it, and
+    a region serving it (`extra`: more `--set` options), checked to answer as DuckDB does; stopped
+    and removed on exit."""
+    with tempfile.TemporaryDirectory(prefix="cxg-region-") as tmp:
+        with console.status(f"generating TPC-H SF {sf:g}"):
+            files = tpch.generate(sf, Path(tmp) / "tpch", list(TABLES))
+            expected = duckdb_answers(files)
+        with console.status("starting a two-node region"):
+            region = FaultRegion.start(Path(tmp) / "region", files, extra=extra)
+        try:
+            if region.expected() != expected:
+                raise SystemExit("the region does not answer as DuckDB does before anything is tried")
+            yield region, files, expected
+        finally:
+            region.stop()
 
 
 # ---- processes -------------------------------------------------------------------------------------
