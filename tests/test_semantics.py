@@ -5,12 +5,13 @@ are answered on both paths, past them the query is refused with 400 `too_complex
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from gateway.sql.errors import SqlError
-from gateway.sql.limits import MAX_IN_LIST, MAX_SQL_LENGTH
+from gateway.sql.limits import MAX_IN_LIST, MAX_SQL_LENGTH, checked_text
 from loadtests.compare import rows, rows_match
 from storage import MAX_EXPRESSION_DEPTH
 
@@ -148,3 +149,11 @@ def test_every_sql_error_code_is_in_the_readmes_table_and_none_is_the_bare_base(
     package = Path(gateway.sql.engine.__file__).parent
     raised_bare = [p.name for p in package.rglob("*.py") if "raise SqlError(" in p.read_text()]
     assert not raised_bare
+
+
+def test_queries_prepared_at_once_on_many_threads_are_checked_each_as_written() -> None:
+    """The gateway prepares queries on a thread pool: the bounds check shares no tokenizer state."""
+    queries = [f"select :p{i} as v, '{'x' * (i % 50)}' as s from t{i} where a = {i}" for i in range(3000)]
+    alone = [checked_text(q) for q in queries]
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(checked_text, queries)) == alone

@@ -18,7 +18,7 @@ from storage import MAX_EXPRESSION_DEPTH
 
 MAX_SQL_LENGTH = 256_000  # characters of one query's text
 MAX_IN_LIST = 10_000  # values of one IN list
-_TOKENIZER = DuckDB().tokenizer_class()
+_DIALECT = DuckDB()  # `tokenize` makes a tokenizer per call: one tokenizer is not safe across threads
 _OPENS = {TokenType.L_PAREN, TokenType.CASE, TokenType.L_BRACKET}
 _CLOSES = {TokenType.R_PAREN, TokenType.END, TokenType.R_BRACKET}
 
@@ -29,7 +29,7 @@ def checked_text(sql: str) -> str:
     if len(sql) > MAX_SQL_LENGTH:
         raise TooComplex(f"the query is {len(sql):,} characters long; the most is {MAX_SQL_LENGTH:,}")
     try:
-        tokens = _TOKENIZER.tokenize(sql)
+        tokens = _DIALECT.tokenize(sql)
     except TokenError as e:
         raise SqlSyntaxError(f"syntax error: {e}") from None
     depth = deepest = 0
