@@ -4,6 +4,7 @@ The dialling side reconnects with a growing pause, as PerformSys servers did."""
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import logging
@@ -121,3 +122,24 @@ async def dial(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), pause)
             pause = min(pause * 2, 2.0)
+
+
+class Dialler(abc.ABC):
+    """A role that keeps a link to its upstream (a node, a router): `hello` introduces it on each
+    connection, `serve_upstream` talks on the link until it drops."""
+
+    @abc.abstractmethod
+    def hello(self) -> Hello: ...
+
+    @abc.abstractmethod
+    async def serve_upstream(self, link: Link) -> None: ...
+
+    async def run(
+        self,
+        upstream: str,
+        token: str | None = None,
+        stop: asyncio.Event | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        """Dial `upstream` (an https one verified with `tls`) and serve it until `stop` is set."""
+        await dial(upstream, self.hello, self.serve_upstream, token, stop, tls)

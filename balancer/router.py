@@ -6,23 +6,21 @@ multi-node query) goes to that node."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import ssl
 import time
 
 from aiohttp import web
 
 from balancer.downstream import Downstream, Pool
 from balancer.journal import Journal
-from balancer.link import Link, accept, dial
+from balancer.link import Dialler, Link, accept
 from balancer.packets import Answer, Cancel, Hello, Packet, Release, Request, Started, Status
 from balancer.serving import serve_link, serve_member
 
 log = logging.getLogger("cxg.router")
 
 
-class Router:
+class Router(Dialler):
     def __init__(
         self, name: str, token: str | None = None, journal: Journal | None = None, free_slot_first: bool = False
     ):
@@ -160,12 +158,3 @@ class Router:
         if self.upstream is not None:
             await self.upstream.send(Hello(name=self.name, role="router", nodes=self.pool.node_infos()))
             await self._report(force=True)
-
-    async def run(
-        self,
-        upstream: str,
-        token: str | None = None,
-        stop: asyncio.Event | None = None,
-        tls: ssl.SSLContext | None = None,
-    ) -> None:
-        await dial(upstream, self.hello, self.serve_upstream, token, stop, tls)

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 import time
 from typing import Protocol
 
 from aiohttp import web
 
 from balancer.journal import Journal, client_of
-from balancer.link import Link, dial
+from balancer.link import Dialler, Link
 from balancer.packets import Answer, Cancel, Hello, NodeInfo, NodeState, Packet, Release, Request, Started, Status
 from balancer.serving import serve_link
 
@@ -41,7 +40,7 @@ class Backend(Protocol):
         """Run one query; cancelling the awaiting task must stop it."""
 
 
-class NodeServer:
+class NodeServer(Dialler):
     def __init__(
         self,
         name: str,
@@ -189,7 +188,7 @@ class NodeServer:
 
     # ---- the link upstream ----------------------------------------------------------------------
 
-    async def serve(self, link: Link) -> None:
+    async def serve_upstream(self, link: Link) -> None:
         """Talk to the upstream on `link` until it goes away; then nothing it sent survives."""
 
         async def opened() -> None:
@@ -203,12 +202,3 @@ class NodeServer:
                 task.cancel()
 
         await serve_link(link, self.handle, opened, closed)
-
-    async def run(
-        self,
-        upstream: str,
-        token: str | None = None,
-        stop: asyncio.Event | None = None,
-        tls: ssl.SSLContext | None = None,
-    ) -> None:
-        await dial(upstream, self.hello, self.serve, token, stop, tls)

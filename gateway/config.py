@@ -139,7 +139,11 @@ class GatewayConfig:
 
     @property
     def url(self) -> str:
-        return f"{'https' if self.tls_cert else 'http'}://{self.host}:{self.port}"
+        return self.url_on(self.host)
+
+    def url_on(self, host: str) -> str:
+        """The gateway's URL through `host` (HTTPS with a certificate)."""
+        return f"{'https' if self.tls_cert else 'http'}://{host}:{self.port}"
 
     def server_tls(self) -> ssl.SSLContext | None:
         """The gateway's TLS context (None without a certificate)."""

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -209,7 +210,8 @@ class NativeExecutor:
         if prepared.local:
             started([])
             try:
-                result = await loop.run_in_executor(self.pool, self.engine.run, _capped(prepared, statement), key)
+                run = functools.partial(self.engine.run, prepared.parsed, key, max_rows=statement.max_rows)
+                result = await loop.run_in_executor(self.pool, run)
             except asyncio.CancelledError:  # cancelled or timed out: its scans and Spark jobs stop too
                 self.engine.cancel(key)
                 raise
@@ -226,8 +228,10 @@ class NativeExecutor:
         try:
             granted = await ticket.started
             started(granted)
-            query = _capped(prepared, statement)
-            work = loop.run_in_executor(self.pool, self.engine.run, query, key, granted, prepared.catalog)
+            run = functools.partial(
+                self.engine.run, prepared.parsed, key, granted, prepared.catalog, max_rows=statement.max_rows
+            )
+            work = loop.run_in_executor(self.pool, run)
             await asyncio.wait([work, ticket.done], return_when=asyncio.FIRST_COMPLETED)
             if not work.done():  # a node it holds went away: stop now, not when its scans time out
                 self.engine.cancel(key)
@@ -253,12 +257,6 @@ class NativeExecutor:
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _capped(prepared: Prepared, statement: Statement) -> CheckedQuery:
-    """The query to run: stopped one row past what the client keeps, where that changes no answer."""
-    query = prepared.parsed
-    return query if statement.max_rows is None else query.capped(statement.max_rows + 1)
 
 
 class PassThroughExecutor:

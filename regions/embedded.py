@@ -35,8 +35,7 @@ class EmbeddedRegion:
 
     @property
     def url(self) -> str:
-        scheme = "https" if self.config.gateway.tls_cert else "http"
-        return f"{scheme}://127.0.0.1:{self.config.gateway.port}"
+        return self.config.gateway.url_on("127.0.0.1")
 
     def call(self, work: Awaitable[Any], timeout: float = 60.0) -> Any:
         """Await `work` (a coroutine or a future of this loop) on the region's loop; its result."""

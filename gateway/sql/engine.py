@@ -97,11 +97,14 @@ class Engine:
         query_id: str | None = None,
         granted: list[str] | None = None,
         catalog: RegionCatalog | None = None,
+        max_rows: int | None = None,
     ) -> Result:
         """Run a prepared query (left as it is: it may be run again); `query_id` lets `cancel` stop
         it from another thread, `granted` names the nodes whose slots it holds (replicated tables
-        are read there), `catalog` is the snapshot it was prepared on (default: the region's now)."""
-        return self._run(query, query_id, granted, catalog or self.catalog, copy=True)
+        are read there), `catalog` is the snapshot it was prepared on (default: the region's now);
+        with `max_rows`, a query whose rows come in no order stops one row past them."""
+        capped = query if max_rows is None else query.capped(max_rows + 1)  # a copy when it changed
+        return self._run(capped, query_id, granted, catalog or self.catalog, copy=capped is query)
 
     def _run(
         self, query: CheckedQuery, query_id: str | None, granted: list[str] | None, catalog: RegionCatalog, copy: bool
