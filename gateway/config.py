@@ -60,6 +60,7 @@ class StorageConfig:
 @dataclass
 class SparkConfig:
     master: str = "local[*]"  # or spark://host:7077, yarn, ...
+    slots_per_core: int = 4  # task slots of a local master per core (a query's stages: a task per core)
     driver_memory: str = "auto"  # auto: a share of this machine's memory (regions.spark_session)
     shuffle_partitions: int | None = None  # default: the cores of a local master
     broadcast_threshold: str = "10MB"
@@ -72,6 +73,7 @@ class SparkConfig:
     def settings(self) -> SparkSettings:
         return SparkSettings(
             master=self.master,
+            slots_per_core=self.slots_per_core,
             driver_memory=self.driver_memory,
             shuffle_partitions=self.shuffle_partitions,
             broadcast_threshold=self.broadcast_threshold,
@@ -91,6 +93,7 @@ class SparkSettings:
     built by whoever composes the region (`regions.spark_session`) and handed to the engine."""
 
     master: str = "local[*]"
+    slots_per_core: int = 4  # task slots of a local master per core (`regions.spark_session.local_master`)
     app_name: str = "cxg"
     driver_memory: str = "auto"
     shuffle_partitions: int | None = None  # default: the cores of a local master
@@ -130,6 +133,7 @@ class GatewayConfig:
     max_bytes: int = 256 * 1024 * 1024  # bytes kept of a result (more: truncated)
     chunk_rows: int = 10_000  # rows per result chunk
     result_ttl: float = 600.0  # seconds a finished statement stays readable
+    result_memory: int = 1024 * 1024 * 1024  # bytes of results all finished statements keep (the oldest go first)
     cluster_token: str = ""  # shared secret of the links between balancer, routers and nodes
     log_dir: str = ""  # where the roles write their logs (empty: no files)
     tokens: list[TokenConfig] = field(default_factory=list)  # none: no authentication
@@ -140,6 +144,11 @@ class GatewayConfig:
     @property
     def url(self) -> str:
         return self.url_on(self.host)
+
+    @property
+    def result_bytes(self) -> int:
+        """The most bytes one result keeps: `max_bytes`, within `result_memory`."""
+        return min(self.max_bytes, self.result_memory)
 
     def url_on(self, host: str) -> str:
         """The gateway's URL through `host` (HTTPS with a certificate)."""
@@ -203,7 +212,7 @@ SECTIONS = {
     "region": RegionConfig,
     "simulation": SimulationConfig,
 }
-SIZES = {"block_budget", "max_bytes"}
+SIZES = {"block_budget", "max_bytes", "result_memory"}
 
 
 @dataclass

@@ -89,7 +89,7 @@ class StatementLifecycle:
             async with asyncio.timeout(limit_s):
                 table = await self.executor.run(statement, prepared, started)
             statement.mark("execute")
-            statement.result, statement.truncated = results.limit(table, max_rows, self.settings.max_bytes)
+            statement.result, statement.truncated = results.limit(table, max_rows, self.settings.result_bytes)
         except TimeoutError:
             state, error = FAILED, timeout(limit_s)
         except asyncio.CancelledError:

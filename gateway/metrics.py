@@ -1,15 +1,15 @@
 """Prometheus metrics of a gateway (base units: seconds, bytes): what it admitted, refused as
 invalid and finished, how long each stage took, and, read from the region balancer at scrape time,
-its queue, node slots and rejections (its count is the only one: /v1/cluster shows the same)."""
+its queue, node slots and rejections (its count is the only one: /v1/cluster shows the same), and
+the bytes of results kept."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from balancer import RegionBalancer
+from gateway.statements import Statements
 
 STAGES = ("prepare", "queue", "execute", "total")
 disable_created_metrics()  # the *_created series only add noise to a scrape
@@ -17,15 +17,25 @@ BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 
 
 class RegionCollector:
-    """Gauges of the region balancer, read when scraped."""
+    """Gauges of the region balancer and the statements, read when scraped."""
 
-    def __init__(self, balancer: RegionBalancer, running: Callable[[], int]):
+    def __init__(self, balancer: RegionBalancer, statements: Statements):
         self.balancer = balancer
-        self.running = running
+        self.statements = statements
 
     def collect(self):
         snap = self.balancer.snapshot()
-        yield GaugeMetricFamily("cxg_queries_running", "Statements holding their slots", value=self.running())
+        yield GaugeMetricFamily(
+            "cxg_queries_running", "Statements holding their slots", value=self.statements.running()
+        )
+        yield GaugeMetricFamily(
+            "cxg_results_bytes", "Bytes of the results finished statements keep", value=self.statements.held
+        )
+        yield CounterMetricFamily(
+            "cxg_results_evicted",
+            "Results dropped before their time to stay within gateway.result_memory",
+            value=self.statements.evicted,
+        )
         yield GaugeMetricFamily("cxg_queue_length", "Queries waiting in the region's queue", value=snap["queue"])
         yield GaugeMetricFamily(
             "cxg_queries_in_flight", "Queries sent to nodes and not yet answered", value=snap["in_flight"]
@@ -50,7 +60,7 @@ class RegionCollector:
 
 
 class Metrics:
-    def __init__(self, balancer: RegionBalancer, running: Callable[[], int]):
+    def __init__(self, balancer: RegionBalancer, statements: Statements):
         self.registry = CollectorRegistry()
         self.admitted = Counter("cxg_queries_admitted", "Queries accepted by the gateway", registry=self.registry)
         self.invalid = Counter(
@@ -60,7 +70,7 @@ class Metrics:
         self.stage = Histogram(
             "cxg_query_stage_seconds", "Time per stage of a query", ["stage"], buckets=BUCKETS, registry=self.registry
         )
-        self.registry.register(RegionCollector(balancer, running))
+        self.registry.register(RegionCollector(balancer, statements))
 
     def observe(self, timings: dict[str, float]) -> None:
         for stage in STAGES:

@@ -28,7 +28,10 @@ ERRORS = {
     "404": _error("No such statement (or it expired), or no such chunk"),
     "406": _error("The Accept header asks for a format the gateway does not write"),
     "409": _error("The statement was cancelled, or its result is not ready"),
-    "410": _error("The statement was accepted before the gateway restarted and is lost: submit it again"),
+    "410": _error(
+        "The statement was accepted before the gateway restarted and is lost, or its result was dropped to"
+        " stay within gateway.result_memory: submit it again"
+    ),
     "422": _error("A write statement, or valid SQL the engine does not run"),
     "429": _error("The token's limit of concurrent queries is reached (see Retry-After)"),
     "503": _error(

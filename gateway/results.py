@@ -91,16 +91,15 @@ def _plain(table: pa.Table) -> pa.Table:
 
 
 def limit(table: pa.Table, max_rows: int, max_bytes: int) -> tuple[pa.Table, bool]:
-    """At most `max_rows` rows and about `max_bytes` bytes of `table`, and whether it was cut."""
-    truncated = False
-    if table.num_rows > max_rows:
-        table, truncated = table.slice(0, max_rows), True
-    if table.num_rows and table.nbytes > max_bytes:
-        keep = max(0, int(table.num_rows * max_bytes / table.nbytes))
-        while keep and table.slice(0, keep).nbytes > max_bytes:
-            keep = int(keep * 0.9)
-        table, truncated = table.slice(0, keep), True
-    return table.combine_chunks() if table.num_columns else table, truncated
+    """At most `max_rows` rows of `table` held in at most `max_bytes` bytes of buffers, and whether
+    it was cut. A cut table is a copy: a slice would keep the whole table's buffers alive."""
+    keep = min(table.num_rows, max_rows)
+    while True:
+        kept = table if keep == table.num_rows else table.take(pa.array(range(keep), pa.int64()))
+        size = kept.get_total_buffer_size()
+        if size <= max_bytes or not keep:
+            return kept.combine_chunks() if kept.num_columns else kept, keep < table.num_rows
+        keep = min(keep - 1, int(keep * max_bytes / size))
 
 
 def chunk(table: pa.Table, index: int, rows: int) -> pa.Table:

@@ -60,8 +60,8 @@ class Gateway:
         else:
             self.executor = PassThroughExecutor(self.balancer, config.region.backend)
         self.auth = Auth(g.tokens)
-        self.statements = Statements(g.result_ttl)
-        self.metrics = Metrics(self.balancer, self.statements.running)
+        self.statements = Statements(g.result_ttl, memory=g.result_memory)
+        self.metrics = Metrics(self.balancer, self.statements)
         self.lifecycle = StatementLifecycle(g, self.balancer, self.executor, self.statements, self.metrics)
         self._watcher: asyncio.Task | None = None
 

@@ -1,7 +1,9 @@
 """Statements: one submitted query from the moment it is accepted until its result expires.
 
 States: queued (in the region's queue) -> running (holds its slots) -> succeeded | failed |
-cancelled. A finished statement keeps its (limited) result for `result_ttl` seconds."""
+cancelled. A finished statement keeps its (limited) result for `result_ttl` seconds, unless the
+results kept pass `result_memory` bytes: then the oldest are dropped first, and reading one
+answers 410 `result_evicted`."""
 
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ class Statement:
     owner: str  # the token's name ("" without authentication)
     tag: str = ""
     client: int = 0
-    max_rows: int | None = None  # rows the client keeps: an unordered query stops after one more
+    max_rows: int | None = None  # rows the client keeps: the query stops after one more
     state: str = QUEUED
     submitted: float = field(default_factory=time.time)
     timings: dict[str, float] = field(default_factory=dict)  # stage -> seconds
@@ -110,15 +112,20 @@ class StatementOfEarlierRun(LookupError):
 
 
 class Statements:
-    """The statements of one gateway, by id; finished ones expire `ttl` seconds after their end."""
+    """The statements of one gateway, by id; finished ones expire `ttl` seconds after their end,
+    and their results are dropped, oldest first, while together they pass `memory` bytes."""
 
-    def __init__(self, ttl: float, run: str = ""):
+    def __init__(self, ttl: float, run: str = "", memory: int = 2**62):
         self.ttl = ttl
         self.run = run or new_run()
+        self.memory = memory
         self._items: dict[int, Statement] = {}
         self._active: dict[int, Statement] = {}
         self._per_owner: Counter[str] = Counter()
         self._finished: deque[Statement] = deque()  # in the order they finished
+        self._kept: deque[Statement] = deque()  # finished with a result, in the order they finished
+        self.held = 0  # bytes of the results kept
+        self.evicted = 0  # results dropped for memory, since the start
         self.totals: Counter[str] = Counter()  # finished statements by state, since the start
 
     def add(self, statement: Statement) -> None:
@@ -134,6 +141,27 @@ class Statements:
             self._per_owner[statement.owner] -= 1
             self._finished.append(statement)
             self.totals[statement.state] += 1
+            if statement.result is not None:
+                self._kept.append(statement)
+                self.held += statement.result.get_total_buffer_size()
+        while self.held > self.memory and self._kept:
+            self._drop(self._kept.popleft(), evicted=True)
+
+    def _drop(self, statement: Statement, evicted: bool) -> None:
+        """Forget a finished statement's result; an evicted one's readers get 410."""
+        if statement.result is None:
+            return
+        self.held -= statement.result.get_total_buffer_size()
+        statement.result = None
+        if evicted:
+            self.evicted += 1
+            statement.error = ApiError(
+                410,
+                "result_evicted",
+                f"the result of statement {statement.key} was dropped to keep the results this gateway holds"
+                f" within gateway.result_memory ({self.memory / 2**20:g} MiB): run the query again",
+                "55000",
+            )
 
     def get(self, key: str) -> Statement | None:
         """The statement of an API id; None when unknown or expired. StatementOfEarlierRun when
@@ -162,3 +190,5 @@ class Statements:
         cutoff = time.time() - self.ttl
         while self._finished and (self._finished[0].finished_at or 0) < cutoff:
             self._items.pop(self._finished.popleft().id, None)
+        while self._kept and (self._kept[0].finished_at or 0) < cutoff:
+            self._drop(self._kept.popleft(), evicted=False)

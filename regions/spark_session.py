@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 import threading
 from dataclasses import dataclass
@@ -54,13 +55,36 @@ def driver_memory(setting: str) -> str:
     return f"{max(1, min(64, int(gib)))}g"
 
 
+_LOCAL = re.compile(r"local(?:\[(\*|\d+)(,\s*\d+)?\])?")
+
+
+def local_master(settings: SparkSettings) -> tuple[str, int | None]:
+    """The master URL the session gets and, for a local master, its cores. A local master gets
+    `slots_per_core` task slots per core while each stage of a query still has one task per core
+    (spark.default.parallelism): Spark never preempts a running task, so without spare slots a
+    query whose tasks run for minutes (a nested-loop join) holds every core and the queries after
+    it wait for its tasks to end; with them, their tasks start at once (the FAIR scheduler gives a
+    free slot to the pool running fewest) and the system shares the cores between the threads."""
+    match = _LOCAL.fullmatch(settings.master.strip())
+    if match is None:
+        return settings.master, None
+    if match[1] is None:
+        cores = 1  # "local": one core
+    elif match[1] == "*":
+        cores = os.cpu_count() or 2
+    else:
+        cores = int(match[1])
+    return f"local[{cores * max(1, settings.slots_per_core)}{match[2] or ''}]", cores
+
+
 def spark_options(settings: SparkSettings) -> dict[str, str]:
     """The Spark configuration of a region's session."""
-    cores = os.cpu_count() or 2
-    if settings.master.startswith("local[") and settings.master != "local[*]":
-        cores = int(settings.master[6:-1])
+    master, local_cores = local_master(settings)
+    cores = local_cores or os.cpu_count() or 2
+    parallelism = {"spark.default.parallelism": str(cores)} if local_cores else {}
     return {
-        "spark.master": settings.master,
+        "spark.master": master,
+        **parallelism,
         "spark.app.name": settings.app_name,
         "spark.driver.memory": driver_memory(settings.driver_memory),
         # thread stacks for expressions MAX_EXPRESSION_DEPTH deep (Spark's parser recurses per level)

@@ -167,6 +167,32 @@ def test_row_and_byte_limits_set_truncated(region) -> None:
     assert doc["truncated"] is True and 0 < doc["row_count"] < 5000
 
 
+def test_the_results_kept_stay_within_result_memory() -> None:
+    """Finished statements' results share gateway.result_memory: past it the oldest is dropped
+    (410 result_evicted in every format), and no one result keeps more than all may."""
+    with _region("gateway.result_memory=4000") as r:
+        ids = [_post(r, {"sql": "SELECT 1", "tag": "big"}).json()["id"]]  # 40 rows
+        size = r.gateway.statements.held
+        fit = 4000 // size
+        assert fit >= 2
+        ids += [_post(r, {"sql": "SELECT 1", "tag": "big"}).json()["id"] for _ in range(fit)]
+        for accept in ("application/json", "application/vnd.apache.arrow.stream", "text/csv"):
+            gone = http("GET", f"{r.url}/v1/statements/{ids[0]}/result", headers={"Accept": accept})
+            assert gone.status == 410 and gone.json()["error"]["code"] == "result_evicted", gone.body
+            assert "gateway.result_memory" in gone.json()["error"]["message"]
+        status = http("GET", f"{r.url}/v1/statements/{ids[0]}").json()
+        assert status["state"] == "succeeded" and status["error"]["code"] == "result_evicted"
+        for kept in ids[1:]:
+            assert http("GET", f"{r.url}/v1/statements/{kept}/result").json()["row_count"] == 40
+        assert r.gateway.statements.held == fit * size
+        huge = _post(r, {"sql": "SELECT 1", "tag": "huge"}).json()  # 5,000 rows: over 100 kB
+        assert huge["truncated"] is True and 40 < huge["row_count"] < 40 * fit + 40
+        assert r.gateway.statements.held <= 4000
+        metrics = http("GET", f"{r.url}/metrics").body.decode()
+        assert f"cxg_results_evicted_total {fit + 1}.0" in metrics
+        assert f"cxg_results_bytes {r.gateway.statements.held}" in metrics
+
+
 def test_cancelling_a_running_query_frees_its_slot(region) -> None:
     doc = _post(region, {"sql": "SELECT 1", "tag": "slow", "wait": 0}).json()
     until(region, lambda: _running(region) == 1, what="the query on a node")

@@ -4,6 +4,7 @@ node a query reads (one node for replicated tables), the engine runs it; answers
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 import pyarrow as pa
 import pytest
@@ -228,18 +229,24 @@ def test_a_token_reads_only_the_tables_it_is_given(region_stores, region) -> Non
         assert ask("select 1 as one", "t-1").status == 200  # no table: nothing to refuse
 
 
-def test_a_row_limit_stops_an_unordered_query_one_row_past_it(native_gateway, engine) -> None:
-    """The nodes and Spark stop after max_rows + 1 rows where any rows are an answer; an ordered
-    query or a smaller LIMIT is left as written."""
+def test_a_row_limit_stops_a_query_one_row_past_it(native_gateway, engine, duck) -> None:
+    """The nodes and Spark stop after max_rows + 1 rows; an ordered query keeps its first rows
+    (its sort keeps the top ones only); a smaller LIMIT is left as written."""
     joined = "select o_orderkey from orders join customer on o_custkey = c_custkey"
-    for sql in ("select l_orderkey from lineitem", joined):
+    ordered = "select o_orderkey, o_totalprice from orders join customer on o_custkey = c_custkey order by 2 desc, 1"
+    for sql in ("select l_orderkey from lineitem", joined, "select l_orderkey from lineitem order by 1 desc", ordered):
         reply = http("POST", f"{native_gateway.url}/v1/statements", {"sql": sql, "max_rows": 10})
         assert reply.status == 200 and reply.json()["truncated"] is True and len(reply.json()["rows"]) == 10
+        if "order by" in sql:
+            first = duck.sql(sql).limit(10).fetchall()
+            assert reply.json()["rows"] == [[str(v) if isinstance(v, Decimal) else v for v in r] for r in first], sql
     limits = {
         "select l_orderkey from lineitem": "11",
         "select l_orderkey from lineitem limit 50": "11",
         "select l_orderkey from lineitem limit 5": "5",
-        "select l_orderkey from lineitem order by 1": None,
+        "select l_orderkey from lineitem order by 1": "11",
+        "select l_orderkey from lineitem order by 1 limit 5 offset 3": "5",
+        "explain select l_orderkey from lineitem": None,
     }
     for sql, limit in limits.items():
         capped = engine.prepare(sql).capped(11).tree.args.get("limit")

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections import defaultdict
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
+from gateway import SparkSettings
 from gateway.background import serve
+from gateway.sql.errors import QueryCancelled, ResultTooLarge
 from gateway.sql.run import POOLS, SchedulerPools
 from gpu_kernels import get_backend, to_domain
+from regions.spark_session import local_master, spark_options
 from storage import LoadOptions, Node, Placement, Source, Store, TableSchema, load_table, spark_load
 from storage.partitioning import buckets_of
 from storage.tpch import schema_for
@@ -85,6 +90,88 @@ def test_each_running_query_has_a_scheduler_pool_of_its_own(engine) -> None:
     context = engine.spark.sparkContext
     assert context._jsc.sc().getPoolForName(f"{POOLS.prefix}-0").isDefined()
     assert context.getLocalProperty("spark.scheduler.pool") is None  # the thread is left as it was
+
+
+RUNAWAY = (  # N^3 pairs; its nested-loop stage has a task per core (the grouped side is shuffled)
+    "select count(*) from (select l_orderkey k from lineitem join orders on l_orderkey = o_orderkey"
+    " group by l_orderkey, l_linenumber) a"
+    " join lineitem b on a.k < b.l_orderkey join lineitem c on b.l_orderkey < c.l_orderkey"
+)
+
+
+@pytest.mark.parametrize(
+    ("master", "expected"),
+    [
+        ("local", ("local[4]", 1)),
+        ("local[3]", ("local[12]", 3)),
+        ("local[2, 5]", ("local[8, 5]", 2)),  # with task retries
+        ("spark://head:7077", ("spark://head:7077", None)),  # a cluster's slots are its workers' cores
+    ],
+)
+def test_a_local_master_gets_spare_task_slots(master: str, expected: tuple) -> None:
+    """`slots_per_core` (4) slots per core; each stage of a query still a task per core."""
+    settings = SparkSettings(master=master)
+    assert local_master(settings) == expected
+    options = spark_options(settings)
+    assert options["spark.master"] == expected[0]
+    assert options.get("spark.default.parallelism") == (str(expected[1]) if expected[1] else None)
+    assert local_master(SparkSettings(master="local[3]", slots_per_core=1)) == ("local[3]", 3)
+
+
+JOIN = "select count(*) from orders join customer on o_custkey = c_custkey where c_mktsegment = 'BUILDING'"
+
+
+def test_a_runaway_join_leaves_room_for_the_queries_beside_it(engine, duck) -> None:
+    """Spark never preempts a task: the runaway's tasks hold a slot on every core for as long as it
+    runs, and the spare slots of a local master (`slots_per_core`) let another query's tasks start
+    beside them. With one slot per core the join below would wait for the runaway to end."""
+    context = engine.spark.sparkContext
+    cores = context.defaultParallelism
+    assert cores == 2 and context.master == "local[8]"
+    runaway = threading.Thread(target=_until_cancelled, args=(engine, RUNAWAY, "runaway"), daemon=True)
+    runaway.start()
+    try:
+        deadline, held = time.monotonic() + 120, 0
+        while held < 15:  # the runaway's nested-loop stage holds every core (3 s on end)
+            assert time.monotonic() < deadline and runaway.is_alive(), "the runaway never got going"
+            held = held + 1 if _active_tasks(context) >= cores else 0
+            time.sleep(0.2)
+        assert engine.plan(JOIN).engine == "spark"
+        answers: list = []
+        beside = threading.Thread(target=lambda: answers.append(engine.execute(JOIN).table), daemon=True)
+        beside.start()
+        beside.join(120)
+        assert answers, "the join got no Spark slot beside the runaway"
+        assert answers[0].column(0).to_pylist() == [duck.sql(JOIN).fetchall()[0][0]]
+        assert runaway.is_alive() and _active_tasks(context) >= cores, "the runaway still running all along"
+    finally:
+        engine.cancel("runaway")
+        runaway.join(60)
+    assert not runaway.is_alive()
+
+
+def test_a_result_past_what_spark_may_collect_is_the_users_error(engine) -> None:
+    """Spark refuses to collect more than spark.driver.maxResultSize (set low here in the running
+    context's conf, which each job reads): a 400 result_too_large, not an execution error."""
+    conf = engine.spark.sparkContext._jsc.sc().conf()
+    before = conf.get("spark.driver.maxResultSize", "1g")
+    conf.set("spark.driver.maxResultSize", "1m")
+    try:
+        with pytest.raises(ResultTooLarge, match=r"spark\.driver\.maxResultSize") as refused:
+            engine.execute("select l_comment, o_comment from lineitem join orders on l_orderkey = o_orderkey")
+        assert refused.value.status == 400 and refused.value.code == "result_too_large"
+    finally:
+        conf.set("spark.driver.maxResultSize", before)
+
+
+def _until_cancelled(engine, sql: str, query_id: str) -> None:
+    with pytest.raises(QueryCancelled):
+        engine.run(engine.prepare(sql), query_id)
+
+
+def _active_tasks(context) -> int:
+    tracker = context.statusTracker()
+    return sum(info.numActiveTasks for s in tracker.getActiveStageIds() if (info := tracker.getStageInfo(s)))
 
 
 def test_a_replicated_table_is_read_once_across_nodes(spark, region) -> None:

@@ -139,7 +139,7 @@ class StatementHandlers:
 
 
 def _finished_result(statement: Statement) -> pa.Table:
-    if statement.state == SUCCEEDED:
+    if statement.state == SUCCEEDED and statement.result is not None:
         return statement.result
     if statement.error is not None:
         raise ApiError(statement.error.status, statement.error.code, statement.error.message, statement.error.sqlstate)

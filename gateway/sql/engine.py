@@ -23,6 +23,7 @@ from gateway.sql.errors import (
     NumericOutOfRange,
     OutOfMemory,
     QueryCancelled,
+    ResultTooLarge,
     SparkUnavailable,
     SqlError,
     TooComplex,
@@ -102,7 +103,7 @@ class Engine:
         """Run a prepared query (left as it is: it may be run again); `query_id` lets `cancel` stop
         it from another thread, `granted` names the nodes whose slots it holds (replicated tables
         are read there), `catalog` is the snapshot it was prepared on (default: the region's now);
-        with `max_rows`, a query whose rows come in no order stops one row past them."""
+        with `max_rows`, the query stops one row past them."""
         capped = query if max_rows is None else query.capped(max_rows + 1)  # a copy when it changed
         return self._run(capped, query_id, granted, catalog or self.catalog, copy=capped is query)
 
@@ -162,6 +163,7 @@ class Engine:
         return True
 
 
+MAX_RESULT_SIZE = "spark.driver.maxResultSize"  # named by Spark's error for a result past it
 USER_ERROR_CLASSES = ("21", "22", "42")  # SQLSTATE classes: cardinality, data, syntax or access rule
 # a node that went away mid-query, or no longer keeps the version the query reads: the same query
 # run again reads what is served then
@@ -189,6 +191,10 @@ def _execution_error(error: Exception) -> SqlError:
     if _spark_gone(error):
         return SparkUnavailable("Spark stopped answering while the query ran (it is restarted for the next one)")
     text = str(error).strip()
+    if MAX_RESULT_SIZE in text:
+        return ResultTooLarge(
+            f"the result is larger than Spark may collect ({MAX_RESULT_SIZE}): select fewer rows or columns"
+        )
     message = f"query failed: {text.splitlines()[0] if text else type(error).__name__}"
     sql_state = getattr(error, "getSqlState", None)  # Spark's errors carry one (pyspark is imported lazily)
     sqlstate = sql_state() if callable(sql_state) else None

@@ -55,6 +55,13 @@ class TooComplex(SqlError):
     sqlstate = "54001"  # statement too complex
 
 
+class ResultTooLarge(SqlError):
+    """A result larger than Spark's driver may collect (spark.driver.maxResultSize)."""
+
+    code = "result_too_large"
+    sqlstate = "54000"  # program limit exceeded
+
+
 class NumericOutOfRange(SqlError):
     """A number past what its type holds: arithmetic that overflows 64 bits, a LIMIT past 2^63."""
 

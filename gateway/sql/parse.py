@@ -180,11 +180,12 @@ class CheckedQuery:
         return CheckedQuery(self.tree.copy(), list(self.names), self.explain, self.text)
 
     def capped(self, rows: int) -> CheckedQuery:
-        """The query stopped after `rows` rows where any `rows` of them are an answer: without
-        ORDER BY, and without a smaller LIMIT (a copy; this query when nothing changes). The nodes
-        then stop scanning and Spark collects no more."""
+        """The query stopped after its first `rows` rows, which are what a client keeping `rows`
+        gets (a copy; this query when a LIMIT as small is written or it is EXPLAIN). The nodes
+        then stop scanning, Spark collects no more, and an ordered query's sort keeps the top
+        `rows` only."""
         limit = self.tree.args.get("limit")
-        if self.explain or self.tree.args.get("order") is not None:
+        if self.explain:
             return self
         if limit is not None:
             bound = limit.args.get("expression")
