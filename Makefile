@@ -26,5 +26,6 @@ bench:
 		--json docs/bench/live_sf1.json
 	.venv/bin/python -m loadtests.bench_faults --sf 0.1 --json docs/bench/faults_sf0.1.json
 	.venv/bin/python -m loadtests.bench_overload --sf 0.1 --json docs/bench/overload_sf0.1.json
+	.venv/bin/python -m loadtests.bench_regions --json docs/bench/regions_sim.json --plot docs/bench/regions_sim.png
 	.venv/bin/python -m pytest tests/test_fuzz.py --long
 	.venv/bin/python -m loadtests.bench_memory --sf 10 --json docs/bench/memory_sf10.json

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from cxg import client_commands, demo, load, serve, storage_commands
+from cxg import client_commands, demo, load, serve, simulate, storage_commands
 from gateway import ConfigError, GatewayError, load_config
 from gpu_kernels import BackendUnavailable
 from loadtests import cli as loadtest_cli
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     loadtest_cli.register(sub)
     load.register(sub)
     storage_commands.register(sub)
+    simulate.register(sub)
     return parser
 
 

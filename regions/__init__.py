@@ -1,20 +1,31 @@
 """Composing a region: the gateway, its routers and nodes as processes on this machine
 (`LocalRegion`) or in one process (`EmbeddedRegion`), and the region's Spark session, which the
-composer builds here and hands to the gateway's engine. Balancing between regions is not built
-yet."""
+composer builds here and hands to the gateway's engine. Balancing between regions: the methods
+(`regions.balancing`) and the cross-simulation of seed 004 §5.2 that measures them
+(`regions.cross_simulation`); live regions do not balance between them yet."""
 
+from regions.balancing import Centralized, Decentralized, IdlePull, NoBalancing, method
+from regions.cross_simulation import Experiment, Outcome, simulate
 from regions.embedded import EmbeddedRegion
 from regions.launcher import LocalRegion, interrupt_on_sigterm
 from regions.memory_budgets import node_memory_budget
 from regions.spark_session import machine_memory, session_factory, spark_options, spark_session, stop_all
 
 __all__ = [
+    "Centralized",
+    "Decentralized",
     "EmbeddedRegion",
+    "Experiment",
+    "IdlePull",
     "LocalRegion",
+    "NoBalancing",
+    "Outcome",
     "interrupt_on_sigterm",
     "machine_memory",
+    "method",
     "node_memory_budget",
     "session_factory",
+    "simulate",
     "spark_options",
     "spark_session",
     "stop_all",

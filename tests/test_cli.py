@@ -264,3 +264,13 @@ def test_a_spark_load_prints_no_spark_warnings(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert _bars(done.stdout, "Spark tasks") and all(d == t for d, t in _bars(done.stdout, "Spark tasks"))
     assert " WARN " not in done.stderr and "log level" not in done.stderr, done.stderr
+
+
+def test_simulate_regions_prints_every_method_beside_the_published(tmp_path: Path, capsys) -> None:
+    code, out, err = run(capsys, "simulate", "regions", "--seeds", "1", "--json", str(tmp_path / "r.json"))
+    assert code == 0, err
+    assert all(name in out for name in ("none", "centralized", "decentralized", "idle-pull", "Table 5.7"))
+    figures = json.loads((tmp_path / "r.json").read_text())
+    assert list(figures["methods"]) == ["none", "centralized", "decentralized", "idle-pull"]
+    assert figures["methods"]["decentralized"]["published"] == [16812, 9314, 8845]
+    assert figures["methods"]["idle-pull"]["total"] > figures["methods"]["none"]["total"]
