@@ -35,7 +35,6 @@ class Waiting:
     volume: float  # V_σ: GB of relations it processes
     seconds: float  # its expected execution time
     submitted: float = 0.0  # when its user sent it
-    kind: int = 0  # which query (for reports)
     moved: bool = False  # runs outside its origin
 
 
@@ -88,6 +87,7 @@ class Scale:
     servers_max: int
 
 
+PUBLISHED = Scale(15.0, 3)  # seed 004's experiment: 15 GB and 3 servers in its largest region
 Weight = Callable[[RegionQueue, Scale], float]
 
 
@@ -139,7 +139,7 @@ class Centralized(NoBalancing):
     least weight (recomputed after each move)."""
 
     weight: Weight = weight_as_printed
-    scale: Scale = Scale(15.0, 3)
+    scale: Scale = PUBLISHED
     name: str = "centralized"
     immediate = False  # the regions report their weights when a query finishes
 
@@ -162,7 +162,7 @@ class Decentralized(NoBalancing):
     their weights and pulls the head query of the heaviest."""
 
     weight: Weight = weight_as_printed
-    scale: Scale = Scale(15.0, 3)
+    scale: Scale = PUBLISHED
     name: str = "decentralized"
 
     def rebalance(self, regions: list[RegionQueue]) -> list[Move]:
@@ -186,7 +186,7 @@ class IdlePull(NoBalancing):
     queue behind busy servers while its own region's servers could have run it."""
 
     weight: Weight = weight_as_printed
-    scale: Scale = Scale(15.0, 3)
+    scale: Scale = PUBLISHED
     round_trip: float = 0.0
     name: str = "idle-pull"
 
@@ -204,7 +204,7 @@ class IdlePull(NoBalancing):
 METHODS = ("none", "centralized", "decentralized", "idle-pull")
 
 
-def method(name: str, weight: str = "printed", scale: Scale = Scale(15.0, 3), round_trip: float = 0.0):
+def method(name: str, weight: str = "printed", scale: Scale = PUBLISHED, round_trip: float = 0.0):
     """A balancing method by name (`METHODS`), with the reading of the weight (`WEIGHTS`)."""
     if weight not in WEIGHTS:
         raise ValueError(f"weight must be one of {', '.join(WEIGHTS)}, not {weight!r}")

@@ -130,7 +130,7 @@ def simulate(experiment: Experiment, balancing: NoBalancing, seed: int) -> Outco
         kind = rng.randrange(14)
         sent[origin] += 1
         regions[origin].outstanding += 1
-        regions[origin].queue.push(Waiting(origin, volumes[origin][kind], times[origin][kind], now, kind))
+        regions[origin].queue.push(Waiting(origin, volumes[origin][kind], times[origin][kind], now))
 
     def start(region: int, server: _Server, query: Waiting, now: float) -> None:
         nonlocal busy

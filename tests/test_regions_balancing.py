@@ -7,12 +7,12 @@ import pytest
 
 from loadtests.bench_regions import TABLE_5_7
 from regions.balancing import (
+    PUBLISHED,
     Centralized,
     Decentralized,
     IdlePull,
     NoBalancing,
     RegionQueue,
-    Scale,
     Waiting,
     method,
     weight_as_printed,
@@ -20,7 +20,7 @@ from regions.balancing import (
 )
 from regions.cross_simulation import Experiment, simulate
 
-SCALE = Scale(15.0, 3)
+SCALE = PUBLISHED  # 15 GB, 3 servers
 
 
 def _region(number: int, *queries: tuple[int, float, float]) -> RegionQueue:
