@@ -8,7 +8,7 @@ What a node's slot does with a query is its backend's business; the backends (`n
 
 from balancer.journal import Journal
 from balancer.packets import Answer, NodeInfo, Request, arrow_payload, read_payload
-from balancer.region_balancer import DispatchFailed, Overloaded, RegionBalancer, Ticket, query_id
+from balancer.region_balancer import DispatchFailed, HandedOver, Overloaded, RegionBalancer, Ticket, query_id
 from balancer.router import Router
 from balancer.server import Backend, NodeServer
 from balancer.service import serve
@@ -17,6 +17,7 @@ __all__ = [
     "Answer",
     "Backend",
     "DispatchFailed",
+    "HandedOver",
     "Journal",
     "NodeInfo",
     "NodeServer",

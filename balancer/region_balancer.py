@@ -46,6 +46,14 @@ class Overloaded(DispatchFailed):
     """Not admitted: the queue is full, or no node is connected."""
 
 
+class HandedOver(DispatchFailed):
+    """Taken out of the queue to run in another region (balancing between regions)."""
+
+    def __init__(self, region: str):
+        super().__init__("moved", f"handed over to region {region}")
+        self.region = region
+
+
 def query_id(number: int, region: int, client: int) -> int:
     if not 0 <= region < 100 or not 0 <= client < 1_000_000:
         raise ValueError(f"region must be in 0..99 and client in 0..999999 (got {region}, {client})")
@@ -101,7 +109,7 @@ class RegionBalancer:
         self.pool = Pool(free_slot_first=free_slot_first)
         self.queue: deque[Ticket] = deque()
         self.in_flight: dict[int, Ticket] = {}
-        self.counters = {"admitted": 0, "rejected": 0, "completed": 0, "failed": 0, "cancelled": 0}
+        self.counters = {"admitted": 0, "rejected": 0, "completed": 0, "failed": 0, "cancelled": 0, "moved": 0}
         self.rejections: Counter[str] = Counter()  # reason -> queries refused for capacity
         self._numbers = itertools.count(1)
         self._wake = asyncio.Event()
@@ -194,6 +202,16 @@ class RegionBalancer:
                 await member.send(Cancel(id=ticket.id))
         self.in_flight.pop(ticket.id, None)
         self._finish(ticket, DispatchFailed("cancelled", "query cancelled"))
+
+    def queued(self) -> list[Ticket]:
+        """The queue, head first."""
+        return list(self.queue)
+
+    def hand_over(self, ticket: Ticket, region: str) -> None:
+        """Take a queued query out of the queue: it runs in `region`; its `started` raises HandedOver."""
+        self.queue.remove(ticket)
+        self.journal.queue(client_of(ticket.id), len(self.queue))
+        self._finish(ticket, HandedOver(region))
 
     # ---- dispatching ----------------------------------------------------------------------------
 
@@ -299,7 +317,7 @@ class RegionBalancer:
         else:
             ticket.done.set_exception(outcome)
             ticket.done.exception()  # retrieved: nobody may be waiting any more
-            self.counters["cancelled" if outcome.code == "cancelled" else "failed"] += 1
+            self.counters[outcome.code if outcome.code in ("cancelled", "moved") else "failed"] += 1
         if not ticket.started.done():
             ticket.started.set_exception(outcome if not ok else DispatchFailed("execution_error", "answered unstarted"))
             ticket.started.exception()

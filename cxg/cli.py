@@ -24,6 +24,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECTION.OPTION=VALUE",
         help="override one configuration option, e.g. --set gateway.port=9090 (repeatable)",
     )
+    parser.add_argument(
+        "--region",
+        metavar="NAME",
+        help="with a file of several regions ([regions.NAME] tables): which one (default: its default region)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     demo.register(sub)
     serve.register(sub)
@@ -38,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        config = load_config(args.config, args.set)
+        config = load_config(args.config, args.set, args.region)
         return args.func(args, config)
     except GatewayError as e:
         print(f"cxg: error [{e.code}]: {e.message}", file=sys.stderr)

@@ -1,5 +1,6 @@
-"""`cxg gateway`, `cxg node`, `cxg router` (one role per process, dialling its upstream) and
-`cxg up` (a local region of such processes). Here the gateway gets the region's Spark session
+"""`cxg gateway`, `cxg node`, `cxg router` (one role per process, dialling its upstream),
+`cxg balance-regions` (the central balancer between regions) and `cxg up` (a local region of such
+processes, or every region of a file of several). Here the gateway gets the region's Spark session
 factory, which it warms in the background so the first join query does not wait for it."""
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from balancer.native_backend import NativeBackend
 from balancer.simulation import SimulationBackend
 from cxg.client_commands import show_status
 from cxg.console import console
-from gateway import Client, Config, ConfigError, Gateway, SparkFactory
+from gateway import Client, Config, ConfigError, Gateway, SparkFactory, load_config
 from gpu_kernels import get_backend
 from regions import LocalRegion, interrupt_on_sigterm, node_memory_budget, session_factory
+from regions.central_balancer import CentralBalancer
+from regions.interregional import gateway_app
 from regions.memory_budgets import NODE_SHARES
 from storage import Node, Store, limit_private_memory
 
@@ -67,7 +70,7 @@ def cmd_gateway(args: argparse.Namespace, config: Config) -> int:
     )
     if config.region.backend == "native" and config.spark.warm_up:
         warm_spark(spark, config.spark.master)
-    asyncio.run(serve(gateway.app(), g.host, g.port, tls=tls))
+    asyncio.run(serve(gateway_app(gateway), g.host, g.port, tls=tls))
     return 0
 
 
@@ -145,16 +148,57 @@ def served_data(config: Config) -> list[str]:
 
 
 def cmd_up(args: argparse.Namespace, config: Config) -> int:
+    """Start the region, or every region of a file of several (each on its own ports), and keep
+    their processes running until Ctrl-C."""
     interrupt_on_sigterm()
     config_args = (["--config", str(args.config)] if args.config else []) + [x for s in args.set for x in ("--set", s)]
-    region = LocalRegion(config, config_args, Path(args.run_dir) if args.run_dir else None)
+    run_dir = Path(args.run_dir) if args.run_dir else None
+    if config.regions:
+        started = {
+            name: LocalRegion(
+                load_config(args.config, args.set, name),
+                [*config_args, "--region", name],
+                run_dir / name if run_dir else None,
+            )
+            for name in config.regions
+        }
+    else:
+        started = {"": LocalRegion(config, config_args, run_dir)}
     try:
-        with console.status("starting the region"):
-            url = region.start(timeout=args.timeout)
+        for name, region in started.items():
+            with console.status(f"starting region {name or config.gateway.region}"):
+                region.start(timeout=args.timeout)
+            _started(region, name)
     except KeyboardInterrupt:
         return 130  # start() has stopped what it started
-    console.print(f"region {config.gateway.region} is up at [bold]{url}[/] (process output in {region.run_dir})")
-    show_status(Client(url, region.token(), ca=config.gateway.tls_ca or None).cluster())
+    except BaseException:
+        for region in started.values():
+            region.stop()
+        raise
+    if config.regions:
+        console.print(f"balancing between the regions: {config.balancing.method}")
+    console.print("Ctrl-C stops it; a process that exits is started again")
+    try:
+        while True:
+            for name, region in started.items():
+                for event in region.supervise():
+                    event = f"{name}: {event}" if name else event
+                    console.print(event, soft_wrap=True, highlight=False, markup=False)
+            time.sleep(0.25)
+    except KeyboardInterrupt:
+        console.print("stopping")
+        return 0
+    finally:
+        for region in started.values():
+            region.stop()
+
+
+def _started(region: LocalRegion, name: str) -> None:
+    """What `cxg up` says of a region that has started."""
+    config = region.config
+    label = f"region {name} ({config.gateway.region})" if name else f"region {config.gateway.region}"
+    console.print(f"{label} is up at [bold]{region.url}[/] (process output in {region.run_dir})")
+    show_status(Client(region.url, region.token(), ca=config.gateway.tls_ca or None).cluster())
     if config.region.backend == "native":
         for line in served_data(config):
             console.print(line, soft_wrap=True, highlight=False, markup=False)
@@ -163,27 +207,39 @@ def cmd_up(args: argparse.Namespace, config: Config) -> int:
                 f"Spark ({config.spark.master}) is starting in the gateway, in the background: "
                 "the first join query waits until it is ready"
             )
-    console.print("Ctrl-C stops it; a process that exits is started again")
-    try:
-        while True:
-            for event in region.supervise():
-                console.print(event, soft_wrap=True, highlight=False, markup=False)
-            time.sleep(0.25)
-    except KeyboardInterrupt:
-        console.print("stopping")
-        return 0
-    finally:
-        region.stop()
+
+
+def cmd_balance_regions(args: argparse.Namespace, config: Config) -> int:
+    _logging(args.verbose)
+    if not config.regions:
+        raise ConfigError("cxg balance-regions needs a file of several regions ([regions.NAME] tables)")
+    balancer = CentralBalancer(config)
+    b = config.balancing
+    port = args.port or b.port
+    print(f"central balancer: http://{b.host}:{port}, regions {', '.join(config.regions)}, every {b.poll:g} s")
+    asyncio.run(serve(balancer.app(), b.host, port, balancer.run))
+    return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("gateway", help="run the gateway: SQL over HTTP and the region's balancer")
     p.set_defaults(func=cmd_gateway)
 
-    p = sub.add_parser("up", help="start a local region: gateway, routers and nodes as processes; Ctrl-C stops it")
+    p = sub.add_parser(
+        "up",
+        help="start a local region (or every region of a file of several): gateway, routers and nodes as processes; "
+        "Ctrl-C stops it",
+    )
     p.add_argument("--run-dir", help="where the processes' output goes (default: a new temporary directory)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for all nodes to join")
     p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser(
+        "balance-regions", help="run the central balancer between regions (balancing.method = centralized)"
+    )
+    p.add_argument("--port", type=int, help="default balancing.port")
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(func=cmd_balance_regions)
 
     p = sub.add_parser("node", help="run a node: K slots + 1 buffered query, on storage, MariaDB or simulated")
     p.add_argument("--kind", choices=("native", "mysql", "simulation"), help="default region.backend")

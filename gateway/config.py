@@ -13,7 +13,7 @@ import tomllib
 import types
 import typing
 from collections.abc import Callable
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -205,14 +205,51 @@ class SimulationConfig:
             raise ConfigError(f"[simulation.queries] needs seconds (and rows) per query type: {e}") from None
 
 
+BALANCING_METHODS = ("none", "centralized", "decentralized", "idle-pull")  # regions.balancing implements them
+BALANCING_WEIGHTS = ("printed", "per-server")
+
+
+@dataclass
+class BalancingConfig:
+    """Balancing between the regions of a file with `[regions.NAME]` tables (seed 004 §5.2)."""
+
+    method: str = "none"  # none, centralized, decentralized or idle-pull
+    weight: str = "printed"  # W_r as printed (mean volume of a queued query) or per-server (without L_r)
+    poll: float = 0.5  # seconds between looks at the other regions' queues
+    peer_timeout: float = 5.0  # seconds a region may not answer before the queries moved to it go home
+    host: str = "127.0.0.1"  # the central balancer (method centralized)
+    port: int = 8090
+
+
 SECTIONS = {
     "storage": StorageConfig,
     "spark": SparkConfig,
     "gateway": GatewayConfig,
     "region": RegionConfig,
     "simulation": SimulationConfig,
+    "balancing": BalancingConfig,
 }
+REGION_SECTIONS = ("storage", "spark", "gateway", "region", "simulation")  # what a [regions.NAME] table may set
 SIZES = {"block_budget", "max_bytes", "result_memory"}
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One region of a multi-region file, as the others see it."""
+
+    name: str
+    number: int  # gateway.region
+    url: str  # its gateway
+    databases: dict[str, list[str]]  # database -> tables, held by this region
+    copies_of: tuple[str, ...]  # regions whose databases it keeps copies of
+    default: bool = False
+
+    def tables(self, regions: dict[str, Peer]) -> frozenset[str] | None:
+        """The tables it holds, its own and its copies (None: it names none, so whatever it serves)."""
+        held = [self.databases, *(regions[name].databases for name in self.copies_of)]
+        if not any(held):
+            return None
+        return frozenset(t.lower() for databases in held for tables in databases.values() for t in tables)
 
 
 @dataclass
@@ -222,6 +259,14 @@ class Config:
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
     region: RegionConfig = field(default_factory=RegionConfig)
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
+    balancing: BalancingConfig = field(default_factory=BalancingConfig)
+    regions: dict[str, Peer] = field(default_factory=dict)  # a multi-region file's regions, by name
+    name: str = ""  # which of them this configuration is (empty: a file of one region)
+
+    @property
+    def peers(self) -> list[Peer]:
+        """The other regions."""
+        return [peer for name, peer in self.regions.items() if name != self.name]
 
 
 def _section(cls: type, values: Any, where: str):
@@ -278,21 +323,37 @@ def _describe(hint: Any) -> str:
 
 
 def _override(data: dict[str, Any], assignment: str) -> None:
-    """Apply one `section.option=value` (value read as TOML, else as a string)."""
+    """Apply one `section.option=value` or `regions.NAME.section.option=value` (value read as
+    TOML, else as a string)."""
     key, sep, text = assignment.partition("=")
-    section, dot, option = key.strip().partition(".")
-    if not sep or not dot or section not in SECTIONS:
-        raise ConfigError(f"--set wants section.option=value with a section of {', '.join(SECTIONS)}: {assignment!r}")
+    parts = [part.strip() for part in key.split(".")]
+    if parts[0] == "regions" and len(parts) in (3, 4):
+        place = data.setdefault("regions", {})
+        for part in parts[1:-1]:
+            place = place.setdefault(part, {})
+            if not isinstance(place, dict):
+                raise ConfigError(f"--set {key}: {part} is not a table")
+    elif len(parts) == 2 and parts[0] in SECTIONS:
+        place = data.setdefault(parts[0], {})
+    else:
+        place = None
+    if not sep or place is None:
+        raise ConfigError(
+            f"--set wants section.option=value with a section of {', '.join(SECTIONS)}"
+            f" (or regions.NAME.section.option=value): {assignment!r}"
+        )
     try:
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         value = text
-    data.setdefault(section, {})[option.strip()] = value
+    place[parts[-1]] = value
 
 
-def load_config(path: Path | None, overrides: list[str] | None = None) -> Config:
+def load_config(path: Path | None, overrides: list[str] | None = None, region: str | None = None) -> Config:
     """The configuration in `path` (or ./cxg.toml when it exists, else the defaults), with the
-    command line's `section.option=value` overrides applied."""
+    command line's `section.option=value` overrides applied. A file with `[regions.NAME]` tables
+    describes several regions: this is then the configuration of `region` (default: the one
+    marked `default = true`, else the first), with every region listed in `regions`."""
     data: dict[str, Any] = {}
     if path is None and DEFAULT_CONFIG.exists():
         path = DEFAULT_CONFIG
@@ -303,14 +364,103 @@ def load_config(path: Path | None, overrides: list[str] | None = None) -> Config
             raise ConfigError(f"configuration file {path} not found") from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"configuration file {path}: {e}") from e
-    unknown = sorted(set(data) - set(SECTIONS))
+    unknown = sorted(set(data) - set(SECTIONS) - {"regions"})
     if unknown:
         raise ConfigError(f"unknown section(s) in {path}: {', '.join(unknown)}")
     for assignment in overrides or []:
         _override(data, assignment)
-    config = Config(**{name: _section(cls, data.get(name, {}), name) for name, cls in SECTIONS.items()})
-    _check(config)
+    listed = data.pop("regions", {})
+    if not listed:
+        if region:
+            raise ConfigError(f"--region {region}: the configuration describes one region (no [regions.NAME] tables)")
+        config = _config(data)
+        _check(config)
+        return config
+    return _region_config(data, listed, region)
+
+
+def _config(data: dict[str, Any]) -> Config:
+    return Config(**{name: _section(cls, data.get(name, {}), name) for name, cls in SECTIONS.items()})
+
+
+REGION_KEYS = {"default": bool, "databases": dict[str, list[str]], "copies_of": list[str]}
+
+
+def _region_config(base: dict[str, Any], listed: Any, chosen: str | None) -> Config:
+    """The configuration of region `chosen` of the `[regions.NAME]` tables `listed`: the file's
+    sections, with what the region's table sets over them."""
+    if not isinstance(listed, dict) or not all(isinstance(v, dict) for v in listed.values()):
+        raise ConfigError("[regions] must hold one table per region: [regions.NAME]")
+    configs: dict[str, Config] = {}
+    peers: dict[str, Peer] = {}
+    for index, (name, table) in enumerate(listed.items()):
+        unknown = sorted(set(table) - set(REGION_KEYS) - set(REGION_SECTIONS))
+        if unknown:
+            raise ConfigError(
+                f"unknown option(s) in [regions.{name}]: {', '.join(unknown)}"
+                f" (a region sets {', '.join([*REGION_KEYS, *REGION_SECTIONS])})"
+            )
+        own = {k: _typed(f"regions.{name}.{k}", table[k], hint) for k, hint in REGION_KEYS.items() if k in table}
+        merged = {section: dict(base.get(section, {})) for section in SECTIONS}
+        for section in REGION_SECTIONS:
+            options = table.get(section, {})
+            if not isinstance(options, dict):
+                raise ConfigError(f"regions.{name}.{section} must be a table of options, not {options!r}")
+            merged[section].update(options)
+        _separate(merged, table, name, index)
+        try:
+            config = _config(merged)
+            _check(config)
+        except ConfigError as e:
+            raise ConfigError(f"region {name}: {e}") from None
+        if config.gateway.port == 0:
+            raise ConfigError(f"region {name}: gateway.port must be set (the other regions dial it)")
+        configs[name] = config
+        copies = tuple(own.get("copies_of", []))
+        peers[name] = Peer(
+            name, config.gateway.region, config.gateway.url, own.get("databases", {}), copies, own.get("default", False)
+        )
+    _check_regions(peers)
+    default = next((p.name for p in peers.values() if p.default), next(iter(peers)))
+    peers[default] = replace(peers[default], default=True)
+    chosen = chosen or default
+    if chosen not in configs:
+        raise ConfigError(f"--region {chosen}: no such region (the file has {', '.join(peers)})")
+    config = configs[chosen]
+    config.regions, config.name = peers, chosen
     return config
+
+
+def _separate(merged: dict[str, Any], table: dict[str, Any], name: str, index: int) -> None:
+    """What regions would otherwise share, kept apart where the region's table does not set it: its
+    number (1, 2, ... in the file's order), its nodes' first port (100 apart) and data directories
+    (`data/NAME/node-0`, ...)."""
+    merged["gateway"].setdefault("region", index + 1)
+    if "first_port" not in table.get("region", {}):
+        first = merged["region"].get("first_port", RegionConfig.first_port)
+        merged["region"]["first_port"] = first + 100 * index if first else 0
+    if "data" not in table.get("storage", {}):
+        data = merged["storage"].get("data", DEFAULT_DATA)
+        data = [data] if isinstance(data, str) else data
+        merged["storage"]["data"] = [str(Path(d).parent / name / Path(d).name) for d in data]
+
+
+def _check_regions(peers: dict[str, Peer]) -> None:
+    for number in {p.number for p in peers.values()}:
+        same = [p.name for p in peers.values() if p.number == number]
+        if len(same) > 1:
+            raise ConfigError(f"regions {', '.join(same)} share gateway.region {number}: each needs its own")
+    for url in {p.url for p in peers.values()}:
+        same = [p.name for p in peers.values() if p.url == url]
+        if len(same) > 1:
+            raise ConfigError(f"regions {', '.join(same)} share the gateway address {url}")
+    for peer in peers.values():
+        strangers = [name for name in peer.copies_of if name not in peers or name == peer.name]
+        if strangers:
+            raise ConfigError(f"regions.{peer.name}.copies_of names no other region: {', '.join(strangers)}")
+    defaults = [p.name for p in peers.values() if p.default]
+    if len(defaults) > 1:
+        raise ConfigError(f"one region may be the default, not {', '.join(defaults)}")
 
 
 def _check(config: Config) -> None:
@@ -320,6 +470,11 @@ def _check(config: Config) -> None:
         raise ConfigError(f"region.dispatch must be round-robin or free-slot-first, not {config.region.dispatch!r}")
     if config.spark.exchange not in ("auto", "files", "source"):
         raise ConfigError(f"spark.exchange must be auto, files or source, not {config.spark.exchange!r}")
+    if config.balancing.method not in BALANCING_METHODS:
+        methods = ", ".join(BALANCING_METHODS)
+        raise ConfigError(f"balancing.method must be one of {methods}, not {config.balancing.method!r}")
+    if config.balancing.weight not in BALANCING_WEIGHTS:
+        raise ConfigError(f"balancing.weight must be printed or per-server, not {config.balancing.weight!r}")
     if not 0 <= config.gateway.region < 100:
         raise ConfigError(f"gateway.region must be in 0..99, not {config.gateway.region}")
     names = [t.name for t in config.gateway.tokens]

@@ -51,7 +51,14 @@ class Prepared:
     nodes: frozenset[str] | None = None  # native: a slot on each of these; None: any one node
     local: bool = False  # native: no table, the gateway answers
     catalog: Snapshot | None = None  # native: the table versions the query reads, pinned until `close`
-    tables: frozenset[str] | None = None  # native: the tables it reads; None: not known (other backends)
+    tables: frozenset[str] = frozenset()  # the tables it reads
+
+    def versions(self) -> dict[str, str | None]:
+        """The version (`TableInfo.stamp`) of each table it reads; None where the nodes keep no
+        versions (MariaDB, simulation)."""
+        if self.catalog is None:
+            return dict.fromkeys(self.tables)
+        return {name: self.catalog.table(name).stamp for name in self.tables}
 
     def close(self) -> None:
         """The query is over (or will never run): its table versions may be released."""
@@ -84,6 +91,10 @@ class Executor(Protocol):
     def nodes_changed(self, nodes: list[NodeInfo]) -> None: ...
 
     def tables(self) -> dict[str, dict[str, Any]]: ...
+
+    def holdings(self) -> dict[str, str | None]:
+        """The tables the region serves now, each at the version (`Prepared.versions`) a query reads."""
+        ...
 
     def health(self) -> dict[str, Any]:
         """What keeps the region from answering every query (for /readyz): tables not fully served,
@@ -131,6 +142,9 @@ class NativeExecutor:
             for name, info in self.engine.catalog.tables().items()
         }
 
+    def holdings(self) -> dict[str, str | None]:
+        return {name: info.stamp for name, info in self.engine.catalog.tables().items() if info.available}
+
     def health(self) -> dict[str, Any]:
         problems: dict[str, Any] = {}
         unavailable = {name: info.missing for name, info in self.engine.catalog.tables().items() if info.missing}
@@ -168,8 +182,7 @@ class NativeExecutor:
         snapshot = self.engine.catalog.snapshot()
         try:
             parsed = self.engine.prepare(sql, params, snapshot)
-            ctes = {cte.alias_or_name for cte in parsed.tree.find_all(exp.CTE)}
-            names = {t.name.lower() for t in parsed.tree.find_all(exp.Table) if t.name and t.name not in ctes}
+            names = read_tables(parsed.tree)
             if not names:
                 snapshot.close()
                 return Prepared(sql, params, tag, parsed, local=True, tables=frozenset())
@@ -178,7 +191,7 @@ class NativeExecutor:
             snapshot.close()
             raise
         owners = frozenset(node for info in infos if not info.replicated for node in info.nodes)
-        return Prepared(sql, params, tag, parsed, owners or None, catalog=snapshot, tables=frozenset(names))
+        return Prepared(sql, params, tag, parsed, owners or None, catalog=snapshot, tables=names)
 
     async def run(self, statement: Statement, prepared: Prepared, started: Started) -> pa.Table:
         """Run the query; once more, on what is served then, if a node it read went away (its
@@ -279,6 +292,9 @@ class PassThroughExecutor:
                 tables[name]["nodes"].append(node.name)
         return tables
 
+    def holdings(self) -> dict[str, str | None]:
+        return dict.fromkeys(self.tables())
+
     def health(self) -> dict[str, Any]:
         return {}
 
@@ -295,7 +311,8 @@ class PassThroughExecutor:
         parameters.check(trees[0], params)
         for name, value in params.items():
             parameters.literal(name, value)  # the same value types as the native engine
-        return Prepared(sql, {k: _driver_value(v) for k, v in params.items()}, tag)
+        params = {k: _driver_value(v) for k, v in params.items()}
+        return Prepared(sql, params, tag, tables=read_tables(trees[0]))
 
     async def run(self, statement: Statement, prepared: Prepared, started: Started) -> pa.Table:
         ticket = self.balancer.submit(
@@ -312,6 +329,12 @@ class PassThroughExecutor:
 
     def close(self) -> None:
         pass
+
+
+def read_tables(tree: exp.Expression) -> frozenset[str]:
+    """The tables a query reads (its common table expressions are not tables)."""
+    ctes = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
+    return frozenset(t.name.lower() for t in tree.find_all(exp.Table) if t.name and t.name not in ctes)
 
 
 def _driver_value(value: Any) -> Any:

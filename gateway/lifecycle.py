@@ -1,17 +1,26 @@
 """A statement's life in the gateway, apart from HTTP: admitted under its token's limit, prepared
 by the region's executor, booked, run under its time limit, then finished, failed or cancelled
 with its result cut to the configured size. The handlers only translate requests into these
-calls and statements into answers."""
+calls and statements into answers.
+
+Balancing between regions moves queued statements: `hand_over` takes some out of the region's
+queue for another region, which runs them and sends back their outcome (`returned`); one whose
+region went away comes back to this region's queue (`give_back`). Either way this gateway
+answers its client, once."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from balancer import RegionBalancer
+import pyarrow as pa
+
+from balancer import HandedOver, RegionBalancer
 from gateway import results
 from gateway.config import GatewayConfig, TokenConfig
 from gateway.errors import ApiError, timeout
@@ -20,6 +29,41 @@ from gateway.metrics import Metrics
 from gateway.statements import CANCELLED, FAILED, RUNNING, SUCCEEDED, Statement, Statements
 
 log = logging.getLogger("cxg.gateway")
+Versions = dict[str, str | None]  # table -> version (`Prepared.versions`)
+
+
+@dataclass
+class RemoteResult:
+    """What the region a statement was moved to answered."""
+
+    table: pa.Table
+    truncated: bool
+    engine: str
+    nodes: list[str]
+    queued: float  # seconds it waited in that region's queue
+
+
+class GoHome(Exception):
+    """The region a statement was moved to will not answer it: back to this region's queue."""
+
+
+@dataclass(eq=False)
+class Away:
+    """A statement moved to another region until its outcome (a RemoteResult, an ApiError or GoHome)."""
+
+    statement: Statement
+    region: str
+    outcome: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    recall: Callable[[], None] = lambda: None  # tells that region it is no longer wanted
+    since: float = field(default_factory=time.monotonic)
+
+
+@dataclass(eq=False)
+class _Queued:
+    statement: Statement
+    prepared: Prepared
+    params: dict[str, Any]  # as the client sent them
+    deadline: float  # time.monotonic() when the query's time is up
 
 
 @dataclass(eq=False)
@@ -29,6 +73,11 @@ class StatementLifecycle:
     executor: Executor
     statements: Statements
     metrics: Metrics
+    region: str = ""  # this region's name (balancing between regions)
+
+    def __post_init__(self) -> None:
+        self._queued: dict[int, _Queued] = {}  # statements in (or on their way to) the region's queue
+        self._away: dict[int, Away] = {}
 
     async def submit(
         self,
@@ -39,18 +88,25 @@ class StatementLifecycle:
         client: int,
         limit_s: float,
         max_rows: int,
+        origin: str = "",
+        versions: Versions | None = None,
     ) -> Statement:
         """Admit, prepare and start one query; its statement, running. An ApiError when it is
-        refused (the token's limit, a full region, a query that does not prepare)."""
+        refused (the token's limit, a full region, a query that does not prepare, or, for a query
+        moved here from region `origin`, tables not at the `versions` it reads there)."""
         self._admit(token)
-        statement = Statement(self.balancer.new_id(client), sql, token.name, tag, client, max_rows)
+        statement = Statement(self.balancer.new_id(client), sql, token.name, tag, client, max_rows, origin=origin)
         prepared: Prepared | None = None
         try:
-            if self.executor.blocking_prepare:
-                prepared = await prepared_off_loop(None, self.executor.prepare, sql, params, tag)
-            else:
-                prepared = self.executor.prepare(sql, params, tag)
+            prepared = await self._prepare(sql, params, tag)
             _check_tables(token, prepared)
+            if versions is not None and prepared.versions() != versions:
+                raise ApiError(
+                    409,
+                    "version_mismatch",
+                    f"region {self.region} does not hold {', '.join(sorted(versions))} at the versions asked for",
+                    "40001",
+                )
             if not prepared.local:
                 self.balancer.check_admission()
         except Exception as e:
@@ -63,9 +119,15 @@ class StatementLifecycle:
         statement.mark("prepare")
         self.statements.add(statement)
         self.metrics.admitted.inc()
-        statement.task = asyncio.create_task(self._execute(statement, prepared, limit_s, max_rows))
+        queued = _Queued(statement, prepared, params, time.monotonic() + limit_s)
+        statement.task = asyncio.create_task(self._execute(queued, limit_s, max_rows))
         statement.task.add_done_callback(lambda _: prepared.close())  # however it ended, even unstarted
         return statement
+
+    async def _prepare(self, sql: str, params: dict[str, Any], tag: str) -> Prepared:
+        if self.executor.blocking_prepare:
+            return await prepared_off_loop(None, self.executor.prepare, sql, params, tag)
+        return self.executor.prepare(sql, params, tag)
 
     def _admit(self, token: TokenConfig) -> None:
         if self.statements.active(token.name) >= token.max_concurrent:
@@ -78,18 +140,15 @@ class StatementLifecycle:
                 retry_after=1,
             )
 
-    async def _execute(self, statement: Statement, prepared: Prepared, limit_s: float, max_rows: int) -> None:
-        def started(nodes: list[str]) -> None:
-            statement.mark("queue")
-            statement.state = RUNNING
-            statement.nodes = nodes
-
+    async def _execute(self, queued: _Queued, limit_s: float, max_rows: int) -> None:
+        statement = queued.statement
         state, error = SUCCEEDED, None
         try:
             async with asyncio.timeout(limit_s):
-                table = await self.executor.run(statement, prepared, started)
+                table = await self._run(queued)
             statement.mark("execute")
-            statement.result, statement.truncated = results.limit(table, max_rows, self.settings.result_bytes)
+            statement.result, truncated = results.limit(table, max_rows, self.settings.result_bytes)
+            statement.truncated = statement.truncated or truncated
         except TimeoutError:
             state, error = FAILED, timeout(limit_s)
         except asyncio.CancelledError:
@@ -99,11 +158,126 @@ class StatementLifecycle:
             if error.code == "internal_error":
                 log.exception("statement %s failed", statement.id)
             state = CANCELLED if error.code == "cancelled" else FAILED
+        self._away.pop(statement.id, None)
         statement.queue_length = self.balancer.queue_length
         statement.finish(state, error)
         self.statements.finished(statement)
         self.metrics.finished.labels(state).inc()
         self.metrics.observe(statement.timings)
+
+    async def _run(self, queued: _Queued) -> pa.Table:
+        """Run the statement here, or in the region it is handed over to meanwhile; back in this
+        region's queue (prepared again: its versions were released) when that region gives it back."""
+        statement = queued.statement
+
+        def started(nodes: list[str]) -> None:
+            statement.mark("queue")
+            statement.queues.append((self.region, statement.timings["queue"]))
+            statement.region = self.region
+            statement.state = RUNNING
+            statement.nodes = nodes
+
+        while True:
+            self._queued[statement.id] = queued
+            try:
+                return await self.executor.run(statement, queued.prepared, started)
+            except HandedOver:
+                pass
+            finally:
+                self._queued.pop(statement.id, None)
+            away = self._away[statement.id]
+            try:
+                outcome = await away.outcome
+            except GoHome as e:
+                log.info("statement %s is back from region %s: %s", statement.key, away.region, e)
+                del self._away[statement.id]
+                statement.region = ""
+                queued.prepared = await self._prepare(statement.sql, queued.params, statement.tag)
+                continue
+            except asyncio.CancelledError:
+                away.recall()
+                raise
+            statement.mark("away")
+            statement.queues.append((away.region, outcome.queued))
+            statement.engine, statement.nodes, statement.truncated = outcome.engine, outcome.nodes, outcome.truncated
+            return outcome.table
+
+    def waiting(self) -> list[tuple[Statement, Prepared]]:
+        """The statements in the region's queue, head first."""
+        return [(q.statement, q.prepared) for t in self.balancer.queued() if (q := self._queued.get(t.id))]
+
+    def hand_over(
+        self,
+        holdings: Versions,
+        region: str,
+        count: int = 1,
+        tail: bool = False,
+        recall: Callable[[str], None] = lambda key: None,
+    ) -> list[dict[str, Any]]:
+        """Take up to `count` queued statements of this region's own clients out of its queue, from
+        its head (or tail), for `region` to run: only those whose every table `region` holds at
+        the version they read here (`holdings`). What `region` needs to run each, with the id its
+        outcome is sent back under; `recall(id)` is called if the statement is no longer wanted."""
+        tickets = self.balancer.queued()
+        moved: list[dict[str, Any]] = []
+        for ticket in reversed(tickets) if tail else tickets:
+            queued = self._queued.get(ticket.id)
+            if len(moved) == count:
+                break
+            if queued is None or queued.statement.origin:  # a query moved here is not moved on
+                continue
+            versions = queued.prepared.versions()
+            if any(name not in holdings or holdings[name] != version for name, version in versions.items()):
+                continue
+            statement = queued.statement
+            statement.mark("queue")
+            statement.queues.append((self.region, statement.timings["queue"]))
+            self._away[statement.id] = Away(statement, region, recall=lambda key=statement.key: recall(key))
+            statement.region = region
+            self.balancer.hand_over(ticket, region)
+            moved.append(
+                {
+                    "id": statement.key,
+                    "sql": statement.sql,
+                    "params": queued.params,
+                    "tag": statement.tag,
+                    "client": statement.client,
+                    "max_rows": statement.max_rows,
+                    "timeout": max(0.001, queued.deadline - time.monotonic()),
+                    "versions": versions,
+                }
+            )
+        return moved
+
+    def away(self, statement: Statement) -> Away | None:
+        """Where a statement handed over runs, until its outcome is in."""
+        away = self._away.get(statement.id)
+        return away if away is not None and not away.outcome.done() else None
+
+    def returned(self, statement: Statement, region: str, outcome: RemoteResult | ApiError) -> bool:
+        """The outcome of a statement handed over to `region`; False (ignored) when it is not
+        away there any more (it finished, went home, or went elsewhere): nothing is answered twice."""
+        away = self.away(statement)
+        if away is None or away.region != region:
+            return False
+        if isinstance(outcome, ApiError):
+            away.outcome.set_exception(outcome)
+        else:
+            away.outcome.set_result(outcome)
+        return True
+
+    def give_back(self, statement: Statement, region: str, reason: str) -> bool:
+        """The statement handed over to `region` goes back to this region's queue (that region went
+        away, or cannot run it); False when it is not away there."""
+        away = self.away(statement)
+        if away is None or away.region != region:
+            return False
+        away.outcome.set_exception(GoHome(reason))
+        return True
+
+    def moved_away(self) -> list[Away]:
+        """Statements handed over to other regions, their outcome not in yet."""
+        return [away for away in self._away.values() if not away.outcome.done()]
 
     @staticmethod
     async def wait(statement: Statement, seconds: float) -> None:
@@ -123,12 +297,9 @@ class StatementLifecycle:
 
 
 def _check_tables(token: TokenConfig, prepared: Prepared) -> None:
-    """403 when the token may read only some tables and the query reads another (or reads tables
-    the backend does not name: only the native one does)."""
+    """403 when the token may read only some tables and the query reads another."""
     if not token.tables:
         return
-    if prepared.tables is None:
-        raise ApiError(403, "forbidden_table", "this token may read only some tables: the native backend only", "42501")
     allowed = {name.lower() for name in token.tables}
     refused = sorted(prepared.tables - allowed)
     if refused:

@@ -62,7 +62,8 @@ class Gateway:
         self.auth = Auth(g.tokens)
         self.statements = Statements(g.result_ttl, memory=g.result_memory)
         self.metrics = Metrics(self.balancer, self.statements)
-        self.lifecycle = StatementLifecycle(g, self.balancer, self.executor, self.statements, self.metrics)
+        self.region = config.name or f"region-{g.region}"
+        self.lifecycle = StatementLifecycle(g, self.balancer, self.executor, self.statements, self.metrics, self.region)
         self._watcher: asyncio.Task | None = None
 
     def app(self) -> web.Application:

@@ -8,6 +8,7 @@ answers 410 `result_evicted`."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import time
 from collections import Counter, deque
@@ -50,6 +51,9 @@ class Statement:
     error: ApiError | None = None
     finished_at: float | None = None
     queue_length: int | None = None  # the region's queue when it finished
+    region: str = ""  # the region it ran in (another than the gateway's when it was moved there)
+    queues: list[tuple[str, float]] = field(default_factory=list)  # (region, seconds) it waited in each queue
+    origin: str = ""  # run here for another region's gateway (balancing between regions), which answers it
     task: asyncio.Task | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
     run: str = ""  # the gateway run (`new_run`)
@@ -89,6 +93,8 @@ class Statement:
             "engine": self.engine or None,
             "nodes": self.nodes,
             "queue_length": self.queue_length,
+            "region": self.region or None,
+            "queues": [{"region": region, "seconds": round(seconds, 6)} for region, seconds in self.queues],
         }
         if self.state in (QUEUED, RUNNING):
             doc["next"] = f"{base}/v1/statements/{self.key}"
@@ -182,6 +188,10 @@ class Statements:
 
     def running(self) -> int:
         return sum(1 for s in self._active.values() if s.state == RUNNING)
+
+    def recent(self, count: int) -> list[Statement]:
+        """The last `count` statements to finish."""
+        return list(itertools.islice(reversed(self._finished), count))
 
     def unfinished(self) -> list[Statement]:
         return list(self._active.values())

@@ -19,6 +19,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gateway.config import BALANCING_METHODS, BALANCING_WEIGHTS
+
 # seed 004, Table 5.6: V_σ, GB of relations TPC-H queries 1..14 process, for 5, 10 and 15 GB databases
 TABLE_5_6: dict[int, list[float]] = {
     5: [3.21, 0.65, 4.05, 3.95, 4.06, 3.21, 4.06, 4.16, 4.59, 4.05, 1.61, 3.95, 0.85, 3.31],
@@ -104,7 +106,7 @@ def weight_per_server(region: RegionQueue, scale: Scale) -> float:
     return region.volume / scale.volume_max * scale.servers_max / region.servers
 
 
-WEIGHTS: dict[str, Weight] = {"printed": weight_as_printed, "per-server": weight_per_server}
+WEIGHTS: dict[str, Weight] = dict(zip(BALANCING_WEIGHTS, (weight_as_printed, weight_per_server), strict=True))
 
 
 @dataclass(frozen=True)
@@ -201,7 +203,7 @@ class IdlePull(NoBalancing):
         return query
 
 
-METHODS = ("none", "centralized", "decentralized", "idle-pull")
+METHODS = BALANCING_METHODS
 
 
 def method(name: str, weight: str = "printed", scale: Scale = PUBLISHED, round_trip: float = 0.0):

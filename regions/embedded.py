@@ -15,6 +15,7 @@ from aiohttp import web
 
 from balancer import NodeServer, Router
 from gateway import Config, Gateway, free_port
+from regions.interregional import gateway_app
 from regions.spark_session import session_factory
 
 
@@ -56,7 +57,7 @@ class EmbeddedRegion:
         token = self.config.gateway.cluster_token or None
         spark = session_factory(self.config.spark.settings(), f"region-{self.config.gateway.region}")
         self.gateway = Gateway(self.config, spark)
-        await self._serve(self.gateway.app(), self.config.gateway.port, self.config.gateway.server_tls())
+        await self._serve(gateway_app(self.gateway), self.config.gateway.port, self.config.gateway.server_tls())
         tls = self.config.gateway.client_tls()
         upstream = {node.name: self.url for node in self.nodes}
         for name, members in self.routers.items():

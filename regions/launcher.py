@@ -86,6 +86,10 @@ class LocalRegion:
                 port = next(ports)
                 roles.append(Role(f"router-{r}", ["router", "--name", f"router-{r}", "--port", str(port)], port))
             upstreams = [f"http://{g.host}:{roles[1 + i // group].port}" for i in range(len(names))]
+        regions = self.config.regions
+        if regions and regions[self.config.name].default and self.config.balancing.method == "centralized":
+            b = self.config.balancing  # the central balancer of the regions runs beside the default region's gateway
+            roles.append(Role("central-balancer", ["balance-regions", "--port", str(b.port)], b.port))
         budget = node_memory_budget(self.config, len(names))
         for i, name in enumerate(names):
             port = next(ports)

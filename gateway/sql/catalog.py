@@ -41,6 +41,12 @@ class TableInfo:
     version: int | None = None  # the version queries read (None: each node's current one)
     missing: str = ""  # why no version is complete ("" when the table is fully served)
     buckets: dict[str, tuple[int, ...]] | None = None  # replicated buckets: the ones each node reads
+    load: str = ""  # the load that committed the version: with it, the version is the same in every region
+
+    @property
+    def stamp(self) -> str | None:
+        """The version as regions compare it: a copy made from it has the same number and load."""
+        return None if self.version is None else f"{self.version}:{self.load}"
 
     @property
     def replicated(self) -> bool:
@@ -323,7 +329,8 @@ def _choose(held: dict[tuple[str, int], list[_Held]], schemas: dict[tuple[str, i
                 placement = schema.placement
                 rows = holders[0].rows if placement.kind == "replicated" else sum(h.rows for h in holders)
                 rows //= placement.replicas  # each bucket is held that many times
-                tables[name] = TableInfo(schema, sorted(buckets or nodes), rows, version, "", buckets)
+                load = next((h.load for h in holders if h.load), "")
+                tables[name] = TableInfo(schema, sorted(buckets or nodes), rows, version, "", buckets, load)
                 break
             reasons.append(f"version {version} lacks {missing}")
         else:
