@@ -1,0 +1,281 @@
+"""Several regions live: one file describes them, each gateway answers its own clients wherever
+their queries ran, queries move only to regions holding their tables at the same version, each
+balancing method moves them, and a region killed mid-run loses nothing and answers nothing twice.
+Regions of simulation nodes, in this process (`EmbeddedRegion`) or as `cxg up` processes."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from balancer import NodeServer
+from balancer.simulation import QueryType, SimulationBackend
+from gateway import Client, ConfigError, free_port, load_config
+from regions import EmbeddedRegion
+from regions.central_balancer import CentralBalancer
+from tests.http import http
+
+SLOW = {"slow": QueryType(0.3, 3), "long": QueryType(2.0, 3)}
+LINEITEM = "SELECT * FROM lineitem"
+
+
+def _file(tmp_path: Path, method: str, regions: dict[str, str], extra: str = "") -> Path:
+    """A file of several regions of simulation nodes; `regions`: name -> what its table sets."""
+    lines = [
+        '[region]\nbackend = "simulation"\nnodes = 1\nslots = 1',
+        f'[balancing]\nmethod = "{method}"\npoll = 0.05\npeer_timeout = 2.0\nport = {free_port()}',
+        extra,
+    ]
+    for name, body in regions.items():
+        port = "" if "gateway.port" in body else f"gateway.port = {free_port()}\n"
+        lines.append(f"[regions.{name}]\n{port}{body}")
+    path = tmp_path / "regions.toml"
+    path.write_text("\n\n".join(lines) + "\n")
+    return path
+
+
+def _start(path: Path) -> dict[str, EmbeddedRegion]:
+    started = {}
+    for name in load_config(path).regions:
+        config = load_config(path, region=name)
+        region = EmbeddedRegion(config, [NodeServer(f"{name}-0", SimulationBackend(SLOW, 1.0), 1)])
+        region.start()
+        started[name] = region
+    return started
+
+
+@contextlib.contextmanager
+def _regions(path: Path):
+    started = _start(path)
+    central = None
+    try:
+        if load_config(path).balancing.method == "centralized":
+            central = _Central(load_config(path))
+        yield started
+    finally:
+        if central is not None:
+            central.stop()
+        for region in started.values():
+            region.stop()
+
+
+class _Central:
+    """The central balancer on a loop of its own, as `cxg balance-regions` runs it."""
+
+    def __init__(self, config) -> None:
+        self.balancer = CentralBalancer(config)
+        self.loop = asyncio.new_event_loop()
+        self.stop_event = asyncio.Event()
+        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(self._run(),), daemon=True)
+        self.thread.start()
+
+    async def _run(self) -> None:
+        self.stop_event = asyncio.Event()
+        await self.balancer.run(self.stop_event)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.stop_event.set)
+        self.thread.join(10)
+
+
+def _burst(url: str, count: int, sql: str = LINEITEM, tag: str = "slow") -> list[dict]:
+    """`count` queries at once to one gateway, each waited for."""
+
+    def one(_: int) -> dict:
+        return http("POST", f"{url}/v1/statements", {"sql": sql, "tag": tag, "wait": 60}).json()
+
+    with concurrent.futures.ThreadPoolExecutor(count) as pool:
+        return list(pool.map(one, range(count)))
+
+
+# ---- the file -----------------------------------------------------------------------------------
+
+
+def test_a_file_describes_several_regions_each_kept_apart(tmp_path: Path) -> None:
+    path = _file(
+        tmp_path,
+        "decentralized",
+        {
+            "east": 'databases = {tpch = ["lineitem", "orders"]}',
+            "west": 'copies_of = ["east"]\ndefault = true\nstorage = {data = ["w/0"]}',
+            "north": "region = {first_port = 9500}",
+        },
+    )
+    west = load_config(path)
+    assert west.name == "west" and [p.name for p in west.peers] == ["east", "north"]
+    east, north = load_config(path, region="east"), load_config(path, region="north")
+    assert [c.gateway.region for c in (east, west, north)] == [1, 2, 3]
+    assert [c.region.first_port for c in (east, west, north)] == [8101, 8201, 9500]
+    assert east.storage.data == ["data/east/node-0", "data/east/node-1"] and west.storage.data == ["w/0"]
+    assert west.regions["west"].tables(west.regions) == {"lineitem", "orders"}  # its copy of east's
+    assert west.regions["north"].tables(west.regions) is None  # names none: whatever it serves
+    moved = load_config(path, [f"regions.east.gateway.port={free_port()}"], "east")
+    assert moved.gateway.port != east.gateway.port and moved.regions["east"].url == moved.gateway.url
+
+
+@pytest.mark.parametrize(
+    ("regions", "message"),
+    [
+        ({"a": "gateway.region = 4", "b": "gateway.region = 4"}, "share gateway.region 4"),
+        ({"a": "copies_of = ['z']", "b": ""}, "copies_of names no other region: z"),
+        ({"a": "colour = 'red'", "b": ""}, "unknown option(s) in [regions.a]: colour"),
+        ({"a": "default = true", "b": "default = true"}, "one region may be the default"),
+        ({"a": "gateway.port = 0", "b": ""}, "region a: gateway.port must be set"),
+        ({"a": "region = {backend = 'x'}", "b": ""}, "region a: region.backend must be"),
+    ],
+)
+def test_a_wrong_file_of_regions_is_refused_by_name(tmp_path: Path, regions: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(_file(tmp_path, "none", regions))
+
+
+def test_region_names_and_methods_are_checked(tmp_path: Path) -> None:
+    path = _file(tmp_path, "decentralized", {"a": "", "b": ""})
+    with pytest.raises(ConfigError, match="--region c: no such region"):
+        load_config(path, region="c")
+    with pytest.raises(ConfigError, match="balancing.method must be one of"):
+        load_config(path, ['balancing.method="random"'])
+    with pytest.raises(ConfigError, match="describes one region"):
+        load_config(None, region="a")
+
+
+# ---- moving queries -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["decentralized", "idle-pull", "centralized"])
+def test_each_method_moves_queries_and_the_home_gateway_answers_them(tmp_path: Path, method: str) -> None:
+    path = _file(tmp_path, method, {"east": 'databases = {tpch = ["lineitem"]}', "west": 'copies_of = ["east"]'})
+    with _regions(path) as regions:
+        docs = _burst(regions["east"].url, 8)
+        assert [d["state"] for d in docs] == ["succeeded"] * 8, docs
+        assert all(d["row_count"] == 3 for d in docs)
+        away = [d for d in docs if d["region"] == "west"]
+        assert away, f"{method} moved nothing"
+        for doc in away:  # waited at home, then in the queue of the region that ran it
+            assert [q["region"] for q in doc["queues"]] == ["east", "west"] and "away" in doc["timings_ms"]
+        assert all(d["region"] == "east" and len(d["queues"]) == 1 for d in docs if d not in away)
+        east = http("GET", f"{regions['east'].url}/v1/cluster").json()
+        assert east["counters"]["moved"] == len(away) and east["statements"]["succeeded"] == 8
+        west = http("GET", f"{regions['west'].url}/v1/regions").json()
+        assert west["method"] == method and west["moved"]["pulled"] == len(away)
+
+
+def test_without_balancing_every_query_stays_home(tmp_path: Path) -> None:
+    path = _file(tmp_path, "none", {"east": 'databases = {tpch = ["lineitem"]}', "west": 'copies_of = ["east"]'})
+    with _regions(path) as regions:
+        docs = _burst(regions["east"].url, 4)
+        assert {(d["state"], d["region"]) for d in docs} == {("succeeded", "east")}
+
+
+def test_a_query_moves_only_to_a_region_holding_its_tables(tmp_path: Path) -> None:
+    path = _file(
+        tmp_path,
+        "decentralized",
+        {
+            "east": 'databases = {tpch = ["lineitem", "orders"]}',
+            "west": 'copies_of = ["east"]',
+            "north": 'databases = {geo = ["nation"]}',
+        },
+    )
+    with _regions(path) as regions:
+        docs = _burst(regions["east"].url, 8)
+        assert {d["state"] for d in docs} == {"succeeded"}, [d.get("error") for d in docs if d["state"] != "succeeded"]
+        assert {d["region"] for d in docs} == {"east", "west"}, "north holds no lineitem: nothing may run there"
+        nation = _burst(regions["north"].url, 6, "SELECT * FROM nation")
+        assert {(d["state"], d["region"]) for d in nation} == {("succeeded", "north")}
+
+
+def test_a_region_gets_only_queries_it_holds_at_their_version(tmp_path: Path) -> None:
+    """The handover itself: an asker holding another version of the table, or not holding it,
+    gets nothing; one holding the same version gets the head query."""
+    path = _file(tmp_path, "none", {"east": 'databases = {tpch = ["lineitem"]}', "west": 'copies_of = ["east"]'})
+    with _regions(path) as regions:
+        url = regions["east"].url
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            pending = [pool.submit(_burst, url, 1, LINEITEM, "long") for _ in range(4)]
+            time.sleep(0.2)  # one runs, one is buffered on the node, two wait in the queue
+            asked = [
+                {"lineitem": "3:load-a"},  # the nodes keep no versions: a versioned copy is another one
+                {"orders": None},
+            ]
+            for holdings in asked:
+                body = {"region": "west", "holdings": holdings}
+                assert http("POST", f"{url}/v1/regions/handover", body).json() == {"queries": []}
+            taken = http("POST", f"{url}/v1/regions/handover", {"region": "west", "holdings": {"lineitem": None}})
+            (query,) = taken.json()["queries"]
+            assert query["sql"] == LINEITEM and query["versions"] == {"lineitem": None}
+            refused = http("POST", f"{url}/v1/regions/handover", {"region": "nowhere", "holdings": {}})
+            assert refused.status == 400
+            # west never ran it: the origin takes it back once west says it does not hold it
+            docs = [d for f in pending for d in f.result()]
+        assert {(d["state"], d["region"]) for d in docs} == {("succeeded", "east")}
+        assert http("GET", f"{url}/v1/regions").json()["moved"]["came_back"] == 1
+
+
+# ---- a region killed ------------------------------------------------------------------------------
+
+CLI = [sys.executable, "-m", "cxg"]
+
+
+def _pids(*words: str) -> list[int]:
+    """Processes whose command line holds all of `words` in order (from /proc)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            args = cmdline.read_bytes().decode(errors="replace").split("\0")
+            if any(args[i : i + len(words)] == list(words) for i in range(len(args))):
+                found.append(int(cmdline.parent.name))
+    return found
+
+
+def test_cxg_up_starts_every_region_and_a_killed_region_loses_nothing(tmp_path: Path) -> None:
+    path = _file(
+        tmp_path,
+        "decentralized",
+        {"east": 'databases = {tpch = ["lineitem"]}', "west": 'copies_of = ["east"]'},
+        "[simulation]\ntime_scale = 1.0\nqueries = {slow = {seconds = 1.0, rows = 2}}",
+    )
+    east, west = (load_config(path, region=name) for name in ("east", "west"))
+    up = subprocess.Popen(
+        [*CLI, "--config", str(path), "up", "--run-dir", str(tmp_path / "run")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        for config in (east, west):
+            Client(config.gateway.url).wait_ready(timeout=90, nodes=1)
+        submitted = [
+            http("POST", f"{east.gateway.url}/v1/statements", {"sql": LINEITEM, "tag": "slow", "wait": 0}).json()
+            for _ in range(10)
+        ]
+        deadline = time.monotonic() + 30
+        while http("GET", f"{east.gateway.url}/v1/regions").json()["moved"]["handed_over"] < 2:
+            assert time.monotonic() < deadline, "west pulled nothing"
+            time.sleep(0.05)
+        (gateway,) = _pids("--region", "west", "gateway")
+        os.kill(gateway, signal.SIGKILL)
+        final = [
+            http("GET", f"{east.gateway.url}/v1/statements/{doc['id']}?wait=60").json() for doc in submitted
+        ]
+        assert [d["state"] for d in final] == ["succeeded"] * 10, final
+        regions = http("GET", f"{east.gateway.url}/v1/regions").json()["moved"]
+        assert regions["came_back"] >= 1, regions  # what the killed gateway held ran at home (or elsewhere)
+        cluster = http("GET", f"{east.gateway.url}/v1/cluster").json()
+        assert cluster["statements"]["succeeded"] == 10 and cluster["queue"] == 0
+    finally:
+        up.send_signal(signal.SIGINT)
+        output, _ = up.communicate(timeout=60)
+    assert "region east (1) is up" in output and "region west (2) is up" in output, output
+    assert "west: gateway exited" in output, output
