@@ -2,7 +2,8 @@
 (`LocalRegion`) or in one process (`EmbeddedRegion`), and the region's Spark session, which the
 composer builds here and hands to the gateway's engine. Balancing between regions: the methods
 (`regions.balancing`) and the cross-simulation of seed 004 §5.2 that measures them
-(`regions.cross_simulation`); live regions do not balance between them yet."""
+(`regions.cross_simulation`); live, each gateway's part (`regions.interregional`) and the
+central balancer of the centralized method (`regions.central_balancer`)."""
 
 from regions.balancing import Centralized, Decentralized, IdlePull, NoBalancing, method
 from regions.cross_simulation import Experiment, Outcome, simulate

@@ -144,7 +144,7 @@ def test_region_names_and_methods_are_checked(tmp_path: Path) -> None:
     path = _file(tmp_path, "decentralized", {"a": "", "b": ""})
     with pytest.raises(ConfigError, match="--region c: no such region"):
         load_config(path, region="c")
-    with pytest.raises(ConfigError, match="balancing.method must be one of"):
+    with pytest.raises(ConfigError, match=r"balancing\.method must be one of"):
         load_config(path, ['balancing.method="random"'])
     with pytest.raises(ConfigError, match="describes one region"):
         load_config(None, region="a")
