@@ -266,9 +266,7 @@ def test_cxg_up_starts_every_region_and_a_killed_region_loses_nothing(tmp_path: 
             time.sleep(0.05)
         (gateway,) = _pids("--region", "west", "gateway")
         os.kill(gateway, signal.SIGKILL)
-        final = [
-            http("GET", f"{east.gateway.url}/v1/statements/{doc['id']}?wait=60").json() for doc in submitted
-        ]
+        final = [http("GET", f"{east.gateway.url}/v1/statements/{doc['id']}?wait=60").json() for doc in submitted]
         assert [d["state"] for d in final] == ["succeeded"] * 10, final
         regions = http("GET", f"{east.gateway.url}/v1/regions").json()["moved"]
         assert regions["came_back"] >= 1, regions  # what the killed gateway held ran at home (or elsewhere)
