@@ -190,6 +190,7 @@ class StatementLifecycle:
                 outcome = await away.outcome
             except GoHome as e:
                 log.info("statement %s is back from region %s: %s", statement.key, away.region, e)
+                statement.mark("away")
                 del self._away[statement.id]
                 statement.region = ""
                 queued.prepared = await self._prepare(statement.sql, queued.params, statement.tag)

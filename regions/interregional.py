@@ -196,14 +196,17 @@ class InterRegional:
     async def handover(self, request: web.Request) -> web.Response:
         """Queued queries for the region that asks, which it can run."""
         self._cluster_only(request)
-        body = await request.json()
+        body = await _json_object(request)
         taker = body.get("region")
         if taker not in self.peers:
             raise bad_request(f"no region {taker!r} in this configuration")
-        count, tail = int(body.get("count", 1)), body.get("end") == "tail"
+        count, end = _count_and_end(body)
+        holdings = body.get("holdings") or {}
+        if not isinstance(holdings, dict) or not all(v is None or isinstance(v, str) for v in holdings.values()):
+            raise bad_request('"holdings" must be an object of table -> version (a string, or null)')
         peer = self.peers[taker]
         queries = self.lifecycle.hand_over(
-            body.get("holdings") or {}, taker, count, tail, lambda key: self._spawn(self._recall(peer, key))
+            holdings, taker, count, end == "tail", lambda key: self._spawn(self._recall(peer, key))
         )
         self.handed += len(queries)
         return web.json_response({"queries": queries})
@@ -216,18 +219,19 @@ class InterRegional:
         if statement is None:
             raise ApiError(404, "not_found", f"no statement {request.match_info['id']}", "42704")
         if request.content_type == "application/json":
-            body = await request.json()
-            if "go_home" in body:
+            body = await _json_object(request)
+            if isinstance(body.get("go_home"), str):
                 accepted = self.lifecycle.give_back(statement, region, body["go_home"])
                 self.returned_home += accepted
             else:
-                error = body["error"]
-                result = ApiError(body["status"], error["code"], error["message"], error["sqlstate"])
-                accepted = self.lifecycle.returned(statement, region, result)
+                accepted = self.lifecycle.returned(statement, region, _error(body))
         else:
-            meta = json.loads(request.headers[OUTCOME])
-            table = read_payload(await request.read())
-            result = RemoteResult(table, meta["truncated"], meta["engine"], meta["nodes"], meta["queued"])
+            try:
+                meta = json.loads(request.headers[OUTCOME])
+                table = read_payload(await request.read())
+                result = RemoteResult(table, bool(meta["truncated"]), meta["engine"], meta["nodes"], meta["queued"])
+            except (KeyError, TypeError, ValueError, pa.ArrowInvalid) as e:
+                raise bad_request(f"an outcome is an Arrow stream with its {OUTCOME} header: {e}") from None
             accepted = self.lifecycle.returned(statement, region, result)
         if not accepted:
             raise ApiError(409, "not_away", f"statement {statement.key} is not waiting for region {region}", "55000")
@@ -272,11 +276,11 @@ class InterRegional:
     async def pull_request(self, request: web.Request) -> web.Response:
         """The central balancer: pull `count` queries from the `end` of region `source`'s queue."""
         self._cluster_only(request)
-        body = await request.json()
+        body = await _json_object(request)
         source = self.peers.get(body.get("source"))
         if source is None:
             raise bad_request(f"no region {body.get('source')!r} to pull from")
-        pulled = await self.pull(source, int(body.get("count", 1)), body.get("end", "head"))
+        pulled = await self.pull(source, *_count_and_end(body))
         return web.json_response({"pulled": pulled})
 
     async def pull(self, source: Peer, count: int = 1, end: str = "head") -> int:
@@ -417,6 +421,34 @@ class InterRegional:
         state.last_seen = time.monotonic()
         state.round_trip = 0.8 * state.round_trip + 0.2 * (state.last_seen - started)
         return summary
+
+
+async def _json_object(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except (ValueError, UnicodeDecodeError) as e:
+        raise bad_request(f"the body is not valid JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise bad_request("the body must be a JSON object")
+    return body
+
+
+def _count_and_end(body: dict[str, Any]) -> tuple[int, str]:
+    count, end = body.get("count", 1), body.get("end", "head")
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1000 or end not in ("head", "tail"):
+        raise bad_request('"count" must be an integer in 1..1000 and "end" head or tail')
+    return count, end
+
+
+def _error(body: dict[str, Any]) -> ApiError:
+    """The error a region answered a query with, from its outcome's body."""
+    status, error = body.get("status"), body.get("error")
+    fields = ("code", "message", "sqlstate")
+    if not isinstance(status, int) or not 400 <= status < 600 or not isinstance(error, dict):
+        raise bad_request('an outcome is {"go_home": reason} or {"status": 4xx or 5xx, "error": {...}}')
+    if not all(isinstance(error.get(key), str) for key in fields):
+        raise bad_request(f"an outcome's error needs {', '.join(fields)} as strings")
+    return ApiError(status, error["code"], error["message"], error["sqlstate"])
 
 
 def cluster_session(config: Config) -> aiohttp.ClientSession:

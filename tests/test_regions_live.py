@@ -223,6 +223,29 @@ def test_a_region_gets_only_queries_it_holds_at_their_version(tmp_path: Path) ->
         assert http("GET", f"{url}/v1/regions").json()["moved"]["came_back"] == 1
 
 
+def test_bad_requests_between_regions_get_clear_errors(tmp_path: Path) -> None:
+    path = _file(tmp_path, "none", {"east": "", "west": ""})
+    with _regions(path) as regions:
+        url = regions["east"].url
+        for route, body in [
+            ("handover", "not json"),
+            ("handover", {"region": "west", "count": "two"}),
+            ("handover", {"region": "west", "end": "middle"}),
+            ("handover", {"region": "west", "holdings": ["lineitem"]}),
+            ("pull", {"source": "east"}),  # not a region east may pull from: itself
+            ("pull", {"source": "west", "count": 0}),
+        ]:
+            reply = http("POST", f"{url}/v1/regions/{route}", body, {"Content-Type": "application/json"})
+            assert reply.status == 400 and reply.json()["error"]["code"] == "invalid_request", (route, body)
+        doc = http("POST", f"{url}/v1/statements", {"sql": LINEITEM, "tag": "slow", "wait": 0}).json()
+        for body in [{"status": "bad"}, {"status": 400, "error": {"code": 1}}, ["go_home"]]:
+            reply = http("POST", f"{url}/v1/regions/outcomes/{doc['id']}?region=west", body)
+            assert reply.status == 400, body
+        late = http("POST", f"{url}/v1/regions/outcomes/{doc['id']}?region=west", {"go_home": "never taken"})
+        assert late.status == 409 and late.json()["error"]["code"] == "not_away"
+        assert http("GET", f"{url}/v1/statements/{doc['id']}?wait=10").json()["state"] == "succeeded"
+
+
 # ---- a region killed ------------------------------------------------------------------------------
 
 CLI = [sys.executable, "-m", "cxg"]
