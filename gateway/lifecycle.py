@@ -222,9 +222,9 @@ class StatementLifecycle:
         tickets = self.balancer.queued()
         moved: list[dict[str, Any]] = []
         for ticket in reversed(tickets) if tail else tickets:
-            queued = self._queued.get(ticket.id)
             if len(moved) == count:
                 break
+            queued = self._queued.get(ticket.id)
             if queued is None or queued.statement.origin:  # a query moved here is not moved on
                 continue
             versions = queued.prepared.versions()

@@ -10,14 +10,13 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from typing import Any
 
 import aiohttp
 from aiohttp import web
 
 from gateway import Config
 from regions.balancing import Centralized, method
-from regions.interregional import LIVE_SCALE, cluster_session, region_queue
+from regions.interregional import LIVE_SCALE, cluster_session, queue_of, region_queue
 
 log = logging.getLogger("cxg.regions")
 
@@ -52,7 +51,7 @@ class CentralBalancer:
     async def round(self, session: aiohttp.ClientSession) -> None:
         """One look at every region, and the pulls that equalize their weights."""
         self.rounds += 1
-        summaries = await asyncio.gather(*(_get(session, p.url) for p in self.config.regions.values()))
+        summaries = await asyncio.gather(*(queue_of(session, p.url) for p in self.config.regions.values()))
         queues = [region_queue(s) for s in summaries if s is not None]
         if len(queues) < 2:
             return
@@ -67,12 +66,3 @@ class CentralBalancer:
                 log.info("region %s could not pull from %s: %s", self.by_number[target].name, body["source"], e)
                 continue
             self.moves[(body["source"], self.by_number[target].name)] += pulled
-
-
-async def _get(session: aiohttp.ClientSession, url: str) -> dict[str, Any] | None:
-    try:
-        async with session.get(f"{url}/v1/regions/queue") as answer:
-            answer.raise_for_status()
-            return await answer.json()
-    except (aiohttp.ClientError, TimeoutError, ValueError):
-        return None

@@ -285,7 +285,8 @@ class InterRegional:
 
     async def pull(self, source: Peer, count: int = 1, end: str = "head") -> int:
         """Take up to `count` queries from `source`'s queue and run them here; how many came."""
-        body = {"region": self.name, "holdings": self.holdings(), "count": count, "end": end}
+        holdings = await asyncio.get_running_loop().run_in_executor(None, self.holdings)  # may read the nodes
+        body = {"region": self.name, "holdings": holdings, "count": count, "end": end}
         try:
             async with self._session.post(f"{source.url}/v1/regions/handover", json=body) as answer:
                 answer.raise_for_status()
@@ -411,16 +412,23 @@ class InterRegional:
 
     async def _summary(self, peer: Peer) -> dict[str, Any] | None:
         started = time.monotonic()
-        try:
-            async with self._session.get(f"{peer.url}/v1/regions/queue") as answer:
-                answer.raise_for_status()
-                summary = await answer.json()
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            return None
-        state = self.states[peer.name]
-        state.last_seen = time.monotonic()
-        state.round_trip = 0.8 * state.round_trip + 0.2 * (state.last_seen - started)
+        summary = await queue_of(self._session, peer.url)
+        if summary is not None:
+            state = self.states[peer.name]
+            state.last_seen = time.monotonic()
+            state.round_trip = 0.8 * state.round_trip + 0.2 * (state.last_seen - started)
         return summary
+
+
+async def queue_of(session: aiohttp.ClientSession, url: str) -> dict[str, Any] | None:
+    """The queue of the region whose gateway is at `url` (`InterRegional.summary`); None when it
+    does not answer."""
+    try:
+        async with session.get(f"{url}/v1/regions/queue") as answer:
+            answer.raise_for_status()
+            return await answer.json()
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
 
 
 async def _json_object(request: web.Request) -> dict[str, Any]:
