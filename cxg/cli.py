@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from cxg import client_commands, demo, load, serve, simulate, storage_commands
+from cxg import client_commands, demo, load, redistribute, serve, simulate, storage_commands
 from gateway import ConfigError, GatewayError, load_config
 from gpu_kernels import BackendUnavailable
 from loadtests import cli as loadtest_cli
@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     client_commands.register(sub)
     loadtest_cli.register(sub)
     load.register(sub)
+    redistribute.register(sub)
     storage_commands.register(sub)
     simulate.register(sub)
     return parser

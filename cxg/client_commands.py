@@ -15,10 +15,14 @@ from cxg.console import console
 from gateway import Client, Config, json_rows
 
 
+def client_of(config: Config, url: str | None = None, token: str | None = None) -> Client:
+    """A client of the configured region's gateway (its first token, its CA), or of `url`."""
+    token = token or (config.gateway.tokens[0].token if config.gateway.tokens else None)
+    return Client(url or config.gateway.url, token, ca=config.gateway.tls_ca or None)
+
+
 def _client(args: argparse.Namespace, config: Config) -> Client:
-    url = args.url or os.environ.get("CXG_URL") or config.gateway.url
-    token = args.token or (config.gateway.tokens[0].token if config.gateway.tokens else None)
-    return Client(url, token, ca=config.gateway.tls_ca or None)
+    return client_of(config, args.url or os.environ.get("CXG_URL"), args.token)
 
 
 def show_status(doc: dict) -> None:

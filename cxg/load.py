@@ -57,7 +57,7 @@ def load_options(config: Config, args: argparse.Namespace | None = None) -> Load
 
 
 @contextmanager
-def _spark_tasks(spark: Any, progress: Progress, task: TaskID) -> Iterator[None]:
+def spark_tasks(spark: Any, progress: Progress, task: TaskID) -> Iterator[None]:
     """Show the finished/total tasks of the Spark jobs run inside the block on the progress bar;
     the bar ends full when the block succeeds. The jobs are found by a job group of their own,
     so stages that start and end between two looks are counted too."""
@@ -128,7 +128,7 @@ def load_jobs(stores: list[Store], jobs: list[Job], options: LoadOptions, config
             task = progress.add_task(schema.name, total=None)
             started = time.perf_counter()
             if spark is not None:
-                with _spark_tasks(spark, progress, task):
+                with spark_tasks(spark, progress, task):
                     spark_load(spark, source.spark(spark), schema, [str(s.root) for s in stores], options)
                 rows = _rows_loaded(stores, schema)
             else:

@@ -132,6 +132,7 @@ class NativeExecutor:
                 "placement": str(info.schema.placement),
                 "nodes": info.nodes,
                 "version": info.version,
+                "stamp": info.stamp,  # the rows' identity, the same in a copy (`cxg redistribute --to`)
                 "available": info.available,
                 **({"missing": info.missing} if info.missing else {}),
                 "columns": [

@@ -46,3 +46,10 @@ class DiskFullError(StorageError):
     naming its table; what was already served stays as it was."""
 
     code = "disk_full"
+
+
+class RedistributionError(StorageError):
+    """A table cannot be moved as asked (no such table or node, a bucket no node serves, the target
+    region without nodes); the message says what is missing."""
+
+    code = "cannot_redistribute"

@@ -12,7 +12,7 @@ import logging
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,7 +21,7 @@ from storage.block import conform, encode_block
 from storage.blockfile import BlockEntry, check_file, serialize_block, write_file
 from storage.catalog import TableSchema
 from storage.encoding_choice import EncodingOptions
-from storage.errors import DiskFullError, StorageError
+from storage.errors import DiskFullError, StorageError, TableNotFoundError
 from storage.manifest import Sizing
 from storage.node_client import NodeClient, NodeError
 from storage.store import LOAD_ID, Store
@@ -40,25 +40,20 @@ class Target(ABC):
 
     @abstractmethod
     def version(self, table: str) -> int:
-        """The table's current version on this node (0: no such table)."""
+        """The newest version of the table this node has had (0: none), retired ones included."""
 
     @abstractmethod
-    def commit(
-        self,
-        schema: TableSchema,
-        sizing: Sizing,
-        compression: str,
-        mode: str,
-        load_id: str,
-        entries: list[BlockEntry],
-        version: int | None = None,
-    ) -> int:
-        """Swap in the new version made of `entries` (numbered `version`: see `commit_all`); returns
-        its version number."""
+    def commit(self, load: Commit, entries: list[BlockEntry]) -> int:
+        """Swap in the new version made of `entries` (and the blocks `load` keeps here); returns its
+        version number."""
 
     @abstractmethod
     def abort(self, table: str, load_id: str) -> None:
         """Remove what load `load_id` uploaded; if it committed here, undo that first."""
+
+    @abstractmethod
+    def retire(self, table: str) -> None:
+        """Stop serving the table here, its version kept for the queries reading it (a move)."""
 
 
 class DirectoryTarget(Target):
@@ -82,26 +77,24 @@ class DirectoryTarget(Target):
             raise StorageError(f"load {load_id} of table {table} was aborted")
 
     def version(self, table: str) -> int:
-        return self.store.versions(table)[-1] if self.store.exists(table) else 0
+        try:
+            return max(self.store.versions(table))
+        except TableNotFoundError:
+            return 0
 
-    def commit(
-        self,
-        schema: TableSchema,
-        sizing: Sizing,
-        compression: str,
-        mode: str,
-        load_id: str,
-        entries: list[BlockEntry],
-        version: int | None = None,
-    ) -> int:
-        directory = self.store.table_dir(schema.name)
+    def commit(self, load: Commit, entries: list[BlockEntry]) -> int:
+        directory = self.store.table_dir(load.schema.name)
         for entry in entries:
-            if not entry.file.startswith(load_id):
-                raise StorageError(f"block {entry.file} does not belong to load {load_id}")
+            if not entry.file.startswith(load.load_id):
+                raise StorageError(f"block {entry.file} does not belong to load {load.load_id}")
             check_file(directory / entry.file, entry)
-        writer = self.store.writer(schema, sizing, compression, mode, load_id)
+        writer = self.store.writer(load.schema, load.sizing, load.compression, load.mode, load.load_id)
         writer.add(entries)
-        return writer.commit(version).version
+        keep = load.keep.get(self.node, ())
+        return writer.commit(load.version, keep, load.base, load.data).version
+
+    def retire(self, table: str) -> None:
+        self.store.retire(table)
 
     def abort(self, table: str, load_id: str) -> None:
         if not LOAD_ID.fullmatch(load_id):
@@ -136,58 +129,64 @@ class NodeTarget(Target):
 
     def version(self, table: str) -> int:
         try:
-            return self.client.get(f"/v1/tables/{table}")["version"]
+            return max(self.client.get(f"/v1/tables/{table}/versions")["versions"])
         except NodeError as e:
             if e.status == 404:
                 return 0
             raise
 
-    def commit(
-        self,
-        schema: TableSchema,
-        sizing: Sizing,
-        compression: str,
-        mode: str,
-        load_id: str,
-        entries: list[BlockEntry],
-        version: int | None = None,
-    ) -> int:
+    def commit(self, load: Commit, entries: list[BlockEntry]) -> int:
         body = {
-            "definition": schema.to_json(),
-            "sizing": vars(sizing),
-            "compression": compression,
-            "mode": mode,
+            "definition": load.schema.to_json(),
+            "sizing": vars(load.sizing),
+            "compression": load.compression,
+            "mode": load.mode,
             "entries": [e.to_json() for e in entries],
-            "version": version,
+            "version": load.version,
+            "keep": list(load.keep.get(self.node, ())),
+            "base": load.base,
+            "data": load.data,
         }
-        return self.client.post(f"/v1/tables/{schema.name}/loads/{load_id}/commit", body)["version"]
+        return self.client.post(f"/v1/tables/{load.schema.name}/loads/{load.load_id}/commit", body)["version"]
 
     def abort(self, table: str, load_id: str) -> None:
         self.client.delete(f"/v1/tables/{table}/loads/{load_id}")
 
+    def retire(self, table: str) -> None:
+        self.client.delete(f"/v1/tables/{table}")
 
-def commit_all(
-    targets: list[Target],
-    schema: TableSchema,
-    sizing: Sizing,
-    compression: str,
-    mode: str,
-    load_id: str,
-    entries: dict[str, list[BlockEntry]],
-) -> int:
+
+@dataclass(frozen=True)
+class Commit:
+    """What one load commits on every node it wrote to: the table's new definition, sizing and
+    storage, under one version number. A bucket move (`storage.redistribution`) adds, per node, the
+    buckets whose blocks it keeps from version `base`, and `data`, the identity of rows copied."""
+
+    schema: TableSchema
+    sizing: Sizing
+    compression: str
+    mode: str
+    load_id: str
+    version: int | None = None
+    keep: dict[str, tuple[int, ...]] = field(default_factory=dict)  # node -> buckets it keeps
+    base: int | None = None
+    data: str = ""
+
+
+def commit_all(targets: list[Target], load: Commit, entries: dict[str, list[BlockEntry]]) -> int:
     """Commit a load on each of its nodes under one version number, one past the newest any of them
     has: a gateway shows the new version only once every node holding the table has it, and until
     then reads the previous one, which the nodes that committed first keep. When a node's commit
     fails (another load committed first, a full disk, a node gone), the load is aborted on every
     node, undoing the commits made: no node is left a version ahead of the others."""
-    version = next_version(targets, schema.name)
+    load = replace(load, version=next_version(targets, load.schema.name))
     try:
         for t in targets:
-            t.commit(schema, sizing, compression, mode, load_id, entries.get(t.node, []), version)
+            t.commit(load, entries.get(t.node, []))
     except BaseException:
-        abort_all(targets, schema.name, load_id)
+        abort_all(targets, load.schema.name, load.load_id)
         raise
-    return version
+    return load.version
 
 
 def next_version(targets: Iterable[Target], table: str) -> int:

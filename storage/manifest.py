@@ -40,6 +40,13 @@ class Manifest:
     blocks: list[BlockEntry] = field(default_factory=list)
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     load: str = ""  # the load that committed this version (undone by aborting that load)
+    # the rows' identity: the load that produced them, kept by copies and bucket moves (so a copy in
+    # another region, or the table after a move, is known to hold the same rows); "" means `load`
+    data: str = ""
+    replaced: int = 0  # the version this one replaced (0: none), which undoing its load makes current again
+
+    def __post_init__(self) -> None:
+        self.data = self.data or self.load
 
     @property
     def rows(self) -> int:
@@ -52,6 +59,8 @@ class Manifest:
             "version": self.version,
             "created": self.created,
             "load": self.load,
+            "data": self.data,
+            "replaced": self.replaced,
             "sizing": vars(self.sizing),
             "blocks": [b.to_json() for b in self.blocks],
         }
@@ -67,6 +76,8 @@ class Manifest:
             blocks=[BlockEntry.from_json(b) for b in data["blocks"]],
             created=data["created"],
             load=data.get("load", ""),
+            data=data.get("data", ""),
+            replaced=data.get("replaced", 0),
         )
 
 

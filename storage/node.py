@@ -5,6 +5,9 @@
                              empty trailer batch whose metadata holds the scan's statistics
     GET  /v1/tables          tables with rows, blocks, sizes, the current version and the versions kept
     GET  /v1/tables/{name}   one table (?version=N: that version): columns, sort key, placement, stats
+    DELETE /v1/tables/{name} retire it (moved away): no longer listed, its version kept for the
+                             queries pinned to it until released or RETAIN_S
+    GET  /v1/tables/{name}/versions               the versions kept (a retired table's too)
     DELETE /v1/tables/{name}/versions/{version}   stop keeping a replaced version (no query reads it)
     GET  /v1/node            node name, cores, slots and free slots, backend, scan counters
     GET  /healthz            liveness
@@ -32,6 +35,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -41,9 +45,10 @@ from aiohttp import web
 
 from gpu_kernels import NumpyBackend
 from storage.blockfile import BlockEntry
+from storage.bucket_load import BucketWork
 from storage.catalog import TableSchema
 from storage.errors import DiskFullError, StorageError, TableNotFoundError, VersionConflictError, VersionGoneError
-from storage.ingest import DirectoryTarget
+from storage.ingest import Commit, DirectoryTarget
 from storage.manifest import Sizing
 from storage.memory_budget import OUT_OF_MEMORY, private_memory_limit
 from storage.scan import BlockScan, TableCache, scan_table
@@ -137,6 +142,7 @@ class Node:
         self.workers = ScanWorkers(processes, worker_memory) if processes and backend.name == "numpy" else None
         self.running = 0
         self.counters: Counter = Counter()
+        self.work = BucketWork()  # scan time per bucket: what `cxg redistribute --rebalance` balances
         self._slots = asyncio.Semaphore(self.slots)
         self._executor = ThreadPoolExecutor(self.slots, thread_name_prefix=f"{store.node}-scan")
         self._target = DirectoryTarget(store)
@@ -162,6 +168,7 @@ class Node:
                 "worker_memory_budget": self.workers.memory if self.workers is not None else None,
                 "tables": self.cache.names(),
                 "scans": dict(self.counters),
+                "work": self.work.to_json(),
             }
         )
 
@@ -189,6 +196,7 @@ class Node:
                     "version": s.version,
                     "versions": versions,
                     "load": table.manifest.load,  # the load that committed the current version
+                    "data": table.manifest.data,  # the rows' identity (kept by copies and moves)
                 }
             )
         return rows
@@ -212,6 +220,9 @@ class Node:
                 "blocks": s.blocks,
                 "version": s.version,
                 "block_rows": s.block_rows,
+                "sizing": vars(table.manifest.sizing),
+                "data": table.manifest.data,
+                "buckets": _bucket_rows(table.blocks),
                 "stats": [
                     {
                         "column": c.name,
@@ -274,10 +285,12 @@ class Node:
             self.counters["started"] += 1
             scan.threads = self.threads or max(1, self.cores // self.running)
             scan.workers = self.workers
+            started = time.perf_counter()
             try:
                 return await self._stream(request, scan)
             finally:
                 self.running -= 1
+                self.work.record(scan.plan.table, scan.rows_read, time.perf_counter() - started)
 
     def _plan(self, body: object) -> BlockScan:
         """Worker thread: the request checked by the protocol, then planned on its table (a long IN
@@ -383,12 +396,25 @@ class Node:
                 raise StorageError(f"the definition is of table {schema.name}, not {info['name']}")
             sizing = Sizing(**body["sizing"])
             entries = [BlockEntry.from_json(e) for e in body["entries"]]
-            version = body.get("version")
-            if version is not None and (not isinstance(version, int) or version < 1):
-                raise ValueError(f"version must be a number from 1, not {version!r}")
-            commit = functools.partial(
-                self._target.commit, schema, sizing, body["compression"], body["mode"], info["load"], entries, version
+            version, base = _positive(body.get("version"), "version"), _positive(body.get("base"), "base")
+            keep = body.get("keep") or []
+            if not isinstance(keep, list) or not all(isinstance(b, int) and not isinstance(b, bool) for b in keep):
+                raise ValueError(f"keep must be a list of bucket numbers, not {keep!r}")
+            data = body.get("data") or ""
+            if not isinstance(data, str):
+                raise ValueError(f"data must be a load id, not {data!r}")
+            load = Commit(
+                schema,
+                sizing,
+                body["compression"],
+                body["mode"],
+                info["load"],
+                version,
+                {self.store.node: tuple(keep)},
+                base,
+                data,
             )
+            commit = functools.partial(self._target.commit, load, entries)
             version = await asyncio.get_running_loop().run_in_executor(None, commit)
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             return error_response(400, "invalid_commit", f"malformed commit request: {e}")
@@ -399,6 +425,32 @@ class Node:
         for listener in self.on_commit:
             await listener()
         return web.json_response({"table": schema.name, "version": version, "blocks": len(entries)})
+
+    async def versions(self, request: web.Request) -> web.Response:
+        """The versions of a table kept here (a retired table's too) and the current one (null when
+        retired): what a load numbers its new version above."""
+        name = request.match_info["name"]
+        try:
+            kept = await asyncio.get_running_loop().run_in_executor(None, self.store.versions, name)
+        except TableNotFoundError as e:
+            return error_response(404, e.code, str(e))
+        except StorageError as e:
+            return error_response(400, e.code, str(e))
+        current = kept[-1] if self.store.exists(name) else None
+        return web.json_response({"table": name, "versions": kept, "current": current})
+
+    async def retire(self, request: web.Request) -> web.Response:
+        """Stop serving a table here (it moved away); scans pinned to its version still read it."""
+        name = request.match_info["name"]
+        try:
+            version = await asyncio.get_running_loop().run_in_executor(None, self.store.retire, name)
+        except TableNotFoundError as e:
+            return error_response(404, e.code, str(e))
+        except StorageError as e:
+            return error_response(400, e.code, str(e))
+        for listener in self.on_commit:
+            await listener()
+        return web.json_response({"table": name, "retired": version})
 
     async def abort_load(self, request: web.Request) -> web.Response:
         info = request.match_info
@@ -418,6 +470,8 @@ class Node:
                 web.get("/v1/node", self.info),
                 web.get("/v1/tables", self.tables),
                 web.get("/v1/tables/{name}", self.table),
+                web.delete("/v1/tables/{name}", self.retire),
+                web.get("/v1/tables/{name}/versions", self.versions),
                 web.post(SCAN_PATH, self.scan),
                 web.put("/v1/tables/{name}/loads/{load}/blocks/{file}", self.put_block),
                 web.post("/v1/tables/{name}/loads/{load}/commit", self.commit_load),
@@ -440,7 +494,7 @@ class Node:
             loop = asyncio.get_running_loop()
             while True:
                 await asyncio.sleep(EXPIRE_EVERY_S)
-                for name in self.store.tables():
+                for name in [*self.store.tables(), *self.store.retired()]:
                     try:
                         await loop.run_in_executor(None, self._expire, name)
                     except StorageError:
@@ -454,6 +508,20 @@ class Node:
         self._executor.shutdown(wait=False, cancel_futures=True)
         if self.workers is not None:
             self.workers.close()
+
+
+def _bucket_rows(blocks: list[BlockEntry]) -> dict[str, int]:
+    """Rows per bucket held here (bucket -> rows)."""
+    rows: Counter[int] = Counter()
+    for entry in blocks:
+        rows[entry.bucket] += entry.rows
+    return {str(bucket): count for bucket, count in sorted(rows.items())}
+
+
+def _positive(value: object, name: str) -> int | None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ValueError(f"{name} must be a number from 1, not {value!r}")
+    return value
 
 
 def _version(text: str | None) -> int | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -185,17 +186,25 @@ class TableCache:
     def get(self, name: str, version: int | None = None) -> LoadedTable:
         """The current version of a table, or version `version` (VersionGoneError once it is not kept)."""
         with self._lock:
-            stamp = self._stamp(name)
-            current = self._current.get(name)
-            if current is None or current.stamp != stamp:
+            try:
+                stamp = self._stamp(name)
+            except TableNotFoundError:  # retired (moved away): a scan pinned to a kept version reads it
+                if version is None:
+                    raise
+                current = self._current.pop(name, None)
                 if current is not None:
                     self._kept[(name, current.version)] = current
-                table = self.store.table(name)
-                current = self._kept.pop((name, table.version), None)
-                current = LoadedTable(table, current.blocks if current else table.map_blocks(), stamp)
-                self._current[name] = current
-            if version is None or version == current.version:
-                return current
+            else:
+                current = self._current.get(name)
+                if current is None or current.stamp != stamp:
+                    if current is not None:
+                        self._kept[(name, current.version)] = current
+                    table = self.store.table(name)
+                    current = self._kept.pop((name, table.version), None)
+                    current = LoadedTable(table, current.blocks if current else table.map_blocks(), stamp)
+                    self._current[name] = current
+                if version is None or version == current.version:
+                    return current
             loaded = self._kept.get((name, version))
             if loaded is None:
                 table = self.store.table(name, version)
@@ -205,7 +214,10 @@ class TableCache:
     def forget(self, name: str) -> None:
         """Unmap the versions of `name` the store no longer keeps (released, expired)."""
         with self._lock:
-            kept = set(self.store.versions(name)) if self.store.exists(name) else set()
+            try:
+                kept = set(self.store.versions(name))
+            except TableNotFoundError:
+                kept = set()
             for key in [k for k in self._kept if k[0] == name and k[1] not in kept]:
                 del self._kept[key]
 
@@ -233,6 +245,7 @@ class BlockScan:
     cancel: threading.Event = field(default_factory=threading.Event)
     workers: ScanWorkers | None = None  # the node's worker processes (CPU kernels only)
     stats: ScanStats = field(default_factory=ScanStats)
+    rows_read: Counter[int] = field(default_factory=Counter)  # bucket -> rows of its blocks read
 
     def pieces(self) -> Iterator[Piece]:
         if self.plan.having is None:
@@ -262,6 +275,7 @@ class BlockScan:
                 self.stats.blocks_skipped += 1
                 continue
             jobs.append((entry, block, remaining))
+            self.rows_read[entry.bucket] += entry.rows
         needed = sorted(self._columns_needed())
 
         def work(job, device_parts):

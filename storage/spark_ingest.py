@@ -61,28 +61,33 @@ def spark_load(
     source = source.select(*schema.column_names)
     record_bytes = record_size(source, schema)
     sizing = Sizing(options.block_budget, record_bytes, block_rows(options.block_budget, record_bytes))
-    parallelism = spark.sparkContext.defaultParallelism
-    sort_key = list(schema.sort_key)
-    if schema.placement.kind == "hash":
-        with_bucket = StructType([*source.schema.fields, StructField(BUCKET_COLUMN, IntegerType(), False)])
-        add = functools.partial(_add_buckets, schema.placement.keys, schema.placement.buckets)
-        frame = source.mapInArrow(add, with_bucket)
-        frame = frame.repartition(min(schema.placement.buckets, parallelism), BUCKET_COLUMN)
-        frame = frame.sortWithinPartitions(BUCKET_COLUMN, *sort_key)
-    else:
-        frame = source.repartition(1).sortWithinPartitions(*sort_key) if sort_key else source.repartition(1)
-    try:
-        _write(frame, schema, targets, sizing, options)
-    except Exception as e:  # a task's storage error reaches here inside Spark's own
-        error = _storage_error(e)
-        if error is None:
-            raise
-        raise error from e
+    write_rows(spark, source, schema, targets, sizing, options)
     return sizing
 
 
-def _write(frame: DataFrame, schema: TableSchema, targets: list[str], sizing: Sizing, options: LoadOptions) -> None:
-    (
+def write_rows(
+    spark: SparkSession,
+    rows: DataFrame,
+    schema: TableSchema,
+    targets: list[str],
+    sizing: Sizing,
+    options: LoadOptions,
+    move: dict[str, str] | None = None,
+) -> None:
+    """Give each row its bucket, repartition by bucket, sort each bucket by the sort key and write
+    its blocks to the bucket's holders, as one load committed on every target (what a load and a
+    bucket move share; `move`: the writer's options of a move, see `storage.spark_redistribute`)."""
+    parallelism = spark.sparkContext.defaultParallelism
+    sort_key = list(schema.sort_key)
+    if schema.placement.kind == "hash":
+        with_bucket = StructType([*rows.schema.fields, StructField(BUCKET_COLUMN, IntegerType(), False)])
+        add = functools.partial(_add_buckets, schema.placement.keys, schema.placement.buckets)
+        frame = rows.mapInArrow(add, with_bucket)
+        frame = frame.repartition(min(schema.placement.buckets, parallelism), BUCKET_COLUMN)
+        frame = frame.sortWithinPartitions(BUCKET_COLUMN, *sort_key)
+    else:
+        frame = rows.repartition(1).sortWithinPartitions(*sort_key) if sort_key else rows.repartition(1)
+    writer = (
         frame.write.format("cxg")
         .mode("overwrite" if options.mode == "replace" else "append")
         .option("targets", ",".join(targets))
@@ -93,8 +98,16 @@ def _write(frame: DataFrame, schema: TableSchema, targets: list[str], sizing: Si
         .option("mode", options.mode)
         .option("load_id", uuid.uuid4().hex[:12])
         .option("zstd_strings", "true" if options.encoding.allow_zstd else "false")
-        .save()
     )
+    for key, value in (move or {}).items():
+        writer = writer.option(key, value)
+    try:
+        writer.save()
+    except Exception as e:  # a task's storage error reaches here inside Spark's own
+        error = _storage_error(e)
+        if error is None:
+            raise
+        raise error from e
 
 
 def _storage_error(error: Exception) -> StorageError | None:

@@ -66,7 +66,7 @@ from gpu_kernels import to_domain
 from storage.blockfile import BlockEntry
 from storage.catalog import TableSchema
 from storage.encoding_choice import EncodingOptions
-from storage.ingest import BlockCutter, BlockStream, commit_all, target
+from storage.ingest import BlockCutter, BlockStream, Commit, commit_all, target
 from storage.manifest import Sizing
 from storage.node_client import NodeClient
 from storage.partitioning import buckets_of
@@ -283,6 +283,19 @@ class CxgWriter(DataSourceArrowWriter):
         self.mode = options.get("mode") or ("replace" if overwrite else "append")
         self.load_id = options.get("load_id") or uuid.uuid4().hex[:12]
         self.encoding = EncodingOptions(allow_zstd=options.get("zstd_strings", "true") == "true")
+        # a bucket move (storage.redistribution): the buckets each node keeps of version `base`, and
+        # the identity of the rows it copies
+        keep = json.loads(options.get("keep", "{}"))
+        self.commit_plan = Commit(
+            self.schema,
+            self.sizing,
+            self.compression,
+            self.mode,
+            self.load_id,
+            keep={node: tuple(buckets) for node, buckets in keep.items()},
+            base=int(options["base"]) if options.get("base") else None,
+            data=options.get("data", ""),
+        )
 
     def _targets(self):
         return [target(spec, i) for i, spec in enumerate(self.targets)]
@@ -304,9 +317,8 @@ class CxgWriter(DataSourceArrowWriter):
         def flush(bucket: int | None, rows: pa.Table | None, sort: bool = False) -> None:
             if rows is None or bucket is None:
                 return
-            owners = (
-                [targets[n] for n in placement.holders(bucket)] if placement.kind == "hash" else list(targets.values())
-            )
+            holders = placement.holders(bucket) if placement.kind == "hash" else list(targets)
+            owners = [targets[n] for n in holders if bucket not in self.commit_plan.keep.get(n, ())]
             if sort and self.schema.sort_key:
                 rows = rows.sort_by([(k, "ascending") for k in self.schema.sort_key])
             for node, written in cutter.write(rows, bucket, owners, part).items():
@@ -343,7 +355,7 @@ class CxgWriter(DataSourceArrowWriter):
                 continue
             for node, entries in message.entries.items():
                 merged[node] += [BlockEntry.from_json(e) for e in entries]
-        commit_all(self._targets(), self.schema, self.sizing, self.compression, self.mode, self.load_id, merged)
+        commit_all(self._targets(), self.commit_plan, merged)
 
     def abort(self, messages: list[CxgCommit]) -> None:
         for t in self._targets():

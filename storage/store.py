@@ -19,14 +19,14 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
 
 from gpu_kernels import EncodedBlock
-from storage.blockfile import DECODED, BlockEntry, map_block, read_block, write_block
+from storage.blockfile import DECODED, BlockEntry, fsync_dir, map_block, read_block, write_block
 from storage.catalog import TABLE_NAME_PATTERN, TableSchema
 from storage.errors import (
     CorruptBlockError,
@@ -77,9 +77,9 @@ class Store:
         when it is not)."""
         directory = self.table_dir(name)
         manifest = read_manifest(directory)
-        if manifest is None:
+        if manifest is None and (version is None or not (directory / _retained_name(version)).is_file()):
             raise TableNotFoundError(f"no table {name!r} in {self.root}")
-        if version is not None and version != manifest.version:
+        if version is not None and (manifest is None or version != manifest.version):
             manifest = read_manifest(directory, _retained_name(version))
             if manifest is None:
                 raise VersionGoneError(f"table {name!r} version {version} is no longer kept on node {self.node}")
@@ -89,9 +89,12 @@ class Store:
         """The versions of a table that can be read here, oldest first (the last is the current)."""
         directory = self.table_dir(name)
         current = read_manifest(directory)
-        if current is None:
-            raise TableNotFoundError(f"no table {name!r} in {self.root}")
-        kept = {int(m[1]) for p in directory.iterdir() if (m := _RETAINED.fullmatch(p.name))}
+        listed = directory.iterdir() if directory.is_dir() else ()
+        kept = {int(m[1]) for p in listed if (m := _RETAINED.fullmatch(p.name))}
+        if current is None:  # retired: only its kept versions
+            if not kept:
+                raise TableNotFoundError(f"no table {name!r} in {self.root}")
+            return sorted(kept)
         return [*sorted(v for v in kept if v < current.version), current.version]
 
     def release(self, name: str, version: int) -> bool:
@@ -105,6 +108,7 @@ class Store:
                 return False
             path.unlink()
             collect_garbage(directory, [manifest])
+        _remove_if_empty(directory)
         return True
 
     def revert(self, name: str, load_id: str) -> bool:
@@ -116,10 +120,10 @@ class Store:
             current = read_manifest(directory)
             if current is None or current.load != load_id:
                 return False
-            kept = [v for v in self.versions(name) if v < current.version]
-            if kept:
-                write_manifest(directory, read_manifest(directory, _retained_name(kept[-1])))
-                (directory / _retained_name(kept[-1])).unlink()
+            previous = read_manifest(directory, _retained_name(current.replaced)) if current.replaced else None
+            if previous is not None:
+                write_manifest(directory, previous)
+                (directory / _retained_name(current.replaced)).unlink()
             else:
                 (directory / MANIFEST).unlink()
             collect_garbage(directory, [current])
@@ -130,6 +134,30 @@ class Store:
         directory = self.table_dir(name)
         with _locked(directory):
             collect_garbage(directory)
+        _remove_if_empty(directory)
+
+    def retire(self, name: str) -> int:
+        """Stop serving a table here while the queries reading it finish: its current version is
+        kept as a replaced one (released, or forgotten after RETAIN_S, as any other), so a scan
+        pinned to it still reads it; the table is no longer listed. What a move leaves on the
+        nodes it leaves. Returns the version retired."""
+        directory = self.table_dir(name)
+        with _locked(directory):
+            current = read_manifest(directory)
+            if current is None:
+                raise TableNotFoundError(f"no table {name!r} in {self.root}")
+            write_manifest(directory, current, _retained_name(current.version))
+            (directory / MANIFEST).unlink()
+            fsync_dir(directory)
+        return current.version
+
+    def retired(self) -> list[str]:
+        """Tables no longer listed whose replaced versions are still kept (`retire`)."""
+        return sorted(
+            p.name
+            for p in self.root.iterdir()
+            if p.is_dir() and not (p / MANIFEST).is_file() and any(_RETAINED.fullmatch(f.name) for f in p.iterdir())
+        )
 
     def drop(self, name: str) -> None:
         directory = self.table_dir(name)
@@ -277,24 +305,46 @@ class TableWriter:
         with self._mutex:
             self.entries.extend(entries)
 
-    def commit(self, version: int | None = None) -> Manifest:
+    def commit(
+        self, version: int | None = None, keep: Collection[int] = (), base: int | None = None, data: str = ""
+    ) -> Manifest:
         """Swap in the new version atomically (as `version` when given: a region-wide number a load
-        chooses for all its nodes) and keep the replaced one readable (see the module's doc)."""
+        chooses for all its nodes) and keep the replaced one readable (see the module's doc).
+
+        A bucket move (`storage.redistribution`) gives `keep`, the buckets whose blocks of the
+        current version stay in the new one beside the blocks uploaded, so a node copies only the
+        buckets it gains; `base`, the version it was planned on (VersionConflictError when this node
+        holds another: a load committed meanwhile); and `data`, the identity of the rows when they
+        are another version's (a copy, a move), by default this load's."""
         with _locked(self.directory):
             old = read_manifest(self.directory)
+            name, node = self.schema.name, self.store.node
+            if base is not None and old is not None and old.version != base:
+                raise VersionConflictError(
+                    f"table {name} is at version {old.version} on node {node}, not {base}: "
+                    "it changed while it was being moved"
+                )
             blocks = sorted(self.entries, key=lambda e: (e.bucket, e.file))
+            if (self.mode == "append" or keep) and old is not None and old.table.columns != self.schema.columns:
+                doing = "keep blocks" if keep else self.mode
+                raise SchemaError(f"table {name}: cannot {doing}, the columns differ")
             if self.mode == "append" and old is not None:
-                if old.table.columns != self.schema.columns:
-                    raise SchemaError(f"table {self.schema.name}: cannot append, the columns differ")
                 blocks = old.blocks + blocks
-            latest = old.version if old else 0
+            elif keep:
+                if old is None:
+                    raise VersionConflictError(f"table {name} has no version on node {node} to keep buckets of")
+                blocks = sorted([b for b in old.blocks if b.bucket in keep] + blocks, key=lambda e: (e.bucket, e.file))
+            latest = _latest(self.directory, old)
             if version is not None and version <= latest:
                 raise VersionConflictError(
-                    f"table {self.schema.name} is at version {latest} on node {self.store.node}: "
+                    f"table {name} is at version {latest} on node {node}: "
                     f"cannot commit version {version} (another load committed first)"
                 )
             number = version if version is not None else latest + 1
-            manifest = Manifest(self.schema, number, self.sizing, blocks, load=self.load_id)
+            replaced = old.version if old else 0
+            manifest = Manifest(
+                self.schema, number, self.sizing, blocks, load=self.load_id, data=data, replaced=replaced
+            )
             try:
                 if old is not None:
                     write_manifest(self.directory, old, _retained_name(old.version))
@@ -319,6 +369,28 @@ class TableWriter:
             self.abort()
         elif not self.finished:
             raise StorageError("TableWriter closed without commit()")
+
+
+def _latest(directory: Path, current: Manifest | None) -> int:
+    """The newest version number a table's directory has seen (a retired table's kept versions
+    count: numbers never go back)."""
+    kept = [int(m[1]) for p in directory.iterdir() if (m := _RETAINED.fullmatch(p.name))]
+    return max([current.version if current else 0, *kept])
+
+
+def _remove_if_empty(directory: Path) -> None:
+    """Remove the directory of a retired table once nothing is left in it (no version kept, no
+    upload of a load under way)."""
+
+    def empty() -> bool:
+        decoded = directory / DECODED
+        left = {p.name for p in directory.iterdir()} - {_LOCK, DECODED}
+        return not left and not (decoded.is_dir() and any(decoded.iterdir()))
+
+    if directory.is_dir() and empty():
+        with _locked(directory):
+            if empty():
+                shutil.rmtree(directory, ignore_errors=True)
 
 
 def collect_garbage(directory: Path, dropped: list[Manifest] = (), retain_s: float | None = None) -> None:

@@ -41,12 +41,15 @@ class TableInfo:
     version: int | None = None  # the version queries read (None: each node's current one)
     missing: str = ""  # why no version is complete ("" when the table is fully served)
     buckets: dict[str, tuple[int, ...]] | None = None  # replicated buckets: the ones each node reads
-    load: str = ""  # the load that committed the version: with it, the version is the same in every region
+    load: str = ""  # the load that committed the version
+    data: str = ""  # the rows' identity: kept by a copy to another region and by bucket moves
 
     @property
     def stamp(self) -> str | None:
-        """The version as regions compare it: a copy made from it has the same number and load."""
-        return None if self.version is None else f"{self.version}:{self.load}"
+        """The version as regions compare it: the identity of its rows, which a copy made from it
+        (`cxg redistribute --to`) and the table after its buckets moved keep, whatever number
+        each region gives it."""
+        return None if self.version is None else self.data or f"{self.version}:{self.load}"
 
     @property
     def replicated(self) -> bool:
@@ -69,13 +72,15 @@ class _Held:
     node: str
     rows: int | None  # None until read (a kept, not current, version)
     load: str = ""  # the load that committed it, when the node said (its current version)
+    data: str = ""  # the identity of its rows, likewise
 
 
 class RegionCatalog:
     """The tables of a region's nodes (name -> base URL), read from their HTTP API."""
 
-    def __init__(self, nodes: dict[str, str], max_age: float = MAX_AGE_S):
+    def __init__(self, nodes: dict[str, str], max_age: float = MAX_AGE_S, releases: bool = True):
         self.max_age = max_age
+        self.releases = releases  # tell the nodes which versions no query reads (the gateway's catalog)
         self._lock = threading.Lock()
         self._refreshing = threading.Lock()
         self._pins: Counter[tuple[str, int]] = Counter()
@@ -124,9 +129,8 @@ class RegionCatalog:
             for row in rows or []:
                 for version in row.get("versions") or [row["version"]]:
                     current = version == row["version"]
-                    held[(row["name"], version)].append(
-                        _Held(node, row["rows"] if current else None, row.get("load", "") if current else "")
-                    )
+                    said = (row.get("load", ""), row.get("data", "")) if current else ("", "")
+                    held[(row["name"], version)].append(_Held(node, row["rows"] if current else None, *said))
         for (name, version), holders in list(held.items()):
             try:
                 if (name, version) not in self._schemas:
@@ -265,6 +269,8 @@ class RegionCatalog:
 
     def _release_unpinned(self) -> None:
         """Tell the nodes to stop keeping versions older than the one served that no query reads."""
+        if not self.releases:
+            return
         with self._lock:
             served = {name: info.version for name, info in self._tables.items() if info.available and info.version}
             releases = [
@@ -327,10 +333,14 @@ def _choose(held: dict[tuple[str, int], list[_Held]], schemas: dict[tuple[str, i
                 missing = "its nodes hold versions of different loads under one number"
             if not missing:
                 placement = schema.placement
+                if placement.owners:  # a node left holding none of its buckets (moved away) reads nothing
+                    holders = [h for h in holders if h.node in placement.owners]
+                    nodes = [n for n in nodes if n in placement.owners]
                 rows = holders[0].rows if placement.kind == "replicated" else sum(h.rows for h in holders)
                 rows //= placement.replicas  # each bucket is held that many times
                 load = next((h.load for h in holders if h.load), "")
-                tables[name] = TableInfo(schema, sorted(buckets or nodes), rows, version, "", buckets, load)
+                data = next((h.data for h in holders if h.data), "")
+                tables[name] = TableInfo(schema, sorted(buckets or nodes), rows, version, "", buckets, load, data)
                 break
             reasons.append(f"version {version} lacks {missing}")
         else:

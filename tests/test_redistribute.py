@@ -1,0 +1,279 @@
+"""Moving tables while queries keep answering: the Balance policy and the plan of a move on
+hand-made tables; the store's part (blocks kept across versions, a table retired while a query
+reads it); and live, a region of processes whose table is re-owned over a node added at run time,
+then given back when the node is taken out, and balanced on the load measured, every answer right
+before, during and after each move."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from gateway import Client, free_port
+from loadtests import faults
+from loadtests.faults import NODE_QUERIES, FaultRegion, wait_until
+from regions.redistribution import RegionView, measure, plan_nodes, plan_rebalance, run, wait_served
+from storage import (
+    BucketMove,
+    BucketWork,
+    LoadOptions,
+    Placement,
+    RedistributionError,
+    Store,
+    TableSchema,
+    balance,
+    costs,
+    load_table,
+    moved,
+    plan_move,
+    spread,
+)
+from storage.errors import TableNotFoundError, VersionConflictError
+
+# ---- the Balance policy ---------------------------------------------------------------------------
+
+
+def _costs(**nodes: list[float]) -> dict:
+    """node -> its buckets' costs; node i's buckets are numbered from 10·i."""
+    return {n: {("t", i * 10 + k): c for k, c in enumerate(values)} for i, (n, values) in enumerate(nodes.items())}
+
+
+def test_balance_moves_from_the_heaviest_node_to_the_lightest_until_no_bucket_narrows_the_gap() -> None:
+    table = _costs(a=[0.4, 0.2, 0.1, 0.1], b=[0.1], c=[])
+    moves = balance(table, ["a", "b", "c"], threshold=0.0)
+    assert moves[0] == BucketMove("t", 0, "a", "c", 0.4)  # a: 0.8, c: 0; the bucket nearest half the gap
+    load = {n: sum(table[n].values()) for n in table}
+    for m in moves:
+        load[m.source] -= m.cost
+        load[m.target] += m.cost
+    assert max(load.values()) - min(load.values()) <= 0.2 + 1e-9  # as even as whole buckets allow
+    assert sum(load.values()) == pytest.approx(0.9)  # moved, not made
+
+
+def test_balance_stops_below_the_threshold_and_moves_no_idle_bucket() -> None:
+    assert balance(_costs(a=[0.3, 0.1], b=[0.3]), ["a", "b"], threshold=0.15) == []
+    assert balance(_costs(a=[0.0, 0.0, 0.0], b=[]), ["a", "b"], threshold=0.0) == []  # no load to move
+    assert balance(_costs(a=[0.5], b=[0.0]), ["a", "b"], threshold=0.0) == []  # moving it only swaps them
+
+
+def test_a_node_taken_out_spreads_its_buckets_over_the_lightest() -> None:
+    table = _costs(a=[0.3, 0.2], b=[0.1], c=[0.4])
+    moves = spread(table, ["a"], ["b", "c"])
+    assert [(m.bucket, m.target) for m in moves] == [(0, "b"), (1, "c")]  # then b and c are even: fewer buckets
+    assert spread({"a": {("t", 0): 0.0, ("t", 1): 0.0}}, ["a"], ["b", "c"])[1].target == "c"  # no load: by count
+
+
+def test_costs_are_the_share_of_a_nodes_slot_time_between_two_readings() -> None:
+    work = BucketWork()
+    before = {"n": work.to_json()}
+    work.record("t", {0: 300, 1: 100}, 2.0)
+    work.record("u", {}, 1.0)
+    table = costs(before, {"n": work.to_json()}, window=10.0, slots={"n": 2})
+    assert table == {"n": {("t", 0): pytest.approx(0.075), ("t", 1): pytest.approx(0.025)}}
+    assert work.to_json()["busy"] == 3.0
+
+
+# ---- the plan of a move ---------------------------------------------------------------------------
+
+SCHEMA = TableSchema.from_arrow("t", pa.schema([("k", pa.int64()), ("v", pa.string())]))
+
+
+def _hashed(owners: list[str], replicas: int = 1) -> TableSchema:
+    placement = Placement("hash", ("k",), len(owners), tuple(owners), replicas)
+    return TableSchema("t", SCHEMA.columns, ("k",), placement)
+
+
+def test_a_node_added_gains_only_the_buckets_it_takes_and_the_others_keep_theirs() -> None:
+    schema = _hashed(["a", "b", "a", "b"])
+    placement = moved(schema.placement, [BucketMove("t", 2, "a", "c", 0.1)])
+    move = plan_move(schema, 3, "d1", ["a", "b"], placement, [])
+    assert move.nodes == ("a", "b", "c") and move.base == 3 and move.data == "d1"
+    assert move.keep == {"a": (0,), "b": (1, 3), "c": ()}
+    assert move.gains == {"a": (), "b": (), "c": (2,)}
+    assert move.reads == {"a": (2,)} and move.retire == () and move.copied == 1
+
+
+def test_a_node_left_without_buckets_retires_the_table() -> None:
+    schema = _hashed(["a", "b", "c", "a"])
+    placement = moved(schema.placement, [BucketMove("t", 2, "c", "b", 0.1)])
+    move = plan_move(schema, 1, "d1", ["a", "b", "c"], placement, [])
+    assert move.retire == ("c",) and move.gains == {"a": (), "b": (2,)}
+
+
+def test_replicas_move_with_their_ring_and_a_down_holder_is_read_from_its_replica() -> None:
+    schema = _hashed(["a", "b", "c", "a"], replicas=2)  # ring a, b, c: bucket 0 on a and b, 1 on b and c, ...
+    placement = moved(schema.placement, [BucketMove("t", 0, "a", "b", 0.1)])  # ring b, c, a: 0 on b and c
+    move = plan_move(schema, 1, "d1", ["a", "b", "c"], placement, [])
+    assert move.keep == {"b": (0, 1, 3), "c": (1, 2), "a": (2, 3)} and move.gains["c"] == (0,)
+    assert move.reads == {"a": (0,)}
+    down = plan_move(schema, 1, "d1", ["b", "c"], placement, [])  # a does not answer: replicas are read
+    assert down.reads == {"b": (0, 3), "c": (2,)}
+
+
+def test_a_copy_to_another_region_copies_every_bucket_and_keeps_the_rows_identity() -> None:
+    schema = _hashed(["a", "b", "a", "b"])
+    move = plan_move(schema, 7, "d7", ["a", "b"], schema.placement.with_owners(["x"]), [], False, ["x", "y"])
+    assert move.gains == {"x": (0, 1, 2, 3)} and move.keep == {"x": ()} and move.data == "d7"
+    assert move.retire == ("y",) and not move.local
+
+
+def test_a_replicated_table_is_copied_to_a_node_added() -> None:
+    move = plan_move(SCHEMA, 2, "d2", ["a", "b"], Placement(), ["a", "b", "c"])
+    assert move.keep == {"a": (0,), "b": (0,), "c": ()} and move.gains["c"] == (0,) and move.reads == {"a": (0,)}
+
+
+def test_a_move_keeps_its_keys_and_needs_a_holder_of_every_bucket() -> None:
+    schema = _hashed(["a", "b"])
+    with pytest.raises(RedistributionError, match="keeps the placement's kind and keys"):
+        plan_move(schema, 1, "d", ["a", "b"], Placement("hash", ("v",), 2, ("a", "b")), [])
+    with pytest.raises(RedistributionError, match="no node holding bucket 1"):
+        plan_move(schema, 1, "d", ["a"], schema.placement.with_owners(["a", "c"]), [])
+
+
+# ---- the store's part ---------------------------------------------------------------------------
+
+
+def _store_table(root: Path) -> Store:
+    store = Store(root, node="a")
+    schema = TableSchema("t", SCHEMA.columns, (), Placement("hash", ("k",), 4, ("a",) * 4))
+    load_table([store], schema, pa.table({"k": list(range(100)), "v": [str(i) for i in range(100)]}))
+    return store
+
+
+def test_a_version_keeps_the_blocks_of_the_buckets_asked_and_checks_its_base(tmp_path: Path) -> None:
+    store = _store_table(tmp_path)
+    old = store.table("t")
+    schema = old.schema
+    writer = store.writer(schema, old.manifest.sizing, load_id="0123456789ab")
+    with pytest.raises(VersionConflictError, match="not 9"):
+        writer.commit(keep=(0, 1), base=9)
+    manifest = writer.commit(keep=(0, 1), base=1, data=old.manifest.data)
+    kept = {b.bucket for b in manifest.blocks}
+    assert kept == {0, 1} and manifest.data == old.manifest.data and manifest.version == 2
+    assert store.table("t", 1).rows == 100  # the version replaced is still readable
+
+
+def test_a_retired_table_is_gone_from_listings_but_a_pinned_version_still_reads(tmp_path: Path) -> None:
+    store = _store_table(tmp_path)
+    assert store.retire("t") == 1
+    assert store.tables() == [] and store.retired() == ["t"]
+    with pytest.raises(TableNotFoundError):
+        store.table("t")
+    assert store.table("t", 1).to_arrow().num_rows == 100
+    again = _store_table(tmp_path)  # loaded again: numbered past what it kept
+    assert again.table("t").version == 2 and again.versions("t") == [1, 2]
+    assert again.revert("t", again.table("t").manifest.load)  # undone: retired again, not version 1 back
+    assert again.tables() == []
+    assert store.release("t", 1) and not (tmp_path / "t").exists()
+
+
+# ---- live: a region of processes ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory, tpch_files) -> Iterator[FaultRegion]:
+    region = FaultRegion.start(tmp_path_factory.mktemp("moves"), tpch_files)
+    try:
+        yield region
+    finally:
+        region.stop()
+
+
+@pytest.fixture(scope="module")
+def expected(duck) -> dict[str, list[tuple]]:
+    return {name: faults.rows(duck.sql(sql).fetchall()) for name, sql in faults.QUERIES.items()}
+
+
+@pytest.fixture(scope="module")
+def third_node(live: FaultRegion, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A node started while the region runs, with an empty data directory: `node-2`."""
+    root = tmp_path_factory.mktemp("node-2")
+    args = ["node", "--name", "node-2", "--data", str(root / "data"), "--port", str(free_port())]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cxg", *args, "--upstream", live.url, "--memory", "none", "--processes", "0"],
+        stdout=(root / "out").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_until(lambda: live.members() == 3, 60, "node-2 joined")
+        yield "node-2"
+    finally:
+        process.kill()
+        process.wait()
+
+
+def _moving(live: FaultRegion, expected: dict, spark, planned, names=NODE_QUERIES) -> faults.Tally:
+    """Run a planned move while three clients query the region; what they got."""
+    done = threading.Event()
+    tally: list[faults.Tally] = []
+    watcher = threading.Thread(
+        target=lambda: tally.append(faults.clients(live.url, expected, names, done.is_set, seed=7))
+    )
+    watcher.start()
+    try:
+        view = RegionView.of(Client(live.url))
+        for move in planned(view):
+            run(spark, move, view, view, LoadOptions())
+            wait_served(view, move)
+    finally:
+        done.set()
+        watcher.join()
+    return tally[0]
+
+
+def _right(tally: faults.Tally) -> None:
+    assert not tally.wrong, tally.wrong[:5]
+    assert set(tally.outcomes) == {"right"} and tally.twice == 0, tally.outcomes
+
+
+def test_a_node_added_takes_buckets_and_serves_them_without_a_restart(live, expected, spark, third_node) -> None:
+    before = Client(live.url).tables()["lineitem"]
+    tally = _moving(live, expected, spark, lambda view: [plan_nodes(view, "lineitem", ["node-0", "node-1", "node-2"])])
+    _right(tally)
+    after = Client(live.url).tables()["lineitem"]
+    assert after["nodes"] == ["node-0", "node-1", "node-2"] and after["version"] == before["version"] + 1
+    assert after["stamp"] == before["stamp"] and after["rows"] == before["rows"]
+    assert live.expected() == expected
+    node = Client(_url(live, "node-2")).get("/v1/node")
+    assert node["work"]["tables"]["lineitem"], "node-2 scanned none of its buckets"
+
+
+def test_a_node_taken_out_gives_its_buckets_back(live, expected, spark, third_node) -> None:
+    tally = _moving(live, expected, spark, lambda view: [plan_nodes(view, "lineitem", ["node-0", "node-1"])])
+    _right(tally)
+    assert Client(live.url).tables()["lineitem"]["nodes"] == ["node-0", "node-1"]
+    listed = Client(_url(live, "node-2")).get("/v1/tables")["tables"]
+    assert "lineitem" not in {t["name"] for t in listed}
+    assert live.expected() == expected
+
+
+def test_rebalance_moves_buckets_of_the_measured_load_to_the_idlest_node(live, expected, spark, third_node) -> None:
+    """node-2 holds nothing: under load it is the idlest, and the first bucket moves to it from the
+    node whose scans took the most time."""
+    view = RegionView.of(Client(live.url))
+    done = threading.Event()
+    load = threading.Thread(target=faults.clients, args=(live.url, expected, ("count", "q1"), done.is_set, 3))
+    load.start()
+    try:
+        table_costs = measure(view, 2.0)
+    finally:
+        done.set()
+        load.join()
+    planned, moves = plan_rebalance(view, table_costs, threshold=0.0, tables=["lineitem", "orders"])
+    spent = {node: sum(buckets.values()) for node, buckets in table_costs.items()}
+    assert moves and moves[0].target == "node-2" and moves[0].source == max(spent, key=spent.get)
+    tally = _moving(live, expected, spark, lambda view: planned)
+    _right(tally)
+    assert "node-2" in Client(live.url).tables()[moves[0].table]["nodes"]
+    assert live.expected() == expected
+
+
+def _url(live: FaultRegion, node: str) -> str:
+    members = Client(live.url).cluster()["members"]
+    return next(n["url"] for m in members for n in m["nodes"] if n["name"] == node)
