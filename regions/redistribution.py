@@ -233,10 +233,16 @@ def wait_served(target: RegionView, move: TableMove, timeout: float = SERVED_TIM
         time.sleep(0.2)
 
 
-def retire_everywhere(view: RegionView, table: str) -> list[str]:
-    """Retire `table` on every node of `view` holding it (a move's last step at home); the nodes."""
+def retire_everywhere(view: RegionView, table: str, timeout: float = SERVED_TIMEOUT_S) -> list[str]:
+    """Retire `table` on every node of `view` holding it (a move's last step at home) and wait until
+    the region's gateway no longer serves it (the queries reading it still finish); the nodes."""
     done = []
     for node in view.holding(table):
         NodeClient(view.nodes[node]).delete(f"/v1/tables/{table}")
         done.append(node)
+    deadline = time.monotonic() + timeout
+    while view.served(table) is not None:
+        if time.monotonic() > deadline:
+            raise RedistributionError(f"region {view.name}: the gateway still serves {table} after {timeout:g} s")
+        time.sleep(0.2)
     return done

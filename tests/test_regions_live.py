@@ -22,6 +22,7 @@ import pytest
 from balancer import NodeServer
 from balancer.simulation import QueryType, SimulationBackend
 from gateway import Client, ConfigError, free_port, load_config
+from loadtests.faults import rows
 from regions import EmbeddedRegion
 from regions.central_balancer import CentralBalancer
 from tests.http import http
@@ -300,3 +301,81 @@ def test_cxg_up_starts_every_region_and_a_killed_region_loses_nothing(tmp_path: 
         output, _ = up.communicate(timeout=60)
     assert "region east (1) is up" in output and "region west (2) is up" in output, output
     assert "west: gateway exited" in output, output
+
+
+# ---- native regions: a copy lets queries move ------------------------------------------------------
+
+Q1 = (
+    "SELECT l_returnflag, l_linestatus, sum(l_quantity) AS q, sum(l_extendedprice * (1 - l_discount)) AS r, "
+    "count(*) AS n FROM lineitem GROUP BY l_returnflag, l_linestatus ORDER BY l_returnflag, l_linestatus"
+)
+
+
+def test_a_copy_made_by_cxg_redistribute_is_the_same_version_and_queries_move_to_it(
+    tmp_path: Path, tpch_files, duck, spark, capsys
+) -> None:
+    """Two regions of storage nodes: east serves TPC-H, west (empty) keeps copies of east's tables.
+    Before the copy no query may move to west; `cxg redistribute lineitem --to west` makes the copy,
+    which both regions then serve with the same identity, and queries of east's clients run in west
+    and are answered right by east's gateway; `--move` leaves a table served by west alone."""
+    from cxg import main
+    from storage import Store, load_table, read_parquet, tpch
+
+    east_dirs = [str(tmp_path / "east-0"), str(tmp_path / "east-1")]
+    stores = [Store(d, node=f"node-{i}") for i, d in enumerate(east_dirs)]
+    for name in ("lineitem", "nation"):
+        source = read_parquet([tpch_files[name]])
+        load_table(stores, tpch.schema_for(name, source.schema, buckets=8), source)
+    common = (
+        '[region]\nbackend = "native"\nslots = 1\nfirst_port = 0\n'
+        '[storage]\nnode_memory = "none"\n'
+        '[spark]\nmaster = "local[1]"\ndriver_memory = "1g"\nwarm_up = false\n'
+    )
+    path = _file(
+        tmp_path,
+        "decentralized",
+        {
+            "east": f'databases = {{tpch = ["lineitem", "nation"]}}\nstorage = {{data = {east_dirs}}}',
+            "west": f'copies_of = ["east"]\nstorage = {{data = ["{tmp_path / "west-0"}"]}}',
+        },
+        common,
+    )
+    path.write_text(path.read_text().replace('[region]\nbackend = "simulation"\nnodes = 1\nslots = 1\n', ""))
+    east, west = (load_config(path, region=name) for name in ("east", "west"))
+    up = subprocess.Popen(
+        [*CLI, "--config", str(path), "up", "--run-dir", str(tmp_path / "run")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    right = rows(duck.sql(Q1).fetchall())
+    try:
+        Client(east.gateway.url).wait_ready(timeout=90, nodes=2)
+        Client(west.gateway.url).wait_ready(timeout=90, nodes=1)
+        before = _burst(east.gateway.url, 12, Q1, "")
+        assert {(d["state"], d["region"]) for d in before} == {("succeeded", "east")}, "west holds nothing yet"
+        code = main(["--config", str(path), "--region", "east", "redistribute", "lineitem", "--to", "west"])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        assert "lineitem: version 1 served by region west on node-0" in out and "Spark tasks" in out, out
+        tables = {c.name: Client(c.gateway.url).tables() for c in (east, west)}
+        assert tables["east"]["lineitem"]["stamp"] == tables["west"]["lineitem"]["stamp"]
+        assert "nation" not in tables["west"]
+        moved = []
+        for _ in range(10):  # bursts until west has taken some (it pulls whenever its queue is empty)
+            docs = _burst(east.gateway.url, 16, Q1, "")
+            assert all(d["state"] == "succeeded" for d in docs), docs
+            assert all(rows(d["rows"]) == right for d in docs)
+            moved += [d for d in docs if d["region"] == "west"]
+            if moved:
+                break
+        assert moved, "no query of east ran on west's copy"
+        code = main(["--config", str(path), "--region", "east", "redistribute", "nation", "--to", "west", "--move"])
+        out, err = capsys.readouterr()
+        assert code == 0 and "nation: retired in region east on node-0, node-1" in out, (out, err)
+        assert "nation" not in Client(east.gateway.url).tables() and "nation" in Client(west.gateway.url).tables()
+        answer = http("POST", f"{west.gateway.url}/v1/statements", {"sql": "SELECT count(*) AS n FROM nation"})
+        assert answer.json()["rows"] == [[25]]
+    finally:
+        up.send_signal(signal.SIGINT)
+        up.communicate(timeout=60)
