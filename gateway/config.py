@@ -188,6 +188,10 @@ class RegionConfig:
     mysql_url: str = "mysql://root@127.0.0.1:3306/tpch"
     first_port: int = 8101  # nodes and routers listen on the ports from here; 0: any free port
     dispatch: str = "round-robin"  # round-robin (PerformSys) or free-slot-first (balancer and routers)
+    # the region reports itself overloaded (log, /v1/regions/load, metrics) once its queue weight (queued
+    # volume per server) has stayed above overload_weight for overload_seconds; seconds <= 0: never
+    overload_weight: float = 0.0
+    overload_seconds: float = 30.0
 
 
 @dataclass

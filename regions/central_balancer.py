@@ -16,7 +16,8 @@ from aiohttp import web
 
 from gateway import Config
 from regions.balancing import Centralized, method
-from regions.interregional import LIVE_SCALE, cluster_session, queue_of, region_queue
+from regions.interregional import cluster_session, queue_of
+from regions.region_load import LIVE_SCALE, region_queue
 
 log = logging.getLogger("cxg.regions")
 

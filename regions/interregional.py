@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -35,17 +34,15 @@ import pyarrow as pa
 from aiohttp import web
 
 from balancer import arrow_payload, read_payload
-from balancer.simulation import table_5_5
 from gateway import Config, Gateway
 from gateway.config import Peer, TokenConfig
 from gateway.errors import ApiError, bad_request
 from gateway.lifecycle import RemoteResult
 from gateway.statements import FAILED, SUCCEEDED, Statement
-from regions.balancing import TABLE_5_6, Decentralized, IdlePull, RegionQueue, Scale, Waiting, method
+from regions.balancing import Decentralized, IdlePull, method
+from regions.region_load import LIVE_SCALE, OverloadWatch, QueueView, region_queue
 
 log = logging.getLogger("cxg.regions")
-LIVE_SCALE = Scale(1.0, 1)  # the weights' normalizers change no method's choice: any unit does
-DEFAULT_SECONDS = 1.0  # a query's expected time before any has finished here
 FINAL = {400, 403, 404, 410, 413, 422, 504}  # statuses of an outcome the origin answers as is
 OUTCOME = "X-Cxg-Outcome"
 
@@ -85,7 +82,7 @@ class InterRegional:
         self._session: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task] = []
         self._background: set[asyncio.Task] = set()
-        self._sim = table_5_5(config.simulation.size_gb) if config.region.backend == "simulation" else None
+        self.queue = QueueView(config, gateway)
 
     # ---- composition ----------------------------------------------------------------------------
 
@@ -142,40 +139,6 @@ class InterRegional:
             return {name: version for name, version in served.items() if name in named}
         return {name: served.get(name) for name in named}  # nodes that keep no versions
 
-    def summary(self) -> dict[str, Any]:
-        """This region's queue as the methods weigh it."""
-        balancer = self.gateway.balancer
-        seconds = self._mean_seconds()
-        queue = []
-        for statement, prepared in self.lifecycle.waiting():
-            volume, expected = self._estimate(statement.tag, prepared.catalog, prepared.tables, seconds)
-            queue.append([volume, expected, self.regions.get(statement.origin, self.regions[self.name]).number])
-        return {
-            "region": self.name,
-            "number": self.regions[self.name].number,
-            "servers": max(1, sum(info.slots for info in balancer.nodes())),
-            "running": len(balancer.in_flight),
-            "mean_seconds": seconds,
-            "free_slot": any(member.free_slot for member in balancer.pool.members),
-            "queue": queue,
-        }
-
-    def _estimate(self, tag: str, catalog: Any, tables: frozenset[str], seconds: float) -> tuple[float, float]:
-        """V_σ and the expected seconds of a queued query: Table 5.6 and 5.5 for a simulated TPC-H
-        query, else the millions of rows of the tables it reads (1 when they are not known) and this
-        region's mean time."""
-        if self._sim is not None and tag in self._sim:
-            number = int(tag[1:])
-            scale = self.config.simulation.time_scale
-            return TABLE_5_6[self.config.simulation.size_gb][number - 1], self._sim[tag].seconds * scale
-        if catalog is None:
-            return 1.0, seconds
-        return sum(catalog.table(name).rows for name in tables) / 1e6, seconds
-
-    def _mean_seconds(self) -> float:
-        times = [s.timings["execute"] for s in self.gateway.statements.recent(50) if "execute" in s.timings]
-        return statistics.fmean(times) if times else DEFAULT_SECONDS
-
     async def listing(self, request: web.Request) -> web.Response:
         self.gateway.auth.identify(request)
         return web.json_response(
@@ -189,7 +152,7 @@ class InterRegional:
 
     async def queue_page(self, request: web.Request) -> web.Response:
         self._cluster_only(request)
-        return web.json_response(self.summary())
+        return web.json_response(self.queue.summary())
 
     # ---- the origin's side ----------------------------------------------------------------------
 
@@ -386,7 +349,7 @@ class InterRegional:
         while True:
             await asyncio.sleep(self.config.balancing.poll)
             try:
-                mine = self.summary()
+                mine = self.queue.summary()
                 if mine["queue"] or (isinstance(self.method, IdlePull) and not mine["free_slot"]):
                     continue
                 donor = await self._donor(mine)
@@ -466,18 +429,13 @@ def cluster_session(config: Config) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(headers=headers, timeout=aiohttp.ClientTimeout(total=config.balancing.peer_timeout))
 
 
-def region_queue(summary: dict[str, Any]) -> RegionQueue:
-    """A region's queue as the methods of `regions.balancing` take it, from its summary."""
-    queue = RegionQueue(summary["number"], summary["servers"])
-    for volume, seconds, origin in summary["queue"]:
-        queue.push(Waiting(origin, volume, seconds))
-    queue.committed = summary["running"] * summary["mean_seconds"] / 2  # half done, on average
-    return queue
-
-
 def gateway_app(gateway: Gateway) -> web.Application:
-    """The gateway's application, with the links to the other regions when it has any."""
+    """The gateway's application: its report of overload, and the links to the other regions when it
+    has any."""
     app = gateway.app()
+    view = QueueView(gateway.config, gateway)
+    region = gateway.config.region
+    OverloadWatch(view, region.overload_weight, region.overload_seconds).install(app, gateway)
     if gateway.config.regions:
         InterRegional(gateway.config, gateway).install(app)
     return app

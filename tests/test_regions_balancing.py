@@ -3,6 +3,8 @@ cross-simulation of seed 004 §5.2 (no query lost; the published rows reproduced
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from loadtests.bench_regions import TABLE_5_7
@@ -105,3 +107,34 @@ def test_the_published_rows_without_balancing_and_decentralized_are_reproduced()
         outcome = simulate(experiment, method(name, scale=experiment.scale()), seed=1)
         for r, published in enumerate(TABLE_5_7[name], start=1):
             assert outcome.finished[r] == pytest.approx(published, rel=0.05), (name, r)
+
+
+class _Queue:
+    """A region's queue summary, set by hand (`regions.region_load.QueueView.summary`'s shape)."""
+
+    number = 1
+    config = SimpleNamespace(gateway=SimpleNamespace(url="http://127.0.0.1:8080"))
+
+    def __init__(self) -> None:
+        self.queue: list[list[float]] = []
+
+    def summary(self) -> dict:
+        return {"number": 1, "servers": 2, "running": 0, "mean_seconds": 1.0, "queue": self.queue}
+
+
+def test_a_region_reports_overload_once_its_weight_stays_above_the_threshold(caplog) -> None:
+    from regions.region_load import OverloadWatch
+
+    view = _Queue()
+    watch = OverloadWatch(view, threshold=1.0, seconds=5.0)
+    view.queue = [[1.5, 1.0, 1], [1.0, 1.0, 1]]  # 2.5 queued per 2 servers: 1.25
+    assert not watch.look(now=100.0) and watch.weight == pytest.approx(1.25)
+    assert not watch.look(now=104.0)  # above for 4 s of 5
+    assert watch.look(now=105.0) and watch.reports == 1
+    assert "region 1 is overloaded" in caplog.text and "cxg redistribute --rebalance" in caplog.text
+    assert watch.look(now=200.0) and watch.reports == 1  # one report per stay above
+    view.queue = [[1.0, 1.0, 1]]  # 0.5 per server
+    assert not watch.look(now=201.0) and watch.above_since is None
+    view.queue = [[3.0, 1.0, 1]]
+    assert not watch.look(now=202.0)  # above again: the time counts from here
+    assert watch.look(now=207.0) and watch.reports == 2

@@ -379,3 +379,23 @@ def test_a_copy_made_by_cxg_redistribute_is_the_same_version_and_queries_move_to
     finally:
         up.send_signal(signal.SIGINT)
         up.communicate(timeout=60)
+
+
+def test_a_region_whose_queue_stays_heavy_reports_itself_overloaded(tmp_path: Path) -> None:
+    config = load_config(
+        None,
+        ["gateway.port=0", 'region.backend="simulation"', "region.overload_weight=1.0", "region.overload_seconds=0.5"],
+    )
+    with EmbeddedRegion(config, [NodeServer("node-0", SimulationBackend(SLOW, 1.0), 1)]) as region:
+        assert http("GET", f"{region.url}/v1/regions/load").json()["overloaded"] is False
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(_burst, region.url, 5, LINEITEM, "long")  # 1 runs, 1 buffered, 3 queued
+            deadline = time.monotonic() + 10
+            while not (load := http("GET", f"{region.url}/v1/regions/load").json())["overloaded"]:
+                assert time.monotonic() < deadline, load
+                time.sleep(0.1)
+            assert load["weight"] > 1.0 and load["reports"] == 1
+            assert "cxg_region_overloaded 1.0" in http("GET", f"{region.url}/metrics").body.decode()
+            assert {d["state"] for d in pending.result()} == {"succeeded"}
+        time.sleep(1.5)  # the watch looks every second
+        assert http("GET", f"{region.url}/v1/regions/load").json()["overloaded"] is False
