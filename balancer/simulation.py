@@ -23,6 +23,12 @@ TABLE_5_5: dict[int, list[float]] = {
     10: [256.8, 2.1, 25, 14.3, 17.3, 31.8, 16.8, 47.8, 89.5, 32.6, 3.3, 44.3, 55, 36.3],
     15: [385.6, 3.1, 38.3, 21.7, 27.5, 47.7, 24.4, 72.7, 136, 64.6, 5, 66.5, 85.7, 54.8],
 }
+# seed 004, Table 5.6: V_σ, GB of relations TPC-H queries 1..14 process, for 5, 10 and 15 GB databases
+TABLE_5_6: dict[int, list[float]] = {
+    5: [3.21, 0.65, 4.05, 3.95, 4.06, 3.21, 4.06, 4.16, 4.59, 4.05, 1.61, 3.95, 0.85, 3.31],
+    10: [6.46, 1.30, 8.16, 7.95, 8.18, 6.46, 8.18, 8.38, 9.25, 8.16, 3.23, 7.95, 1.70, 6.67],
+    15: [9.74, 1.95, 12.31, 11.98, 12.33, 9.74, 12.33, 12.64, 13.94, 12.31, 4.87, 11.98, 2.56, 10.05],
+}
 # rows in the answers of TPC-H queries 1..14 (SF 1 reference answers)
 ANSWER_ROWS = [4, 100, 10, 5, 5, 1, 4, 2, 175, 20, 1048, 2, 42, 1]
 
@@ -31,13 +37,16 @@ ANSWER_ROWS = [4, 100, 10, 5, 5, 1, 4, 2, 175, 20, 1048, 2, 42, 1]
 class QueryType:
     seconds: float  # simulated execution time
     rows: int  # rows of the random answer
+    volume: float = 1.0  # V_σ, GB of relations it processes (what balancing between regions weighs)
 
 
 def table_5_5(size_gb: int = 5) -> dict[str, QueryType]:
-    """Query types q1..q14 with the Table 5.5 times for a 5, 10 or 15 GB database."""
+    """Query types q1..q14 with the Table 5.5 times and Table 5.6 volumes for a 5, 10 or 15 GB
+    database."""
     if size_gb not in TABLE_5_5:
         raise ValueError(f"Table 5.5 has times for 5, 10 and 15 GB, not {size_gb}")
-    return {f"q{i + 1}": QueryType(t, ANSWER_ROWS[i]) for i, t in enumerate(TABLE_5_5[size_gb])}
+    volumes = TABLE_5_6[size_gb]
+    return {f"q{i + 1}": QueryType(t, ANSWER_ROWS[i], volumes[i]) for i, t in enumerate(TABLE_5_5[size_gb])}
 
 
 def random_answer(rows: int, seed: int) -> pa.Table:

@@ -198,15 +198,19 @@ class RegionConfig:
 class SimulationConfig:
     time_scale: float = 0.001  # real seconds per simulated second
     size_gb: int = 5  # which column of seed 004 Table 5.5 gives the query times
-    queries: dict[str, dict[str, float]] = field(default_factory=dict)  # tag -> {seconds, rows}; replaces Table 5.5
+    # tag -> {seconds, rows, volume (V_σ: what balancing between regions weighs)}; replaces Table 5.5
+    queries: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def query_types(self) -> dict[str, QueryType]:
         if not self.queries:
             return table_5_5(self.size_gb)
         try:
-            return {tag: QueryType(float(q["seconds"]), int(q.get("rows", 1))) for tag, q in self.queries.items()}
+            return {
+                tag: QueryType(float(q["seconds"]), int(q.get("rows", 1)), float(q.get("volume", 1.0)))
+                for tag, q in self.queries.items()
+            }
         except (KeyError, TypeError, ValueError) as e:
-            raise ConfigError(f"[simulation.queries] needs seconds (and rows) per query type: {e}") from None
+            raise ConfigError(f"[simulation.queries] needs seconds (and rows, volume) per query type: {e}") from None
 
 
 BALANCING_METHODS = ("none", "centralized", "decentralized", "idle-pull")  # regions.balancing implements them
@@ -243,7 +247,7 @@ class Peer:
 
     name: str
     number: int  # gateway.region
-    url: str  # its gateway
+    url: str  # its gateway, as the other regions reach it
     databases: dict[str, list[str]]  # database -> tables, held by this region
     copies_of: tuple[str, ...]  # regions whose databases it keeps copies of
     default: bool = False
@@ -387,7 +391,8 @@ def _config(data: dict[str, Any]) -> Config:
     return Config(**{name: _section(cls, data.get(name, {}), name) for name, cls in SECTIONS.items()})
 
 
-REGION_KEYS = {"default": bool, "databases": dict[str, list[str]], "copies_of": list[str]}
+# `url`: where the other regions reach its gateway (default gateway.url), e.g. through a WAN link or a proxy
+REGION_KEYS = {"default": bool, "databases": dict[str, list[str]], "copies_of": list[str], "url": str}
 
 
 def _region_config(base: dict[str, Any], listed: Any, chosen: str | None) -> Config:
@@ -421,8 +426,9 @@ def _region_config(base: dict[str, Any], listed: Any, chosen: str | None) -> Con
             raise ConfigError(f"region {name}: gateway.port must be set (the other regions dial it)")
         configs[name] = config
         copies = tuple(own.get("copies_of", []))
+        url = own.get("url", config.gateway.url).rstrip("/")
         peers[name] = Peer(
-            name, config.gateway.region, config.gateway.url, own.get("databases", {}), copies, own.get("default", False)
+            name, config.gateway.region, url, own.get("databases", {}), copies, own.get("default", False)
         )
     _check_regions(peers)
     default = next((p.name for p in peers.values() if p.default), next(iter(peers)))

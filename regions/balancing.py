@@ -21,13 +21,6 @@ from dataclasses import dataclass, field
 
 from gateway.config import BALANCING_METHODS, BALANCING_WEIGHTS
 
-# seed 004, Table 5.6: V_σ, GB of relations TPC-H queries 1..14 process, for 5, 10 and 15 GB databases
-TABLE_5_6: dict[int, list[float]] = {
-    5: [3.21, 0.65, 4.05, 3.95, 4.06, 3.21, 4.06, 4.16, 4.59, 4.05, 1.61, 3.95, 0.85, 3.31],
-    10: [6.46, 1.30, 8.16, 7.95, 8.18, 6.46, 8.18, 8.38, 9.25, 8.16, 3.23, 7.95, 1.70, 6.67],
-    15: [9.74, 1.95, 12.31, 11.98, 12.33, 9.74, 12.33, 12.64, 13.94, 12.31, 4.87, 11.98, 2.56, 10.05],
-}
-
 
 @dataclass(slots=True, eq=False)
 class Waiting:

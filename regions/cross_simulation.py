@@ -25,8 +25,8 @@ import random
 import statistics
 from dataclasses import dataclass, field
 
-from balancer.simulation import TABLE_5_5
-from regions.balancing import TABLE_5_6, NoBalancing, RegionQueue, Scale, Waiting, method
+from balancer.simulation import TABLE_5_5, TABLE_5_6
+from regions.balancing import NoBalancing, RegionQueue, Scale, Waiting, method
 
 HOUR = 3600.0
 DAY = 24 * HOUR

@@ -84,7 +84,8 @@ class LocalRegion:
             group = math.ceil(len(names) / region.routers)
             for r in range(region.routers):
                 port = next(ports)
-                roles.append(Role(f"router-{r}", ["router", "--name", f"router-{r}", "--port", str(port)], port))
+                args = ["router", "--name", f"router-{r}", "--host", g.host, "--port", str(port)]
+                roles.append(Role(f"router-{r}", args, port))
             upstreams = [f"http://{g.host}:{roles[1 + i // group].port}" for i in range(len(names))]
         regions = self.config.regions
         if regions and regions[self.config.name].default and self.config.balancing.method == "centralized":
@@ -93,7 +94,8 @@ class LocalRegion:
         budget = node_memory_budget(self.config, len(names))
         for i, name in enumerate(names):
             port = next(ports)
-            args = ["node", "--kind", region.backend, "--name", name, "--port", str(port), "--upstream", upstreams[i]]
+            args = ["node", "--kind", region.backend, "--name", name, "--host", g.host, "--port", str(port)]
+            args += ["--upstream", upstreams[i]]
             args += ["--memory", str(budget) if budget else "none"]
             if region.backend == "native":
                 args += ["--data", self.config.storage.data[i]]

@@ -25,9 +25,8 @@ from typing import Any
 from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily
 
-from balancer.simulation import table_5_5
 from gateway import Config, Gateway
-from regions.balancing import TABLE_5_6, RegionQueue, Scale, Waiting, weight_per_server
+from regions.balancing import RegionQueue, Scale, Waiting, weight_per_server
 
 log = logging.getLogger("cxg.regions")
 LIVE_SCALE = Scale(1.0, 1)  # the weights' normalizers change no method's choice: any unit does
@@ -41,7 +40,7 @@ class QueueView:
     def __init__(self, config: Config, gateway: Gateway):
         self.config = config
         self.gateway = gateway
-        self._sim = table_5_5(config.simulation.size_gb) if config.region.backend == "simulation" else None
+        self._sim = config.simulation.query_types() if config.region.backend == "simulation" else None
 
     @property
     def number(self) -> int:
@@ -67,13 +66,12 @@ class QueueView:
         }
 
     def _estimate(self, tag: str, catalog: Any, tables: frozenset[str], seconds: float) -> tuple[float, float]:
-        """V_σ and the expected seconds of a queued query: Table 5.6 and 5.5 for a simulated TPC-H
-        query, else the millions of rows of the tables it reads (1 when they are not known) and this
-        region's mean time."""
+        """V_σ and the expected seconds of a queued query: its simulated type's (Tables 5.6 and 5.5
+        for the TPC-H types), else the millions of rows of the tables it reads (1 when they are not
+        known) and this region's mean time."""
         if self._sim is not None and tag in self._sim:
-            number = int(tag[1:])
-            scale = self.config.simulation.time_scale
-            return TABLE_5_6[self.config.simulation.size_gb][number - 1], self._sim[tag].seconds * scale
+            kind = self._sim[tag]
+            return kind.volume, kind.seconds * self.config.simulation.time_scale
         if catalog is None:
             return 1.0, seconds
         return sum(catalog.table(name).rows for name in tables) / 1e6, seconds
