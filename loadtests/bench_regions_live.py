@@ -97,6 +97,7 @@ class Setup:
 @dataclass
 class Record:
     origin: int
+    id: str  # its statement id
     ran: str
     finished: float  # model seconds
     response: float  # model seconds
@@ -253,7 +254,7 @@ async def run_users(regions: Regions, setup: Setup, seed: int) -> Run:
             if not ok:
                 run.errors.append(f"region {r}: {str(doc)[:200]}")
             if done <= end:
-                run.records.append(Record(r, doc.get("region", "?"), done, done - sent, ok))
+                run.records.append(Record(r, doc.get("id", ""), doc.get("region", "?"), done, done - sent, ok))
 
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
@@ -275,7 +276,9 @@ def outcome(run: Run, setup: Setup) -> dict[str, Any]:
         "total": sum(finished.values()),
         "mean_response_model_s": statistics.fmean(responses) if responses else 0.0,
         "moved_pct": 100 * sum(1 for x in run.records if x.ok and x.ran != home[x.origin]) / max(1, len(responses)),
+        "sent": sum(run.sent.values()),
         "failed": sum(1 for x in run.records if not x.ok),
+        "answered_twice": len(run.records) - len({x.id for x in run.records}),
         "errors": run.errors[:5],
         "hourly": [hourly[r] for r in (1, 2, 3)],
     }

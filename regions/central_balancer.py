@@ -1,8 +1,10 @@
 """The central inter-regional balancer of the centralized method (seed 004 §5.2), live: every
 `poll` seconds it reads every region's queue, computes the moves `regions.balancing.Centralized`
-makes (from the tail of each queue heavier than the mean to the lightest), and tells each target
-region to pull that many queries from the source's tail. It holds no query: when it dies, queries
-stay queued where they are and run there, and nothing else changes."""
+makes (from the tail of each queue heavier than the mean to the lightest) once for each query the
+regions finished since the last look (the published balancer acts on each weight report a finished
+query sends), and tells each target region to pull that many queries from the source's tail. It
+holds no query: when it dies, queries stay queued where they are and run there, and nothing else
+changes."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from regions.interregional import cluster_session, queue_of
 from regions.region_load import LIVE_SCALE, region_queue
 
 log = logging.getLogger("cxg.regions")
+MAX_REPORTS = 100  # weight reports acted on in one round
 
 
 class CentralBalancer:
@@ -29,6 +32,7 @@ class CentralBalancer:
         self.by_number = {peer.number: peer for peer in config.regions.values()}
         self.moves: Counter[tuple[str, str]] = Counter()  # (source, target) -> queries it had moved
         self.rounds = 0
+        self.finished: dict[str, int] = {}  # region -> queries finished when last read
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -53,10 +57,17 @@ class CentralBalancer:
         """One look at every region, and the pulls that equalize their weights."""
         self.rounds += 1
         summaries = await asyncio.gather(*(queue_of(session, p.url) for p in self.config.regions.values()))
-        queues = [region_queue(s) for s in summaries if s is not None]
+        summaries = [s for s in summaries if s is not None]
+        queues = [region_queue(s) for s in summaries]
         if len(queues) < 2:
             return
-        planned: Counter[tuple[int, int]] = Counter((m.source, m.target) for m in self.method.rebalance(queues))
+        # the published balancer acts on every weight report, one per query finished: as many times
+        # as queries finished since the last round (at least once)
+        reports = sum(s["finished"] - self.finished.get(s["region"], s["finished"]) for s in summaries)
+        self.finished.update({s["region"]: s["finished"] for s in summaries})
+        planned: Counter[tuple[int, int]] = Counter()
+        for _ in range(min(max(1, reports), MAX_REPORTS)):
+            planned.update((m.source, m.target) for m in self.method.rebalance(queues))
         for (source, target), count in planned.items():
             body = {"source": self.by_number[source].name, "count": count, "end": "tail"}
             try:

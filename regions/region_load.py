@@ -60,8 +60,10 @@ class QueueView:
             "number": self.number,
             "servers": max(1, sum(info.slots for info in balancer.nodes())),
             "running": len(balancer.in_flight),
+            "finished": balancer.counters["completed"],  # queries its nodes finished so far
             "mean_seconds": seconds,
-            "free_slot": any(member.free_slot for member in balancer.pool.members),
+            # queries its nodes can take now: free slots and empty one-query buffers
+            "room": sum(max(0, s.slots + 1 - s.running - s.buffered) for s in balancer.pool.node_states().values()),
             "queue": queue,
         }
 
