@@ -40,10 +40,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import duckdb
 
 from balancer.simulation import TABLE_5_5, TABLE_5_6
 from gateway import free_port, load_config
-from loadtests import netns
+from loadtests import faults, netns
 from loadtests.common import console, print_table, write_json
 from regions import LocalRegion
 from regions.balancing import METHODS
@@ -54,11 +55,12 @@ NAMES = ("r1", "r2", "r3")
 GATEWAY_PORT = 8080
 NATIVE_QUERIES = {  # answered by the nodes (partial aggregates), no Spark: each region's cores are shared
     "q1": "SELECT l_returnflag, l_linestatus, sum(l_quantity) AS q, sum(l_extendedprice) AS p, count(*) AS n "
-    "FROM lineitem WHERE l_shipdate <= DATE '1998-09-02' GROUP BY l_returnflag, l_linestatus",
+    "FROM lineitem WHERE l_shipdate <= DATE '1998-09-02' GROUP BY l_returnflag, l_linestatus "
+    "ORDER BY l_returnflag, l_linestatus",
     "q6": "SELECT sum(l_extendedprice * l_discount) AS revenue FROM lineitem WHERE l_shipdate >= DATE '1994-01-01' "
     "AND l_shipdate < DATE '1995-01-01' AND l_discount BETWEEN 0.05 AND 0.07 AND l_quantity < 24",
     "orders": "SELECT o_orderpriority, count(*) AS n FROM orders WHERE o_orderdate >= DATE '1993-07-01' "
-    "AND o_orderdate < DATE '1993-10-01' GROUP BY o_orderpriority",
+    "AND o_orderdate < DATE '1993-10-01' GROUP BY o_orderpriority ORDER BY o_orderpriority",
 }
 
 
@@ -109,6 +111,7 @@ class Run:
     records: list[Record] = field(default_factory=list)
     sent: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     errors: list[str] = field(default_factory=list)
+    wrong: int = 0  # answers (native) other than DuckDB's
 
 
 # ---- the regions --------------------------------------------------------------------------------
@@ -220,7 +223,7 @@ async def _ask(session: aiohttp.ClientSession, url: str, body: dict) -> dict:
     return doc
 
 
-async def run_users(regions: Regions, setup: Setup, seed: int) -> Run:
+async def run_users(regions: Regions, setup: Setup, seed: int, expected: dict[str, list] | None = None) -> Run:
     """Every region's users for one model day: closed loops while their region is active."""
     run = Run()
     started = time.monotonic()
@@ -236,6 +239,7 @@ async def run_users(regions: Regions, setup: Setup, seed: int) -> Run:
             if not setup.active(r, now):
                 await asyncio.sleep(max(0.0, (setup.next_activation(r, now) - now) * setup.scale))
                 continue
+            name = ""
             if setup.native:
                 name = rng.choice(list(NATIVE_QUERIES))
                 body = {"sql": NATIVE_QUERIES[name], "wait": 60}
@@ -253,6 +257,9 @@ async def run_users(regions: Regions, setup: Setup, seed: int) -> Run:
             ok = doc.get("state") == "succeeded"
             if not ok:
                 run.errors.append(f"region {r}: {str(doc)[:200]}")
+            elif expected is not None and faults.rows(doc["rows"]) != expected[name]:
+                run.wrong += 1
+                ok = False
             if done <= end:
                 run.records.append(Record(r, doc.get("id", ""), doc.get("region", "?"), done, done - sent, ok))
 
@@ -278,6 +285,7 @@ def outcome(run: Run, setup: Setup) -> dict[str, Any]:
         "moved_pct": 100 * sum(1 for x in run.records if x.ok and x.ran != home[x.origin]) / max(1, len(responses)),
         "sent": sum(run.sent.values()),
         "failed": sum(1 for x in run.records if not x.ok),
+        "wrong": run.wrong,
         "answered_twice": len(run.records) - len({x.id for x in run.records}),
         "errors": run.errors[:5],
         "hourly": [hourly[r] for r in (1, 2, 3)],
@@ -302,9 +310,9 @@ def simulated(setup: Setup, seed: int) -> dict[str, Any]:
 # ---- native data --------------------------------------------------------------------------------
 
 
-def native_data(root: Path, sf: float) -> dict[str, list[Path]]:
+def native_data(root: Path, sf: float) -> tuple[dict[str, list[Path]], dict[str, list]]:
     """TPC-H's lineitem and orders at `sf` in region 1's node directories (the copies are made
-    live, once the regions run); every region's directories."""
+    live, once the regions run): every region's directories, and DuckDB's answers."""
     from storage import Store, load_table, read_parquet, tpch
 
     dirs = {name: [root / name / f"node-{i}" for i in range(r)] for r, name in enumerate(NAMES, start=1)}
@@ -314,7 +322,11 @@ def native_data(root: Path, sf: float) -> dict[str, list[Path]]:
         for name, path in files.items():
             source = read_parquet([path])
             load_table(stores, tpch.schema_for(name, source.schema), source)
-    return dirs
+        con = duckdb.connect()
+        for name, path in files.items():
+            con.execute(f"CREATE TABLE {name} AS SELECT * FROM read_parquet('{path}')")
+        expected = {name: faults.rows(con.sql(sql).fetchall()) for name, sql in NATIVE_QUERIES.items()}
+    return dirs, expected
 
 
 def copy_tables(regions: Regions) -> list[str]:
@@ -360,7 +372,7 @@ def report(figures: dict[str, Any]) -> None:
                 gains,
                 f"{m['mean_response_model_s']:.0f}",
                 f"{m['moved_pct']:.0f}%",
-                str(m["failed"]),
+                f"{m['failed']} / {m['wrong']}",
                 f"{sim['total']:,}" if sim else "-",
                 f"{sim['mean_response_model_s']:.0f}" if sim else "-",
             ]
@@ -377,7 +389,7 @@ def report(figures: dict[str, Any]) -> None:
             "gain % 1/2/3",
             "mean response (model s)",
             "run elsewhere",
-            "failed",
+            "failed / wrong",
             "simulated total",
             "simulated response",
         ],
@@ -448,7 +460,7 @@ def main(argv: list[str] | None = None) -> None:
         addresses = hosts.addresses if hosts else dict.fromkeys(NAMES, "127.0.0.1")
         machine = hosts.machine if hosts else "127.0.0.1"
         links = {name: free_port() for name in NAMES}
-        data = native_data(root, args.sf) if args.native else {}
+        data, expected = native_data(root, args.sf) if args.native else ({}, None)
         for name in args.methods.split(","):
             setup = Setup(name, day, args.wan_delay, args.native, users, args.poll)
             path = write_config(root, setup, addresses, machine, links, data)
@@ -458,7 +470,7 @@ def main(argv: list[str] | None = None) -> None:
                 if args.native and "copies" not in figures["setup"]:
                     figures["setup"]["copies"] = copy_tables(regions)
                 console.print(f"{name}: one model day ({day:g} s) of {sum(setup.users(r) for r in (1, 2, 3))} users")
-                run = asyncio.run(run_users(regions, setup, args.seed))
+                run = asyncio.run(run_users(regions, setup, args.seed, expected))
             result = outcome(run, setup)
             if not args.native:
                 result["simulated"] = simulated(setup, args.seed)
