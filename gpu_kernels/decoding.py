@@ -37,12 +37,13 @@ class ScanStats:
     values_decoded: int = 0  # single values decoded (per column)
     runs_evaluated: int = 0  # predicate evaluations on runs instead of rows
     dictionary_evaluated: int = 0  # predicate evaluations on dictionary entries
+    cpu_seconds: float = 0.0  # CPU time of the threads that ran the blocks' kernels
 
     def add(self, other: ScanStats) -> None:
         for name in self.__dataclass_fields__:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
-    def to_json(self) -> dict[str, int]:
+    def to_json(self) -> dict[str, float]:
         return dict(vars(self))
 
 

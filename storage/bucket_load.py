@@ -1,10 +1,12 @@
 """The work a node's scans do per bucket: the measure that moving buckets between nodes balances
 (seed 003's cost table, each node's cost normalized to the share of its slots' time it spent).
 
-A node adds every scan's wall time, split over the buckets the scan read in proportion to their
-rows (`BucketWork.record`); `GET /v1/node` shows the totals since the node started. Two readings
-`window` seconds apart give each node's cost and each of its buckets' part of it (`costs`). A
-balancer that has no load to measure may weigh buckets by the rows they hold instead (`row_costs`).
+A node adds the CPU time each block of a scan took to the block's bucket, and the rows it read
+(`BucketWork.record`): rows of one bucket may cost more than another's (a long run of one key is
+read on its runs), so time, not rows, is what is balanced. `GET /v1/node` shows the totals since
+the node started. Two readings `window` seconds apart give each node's cost and each of its
+buckets' part of it (`costs`). A balancer with no load to measure may weigh buckets by the rows
+they hold instead (`row_costs`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ Costs = dict[str, dict[Bucket, float]]  # node -> its buckets -> their cost (a s
 
 
 class BucketWork:
-    """A node's scan time per table and bucket, and its rows read, since the node started."""
+    """A node's scan CPU time per table and bucket, and its rows read, since the node started."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -27,14 +29,14 @@ class BucketWork:
         self.rows: dict[Bucket, int] = defaultdict(int)
         self.busy = 0.0  # seconds of scans, all tables
 
-    def record(self, table: str, rows_by_bucket: Mapping[int, int], seconds: float) -> None:
-        """One scan of `table` took `seconds` and read `rows_by_bucket` (bucket -> rows of its blocks)."""
-        total = sum(rows_by_bucket.values())
+    def record(self, table: str, rows: Mapping[int, int], seconds: Mapping[int, float]) -> None:
+        """One scan of `table` read `rows` (bucket -> rows of its blocks) in `seconds` (bucket -> CPU
+        seconds its blocks took)."""
         with self._lock:
-            self.busy += seconds
-            for bucket, rows in rows_by_bucket.items():
-                self.seconds[(table, bucket)] += seconds * rows / total if total else 0.0
-                self.rows[(table, bucket)] += rows
+            self.busy += sum(seconds.values())
+            for bucket in rows.keys() | seconds.keys():
+                self.seconds[(table, bucket)] += seconds.get(bucket, 0.0)
+                self.rows[(table, bucket)] += rows.get(bucket, 0)
 
     def to_json(self) -> dict[str, Any]:
         """{"busy": seconds, "tables": {table: {bucket: [seconds, rows]}}}."""
@@ -47,9 +49,9 @@ class BucketWork:
 
 def costs(before: Mapping[str, dict], after: Mapping[str, dict], window: float, slots: Mapping[str, int]) -> Costs:
     """Each node's buckets and their cost over the `window` seconds between two readings of the
-    nodes' `BucketWork` (node -> its `to_json()`): the scan seconds of a bucket over the time the
-    node's `slots` had, so a node's cost is the share of its capacity its scans used (0 to 1 while
-    scans queue for no slot). A node whose reading is missing in `after` is left out."""
+    nodes' `BucketWork` (node -> its `to_json()`): the scan CPU seconds of a bucket over the time
+    the node's `slots` had, so a node's cost is the share of its capacity its scans used (0 to 1).
+    A node whose reading is missing in `after` is left out."""
     table: Costs = {}
     for node, now in after.items():
         then = before.get(node, {}).get("tables", {})

@@ -35,7 +35,6 @@ import json
 import logging
 import os
 import threading
-import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -285,12 +284,11 @@ class Node:
             self.counters["started"] += 1
             scan.threads = self.threads or max(1, self.cores // self.running)
             scan.workers = self.workers
-            started = time.perf_counter()
             try:
                 return await self._stream(request, scan)
             finally:
                 self.running -= 1
-                self.work.record(scan.plan.table, scan.rows_read, time.perf_counter() - started)
+                self.work.record(scan.plan.table, scan.rows_read, scan.seconds_read)
 
     def _plan(self, body: object) -> BlockScan:
         """Worker thread: the request checked by the protocol, then planned on its table (a long IN

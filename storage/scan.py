@@ -246,6 +246,7 @@ class BlockScan:
     workers: ScanWorkers | None = None  # the node's worker processes (CPU kernels only)
     stats: ScanStats = field(default_factory=ScanStats)
     rows_read: Counter[int] = field(default_factory=Counter)  # bucket -> rows of its blocks read
+    seconds_read: Counter[int] = field(default_factory=Counter)  # bucket -> CPU seconds its blocks took
 
     def pieces(self) -> Iterator[Piece]:
         if self.plan.having is None:
@@ -291,6 +292,7 @@ class BlockScan:
             results = pipeline.map(jobs, work, lambda job: block_parts(job[1], needed), self.cancel)
         for entry, pieces, stats in results:
             self.stats.add(stats)
+            self.seconds_read[entry.bucket] += stats.cpu_seconds
             for batch, partition in pieces:
                 if self.plan.limit is not None:
                     batch = batch.slice(0, max(0, self.plan.limit - emitted))

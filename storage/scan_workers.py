@@ -201,9 +201,12 @@ def run_job(
 ) -> tuple[Pieces, ScanStats]:
     """One block of a scan, in whichever process: `remaining` are the positions of the task's
     conjuncts its statistics left to evaluate."""
+    started = time.thread_time()
     stats = ScanStats()
     predicate = E.conjoin([conjuncts[i] for i in remaining])
-    return run_block(task, block, backend, stats, predicate, device_parts), stats
+    pieces = run_block(task, block, backend, stats, predicate, device_parts)
+    stats.cpu_seconds = time.thread_time() - started
+    return pieces, stats
 
 
 def _received(sent: tuple[str | None, list]) -> list[tuple[Pieces, ScanStats]]:

@@ -71,12 +71,13 @@ def test_a_node_taken_out_spreads_its_buckets_over_the_lightest() -> None:
 
 def test_costs_are_the_share_of_a_nodes_slot_time_between_two_readings() -> None:
     work = BucketWork()
+    work.record("t", {0: 300}, {0: 1.0})  # before the window
     before = {"n": work.to_json()}
-    work.record("t", {0: 300, 1: 100}, 2.0)
-    work.record("u", {}, 1.0)
+    work.record("t", {0: 300, 1: 100}, {0: 0.5, 1: 1.5})  # bucket 1: fewer rows, more time
+    work.record("u", {}, {})
     table = costs(before, {"n": work.to_json()}, window=10.0, slots={"n": 2})
-    assert table == {"n": {("t", 0): pytest.approx(0.075), ("t", 1): pytest.approx(0.025)}}
-    assert work.to_json()["busy"] == 3.0
+    assert table == {"n": {("t", 0): pytest.approx(0.025), ("t", 1): pytest.approx(0.075)}}
+    assert work.to_json()["busy"] == 3.0 and work.to_json()["tables"]["t"]["0"] == [1.5, 600]
 
 
 # ---- the plan of a move ---------------------------------------------------------------------------
