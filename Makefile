@@ -27,5 +27,8 @@ bench:
 	.venv/bin/python -m loadtests.bench_faults --sf 0.1 --json docs/bench/faults_sf0.1.json
 	.venv/bin/python -m loadtests.bench_overload --sf 0.1 --json docs/bench/overload_sf0.1.json
 	.venv/bin/python -m loadtests.bench_regions --json docs/bench/regions_sim.json --plot docs/bench/regions_sim.png
+	.venv/bin/python -m loadtests.bench_regions_live --json docs/bench/regions_live.json --plot docs/bench/regions_live.png
+	.venv/bin/python -m loadtests.bench_regions_live --native --sf 0.1 --json docs/bench/regions_live_native_sf0.1.json
+	.venv/bin/python -m loadtests.bench_rebalance --json docs/bench/rebalance.json
 	.venv/bin/python -m pytest tests/test_fuzz.py --long
 	.venv/bin/python -m loadtests.bench_memory --sf 10 --json docs/bench/memory_sf10.json

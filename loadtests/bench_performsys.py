@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadtests.common import console, print_table, write_json
+from loadtests.common import console, print_table, pyplot, save_figure, write_json
 from loadtests.performsys import TABLE_4_1, TABLE_4_2, Setup, run_setup
 
 
@@ -75,13 +75,8 @@ def print_rows(name: str, rows: list[dict[str, Any]], key: str, title: str) -> N
 
 
 def plot(figures: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     panels = [(k, v) for k, v in (("4.1", figures.get("table_4_1")), ("4.2", figures.get("table_4_2"))) if v]
-    figure, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
+    figure, axes = pyplot().subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
     for ax, (name, rows) in zip(axes[0], panels, strict=True):
         key = "nodes" if name == "4.1" else "routers"
         x = [r[key] for r in rows]
@@ -93,11 +88,7 @@ def plot(figures: dict[str, Any], path: Path) -> None:
         ax.set_title(f"Table {name}: {rows[0]['users']} users, 1000 queries")
         ax.legend()
         ax.grid(alpha=0.3)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    console.print(f"speedup curves written to {path}")
+    save_figure(figure, path, "speedup curves")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadtests.common import console, print_table, write_json
+from loadtests.common import console, print_table, pyplot, save_figure, write_json
 from regions.balancing import METHODS, WEIGHTS
 from regions.cross_simulation import Experiment, Outcome, run_methods
 
@@ -118,26 +118,25 @@ def print_report(result: dict[str, Any], title: str) -> None:
     )
 
 
-def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    methods = result["methods"]
-    fig, axes = plt.subplots(len(methods), 1, figsize=(9, 2.2 * len(methods)), sharex=True, sharey=True)
-    for ax, (name, m) in zip(axes, methods.items(), strict=True):
-        for r, series in enumerate(m["hourly"], start=1):
+def plot_hourly(panels: dict[str, list[list[float]]], path: Path, xlabel: str) -> None:
+    """One panel per method (its title -> per region, the queries finished in each model hour)."""
+    fig, axes = pyplot().subplots(len(panels), 1, figsize=(9, 2.2 * len(panels)), sharex=True, sharey=True)
+    for ax, (title, hourly) in zip(axes, panels.items(), strict=True):
+        for r, series in enumerate(hourly, start=1):
             ax.plot(range(len(series)), series, label=f"region {r}")
-        ax.set_title(f"{name}: {m['total']:,.0f} queries, mean response {m['mean_response_s']:.0f} s", fontsize=9)
+        ax.set_title(title, fontsize=9)
         ax.set_ylabel("queries / h")
     axes[0].legend(fontsize=8, loc="upper right")
-    axes[-1].set_xlabel("model hours (days 1-2 warm-up, day 3 measured)")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    console.print(f"plot written to {path}")
+    axes[-1].set_xlabel(xlabel)
+    save_figure(fig, path, "plot")
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    panels = {
+        f"{name}: {m['total']:,.0f} queries, mean response {m['mean_response_s']:.0f} s": m["hourly"]
+        for name, m in result["methods"].items()
+    }
+    plot_hourly(panels, path, "model hours (days 1-2 warm-up, day 3 measured)")
 
 
 def report(args: argparse.Namespace) -> int:

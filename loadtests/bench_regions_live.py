@@ -45,7 +45,7 @@ import duckdb
 from balancer.simulation import TABLE_5_5, TABLE_5_6
 from gateway import free_port, load_config
 from loadtests import faults, netns
-from loadtests.bench_regions import TABLE_5_7
+from loadtests.bench_regions import TABLE_5_7, plot_hourly
 from loadtests.common import console, print_table, write_json
 from regions import LocalRegion
 from regions.balancing import METHODS
@@ -67,7 +67,8 @@ NATIVE_QUERIES = {  # answered by the nodes (partial aggregates), no Spark: each
 
 @dataclass
 class Setup:
-    """What one run is: the method, the nodes, the clock."""
+    """What one run is: the method, the nodes, the clock; the published experiment's regions and
+    schedule (`regions.cross_simulation.Experiment`) over one model day."""
 
     method: str
     day_seconds: float
@@ -81,19 +82,28 @@ class Setup:
         """Real seconds per model second."""
         return self.day_seconds / DAY
 
+    @property
+    def experiment(self) -> Experiment:
+        return Experiment(
+            users_per_server=self.users_per_node, days=1, warm_up_days=0, wan_delay=self.wan_delay / self.scale
+        )
+
     def nodes(self, r: int) -> int:
-        return r
+        return self.experiment.servers(r)
 
     def users(self, r: int) -> int:
-        return self.users_per_node * self.nodes(r)
+        return self.experiment.users_per_server * self.nodes(r)
+
+    def _start(self, r: int) -> float:
+        return (r - 1) * self.experiment.shift_hours * HOUR
 
     def active(self, r: int, model: float) -> bool:
-        """Region r's users are active 16 h a day from (r - 1)·4 h (Fig. 5.4)."""
-        start = (r - 1) * 4 * HOUR
-        return model >= start and (model - start) % DAY < 16 * HOUR
+        """Region r's users are active `active_hours` a day from (r - 1)·`shift_hours` (Fig. 5.4)."""
+        start = self._start(r)
+        return model >= start and (model - start) % DAY < self.experiment.active_hours * HOUR
 
     def next_activation(self, r: int, model: float) -> float:
-        start = (r - 1) * 4 * HOUR
+        start = self._start(r)
         return start if model < start else start + ((model - start) // DAY + 1) * DAY
 
 
@@ -295,9 +305,7 @@ def outcome(run: Run, setup: Setup) -> dict[str, Any]:
 
 def simulated(setup: Setup, seed: int) -> dict[str, Any]:
     """The discrete-event simulation of the same day (sim nodes' setup), for the ordering."""
-    experiment = Experiment(
-        users_per_server=setup.users_per_node, days=1, warm_up_days=0, wan_delay=setup.wan_delay / setup.scale
-    )
+    experiment = setup.experiment
     balancing = balancing_method(setup.method, "printed", experiment.scale(), 2 * experiment.wan_delay)
     result = simulate(experiment, balancing, seed)
     measured = sum(result.measured.values())
@@ -407,27 +415,11 @@ def report(figures: dict[str, Any]) -> None:
 
 
 def plot(figures: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    methods = figures["methods"]
-    fig, axes = plt.subplots(len(methods), 1, figsize=(9, 2.2 * len(methods)), sharex=True, sharey=True)
-    for ax, (name, m) in zip(axes, methods.items(), strict=True):
-        for r, series in enumerate(m["hourly"], start=1):
-            ax.plot(range(24), series, label=f"region {r}")
-        ax.set_title(
-            f"{name} (live): {m['total']:,} queries, mean response {m['mean_response_model_s']:.0f} s", fontsize=9
-        )
-        ax.set_ylabel("queries / h")
-    axes[0].legend(fontsize=8, loc="upper right")
-    axes[-1].set_xlabel("model hours")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    console.print(f"plot written to {path}")
+    panels = {
+        f"{name} (live): {m['total']:,} queries, mean response {m['mean_response_model_s']:.0f} s": m["hourly"]
+        for name, m in figures["methods"].items()
+    }
+    plot_hourly(panels, path, "model hours")
 
 
 def main(argv: list[str] | None = None) -> None:

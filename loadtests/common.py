@@ -68,5 +68,25 @@ def write_json(path: Path | None, figures: dict[str, Any]) -> None:
     console.print(f"figures written to {path}")
 
 
+def pyplot():
+    """matplotlib's pyplot, drawing to files (no screen)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(figure: Any, path: Path, what: str = "") -> None:
+    """Lay out, write as PNG and close a figure (and say so when `what` names it)."""
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    pyplot().close(figure)
+    if what:
+        console.print(f"{what} written to {path}")
+
+
 def mb(n: float) -> str:
     return f"{n / 1e6:,.1f}"

@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from loadtests.common import pyplot, save_figure
 from loadtests.measures import Stats, Summary
 from loadtests.simulator import Run
 
@@ -104,18 +105,8 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_responses(run: Run, path: Path, title: str) -> None:
-    plt = _pyplot()
-    figure, axes = plt.subplots(figsize=(9, 4.5))
+    figure, axes = pyplot().subplots(figsize=(9, 4.5))
     ok = [r for r in run.records if r.ok and r.response is not None]
     failed = [r for r in run.records if not r.ok and r.response is not None]
     axes.scatter([r.number for r in ok], [r.response for r in ok], s=6, label="answered")
@@ -128,14 +119,11 @@ def plot_responses(run: Run, path: Path, title: str) -> None:
     axes.set_ylabel("response time, s")
     axes.set_title(f"{title}: response time per query")
     axes.legend(loc="upper right")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 def plot_queue(run: Run, path: Path, title: str) -> None:
-    plt = _pyplot()
-    figure, axes = plt.subplots(figsize=(9, 4.5))
+    figure, axes = pyplot().subplots(figsize=(9, 4.5))
     for region in sorted({q[1] for q in run.queue}):
         points = [q for q in run.queue if q[1] == region]
         axes.step([q[0] for q in points], [q[2] for q in points], where="post", label=f"region {region} queue")
@@ -147,9 +135,7 @@ def plot_queue(run: Run, path: Path, title: str) -> None:
     axes.set_title(f"{title}: the region's queue")
     if run.queue:
         axes.legend(loc="best")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 def stats_rows(summary: Summary, unit: float = 1.0) -> list[list[str]]:

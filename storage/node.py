@@ -38,6 +38,7 @@ import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pyarrow as pa
 from aiohttp import web
@@ -238,15 +239,9 @@ class Node:
         )
 
     async def release(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        try:
-            version = _version(request.match_info["version"])
-            released = await asyncio.get_running_loop().run_in_executor(None, self._release, name, version)
-        except TableNotFoundError as e:
-            return error_response(404, e.code, str(e))
-        except StorageError as e:
-            return error_response(400, e.code, str(e))
-        return web.json_response({"table": name, "version": version, "released": released})
+        name, version = request.match_info["name"], request.match_info["version"]
+        released, failed = await _on_thread(lambda: self._release(name, _version(version)))
+        return failed or web.json_response({"table": name, "version": int(version), "released": released})
 
     def _release(self, name: str, version: int) -> bool:
         """Worker thread (the cache's lock may be held while a new version is mapped)."""
@@ -428,24 +423,18 @@ class Node:
         """The versions of a table kept here (a retired table's too) and the current one (null when
         retired): what a load numbers its new version above."""
         name = request.match_info["name"]
-        try:
-            kept = await asyncio.get_running_loop().run_in_executor(None, self.store.versions, name)
-        except TableNotFoundError as e:
-            return error_response(404, e.code, str(e))
-        except StorageError as e:
-            return error_response(400, e.code, str(e))
+        kept, failed = await _on_thread(self.store.versions, name)
+        if failed:
+            return failed
         current = kept[-1] if self.store.exists(name) else None
         return web.json_response({"table": name, "versions": kept, "current": current})
 
     async def retire(self, request: web.Request) -> web.Response:
         """Stop serving a table here (it moved away); scans pinned to its version still read it."""
         name = request.match_info["name"]
-        try:
-            version = await asyncio.get_running_loop().run_in_executor(None, self.store.retire, name)
-        except TableNotFoundError as e:
-            return error_response(404, e.code, str(e))
-        except StorageError as e:
-            return error_response(400, e.code, str(e))
+        version, failed = await _on_thread(self.store.retire, name)
+        if failed:
+            return failed
         for listener in self.on_commit:
             await listener()
         return web.json_response({"table": name, "retired": version})
@@ -506,6 +495,17 @@ class Node:
         self._executor.shutdown(wait=False, cancel_futures=True)
         if self.workers is not None:
             self.workers.close()
+
+
+async def _on_thread(work: Callable[..., Any], *args: Any) -> tuple[Any, web.Response | None]:
+    """`work` run off the event loop: its result, or the answer its storage error gets (404 for no
+    such table, else 400)."""
+    try:
+        return await asyncio.get_running_loop().run_in_executor(None, work, *args), None
+    except TableNotFoundError as e:
+        return None, error_response(404, e.code, str(e))
+    except StorageError as e:
+        return None, error_response(400, e.code, str(e))
 
 
 def _bucket_rows(blocks: list[BlockEntry]) -> dict[str, int]:

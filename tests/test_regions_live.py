@@ -263,6 +263,12 @@ def _pids(*words: str) -> list[int]:
     return found
 
 
+def _up(path: Path, tmp_path: Path) -> subprocess.Popen:
+    """`cxg up` of every region of the file, its output piped."""
+    command = [*CLI, "--config", str(path), "up", "--run-dir", str(tmp_path / "run")]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
 def test_cxg_up_starts_every_region_and_a_killed_region_loses_nothing(tmp_path: Path) -> None:
     path = _file(
         tmp_path,
@@ -271,12 +277,7 @@ def test_cxg_up_starts_every_region_and_a_killed_region_loses_nothing(tmp_path: 
         "[simulation]\ntime_scale = 1.0\nqueries = {slow = {seconds = 1.0, rows = 2}}",
     )
     east, west = (load_config(path, region=name) for name in ("east", "west"))
-    up = subprocess.Popen(
-        [*CLI, "--config", str(path), "up", "--run-dir", str(tmp_path / "run")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    up = _up(path, tmp_path)
     try:
         for config in (east, west):
             Client(config.gateway.url).wait_ready(timeout=90, nodes=1)
@@ -342,12 +343,7 @@ def test_a_copy_made_by_cxg_redistribute_is_the_same_version_and_queries_move_to
     )
     path.write_text(path.read_text().replace('[region]\nbackend = "simulation"\nnodes = 1\nslots = 1\n', ""))
     east, west = (load_config(path, region=name) for name in ("east", "west"))
-    up = subprocess.Popen(
-        [*CLI, "--config", str(path), "up", "--run-dir", str(tmp_path / "run")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    up = _up(path, tmp_path)
     right = rows(duck.sql(Q1).fetchall())
     try:
         Client(east.gateway.url).wait_ready(timeout=90, nodes=2)
