@@ -36,6 +36,10 @@ class NumpyBackend:
     def to_host(self, array: Array) -> np.ndarray:
         return array
 
+    def device(self) -> int:
+        """Where this thread's arrays live: -1 for the host, else the current GPU."""
+        return -1
+
     # -- decoding ---------------------------------------------------------------------------
 
     def unpack(self, packed: Array, width: int, start: int, stop: int) -> Array:
@@ -49,13 +53,25 @@ class NumpyBackend:
         """Sum of the bit-packed offsets of rows [start, stop), without materializing them."""
         first, last = -(-start // 8), stop // 8  # whole groups inside the range
         if stop - start < 4096:
-            return int(self.unpack(packed, width, start, stop).sum(dtype=np.uint64))
-        edges = self.unpack(packed, width, start, first * 8).sum(dtype=np.uint64)
-        edges += self.unpack(packed, width, last * 8, stop).sum(dtype=np.uint64)
-        return int(edges) + bitpack.packed_sum(packed, width, first, last - first)
+            return self.exact_sum(self.unpack(packed, width, start, stop))
+        edges = self.exact_sum(self.unpack(packed, width, start, first * 8))
+        edges += self.exact_sum(self.unpack(packed, width, last * 8, stop))
+        return edges + bitpack.packed_sum(packed, width, first, last - first)
 
     def masked_sum(self, values: Array, mask: Array) -> int:
-        return int(np.sum(values, where=mask, dtype=np.int64))
+        """Sum of the non-negative integers `values` where `mask` holds, exact."""
+        return self.exact_sum(self.xp.where(mask, values, 0))
+
+    def exact_sum(self, values: Array) -> int:
+        """The sum of non-negative integers (below 2**63) as a Python int, exact however many: the
+        two 32-bit halves summed apart, read back together."""
+        xp = self.xp
+        unsigned = values.astype(xp.uint64, copy=False)
+        halves = xp.stack(
+            ((unsigned >> xp.uint64(32)).sum(dtype=xp.uint64), (unsigned & xp.uint64(0xFFFFFFFF)).sum(dtype=xp.uint64))
+        )
+        high, low = (int(h) for h in self.to_host(halves))
+        return (high << 32) + low
 
     def unpack_at(self, packed: Array, width: int, rows: Array) -> Array:
         """Bit-packed offsets of the given rows (random access)."""

@@ -88,8 +88,16 @@ def packed_sum(packed: np.ndarray, width: int, first_group: int, groups: int) ->
             view = np.ndarray((count,), dtype="<u8", buffer=buf, offset=offset, strides=(width,))
             np.right_shift(view, np.uint64((r * width) & 7), out=lane[:count])
             np.bitwise_and(lane[:count], mask, out=lane[:count])
-            total += int(lane[:count].sum())
+            total += exact_sum(lane[:count])
     return total
+
+
+def exact_sum(values: np.ndarray) -> int:
+    """The sum of unsigned 64-bit integers as a Python int, exact for any count below 2**32: the
+    two 32-bit halves summed apart (a plain uint64 sum wraps past 2**64)."""
+    high = int((values >> np.uint64(32)).sum(dtype=np.uint64))
+    low = int((values & np.uint64(0xFFFFFFFF)).sum(dtype=np.uint64))
+    return (high << 32) + low
 
 
 def unsigned_dtype(width: int) -> np.dtype:

@@ -53,20 +53,19 @@ class CupyBackend(NumpyBackend):
         if pool is None:
             return cupy.asnumpy(array)
         with cupy.cuda.using_allocator(pool.malloc):
-            staged = array.copy()
-        host = staged.get(stream=_staging.stream)
-        _staging.stream.synchronize()
-        return host
+            staged = array.copy()  # on the compute stream, into the result area
+        _staging.stream.wait_event(cupy.cuda.get_current_stream().record())  # copied out once computed
+        return staged.get(stream=_staging.stream)
+
+    def device(self) -> int:
+        return cupy.cuda.runtime.getDevice()
 
     def unpack(self, packed: Array, width: int, start: int, stop: int) -> Array:
         rows = cupy.arange(start, stop, dtype=cupy.int64)
         return self.unpack_at(packed, width, rows)
 
-    def masked_sum(self, values: Array, mask: Array) -> int:
-        return int(cupy.where(mask, values, 0).sum(dtype=cupy.int64))
-
     def packed_sum(self, packed: Array, width: int, start: int, stop: int) -> int:
-        return int(self.unpack(packed, width, start, stop).sum())
+        return self.exact_sum(self.unpack(packed, width, start, stop))
 
     def unpack_at(self, packed: Array, width: int, rows: Array) -> Array:
         if width == 0:
@@ -88,13 +87,37 @@ class CupyBackend(NumpyBackend):
 
     def group_min(self, gid: Array, values: Array, groups: int) -> Array:
         out = cupy.full(groups, _extreme(values.dtype, high=True), dtype=values.dtype)
-        cupyx.scatter_min(out, gid, values)
-        return out
+        if values.dtype in _SCATTER_EXTREMES:
+            cupyx.scatter_min(out, gid, values)
+            return out
+        return _sorted_extreme(out, gid, values, last=False)
 
     def group_max(self, gid: Array, values: Array, groups: int) -> Array:
         out = cupy.full(groups, _extreme(values.dtype, high=False), dtype=values.dtype)
-        cupyx.scatter_max(out, gid, values)
+        if values.dtype in _SCATTER_EXTREMES:
+            cupyx.scatter_max(out, gid, values)
+            return out
+        return _sorted_extreme(out, gid, values, last=True)
+
+
+# the dtypes cupyx.scatter_min and scatter_max take (no 64-bit signed integers, no narrow ones)
+_SCATTER_EXTREMES = {np.dtype(t) for t in ("int32", "uint32", "uint64", "float32", "float64")}
+
+
+def _sorted_extreme(out: Array, gid: Array, values: Array, last: bool) -> Array:
+    """Each group's least value (or, `last`, its greatest) into `out`: the rows sorted by group
+    then value, the first (last) row of each group's run taken."""
+    if len(values) == 0:
         return out
+    order = cupy.lexsort(cupy.stack((values, gid)))
+    groups, ordered = gid[order], values[order]
+    edges = cupy.flatnonzero(groups[1:] != groups[:-1])
+    if last:
+        picked = cupy.concatenate((edges, cupy.full(1, len(groups) - 1, dtype=edges.dtype)))
+    else:
+        picked = cupy.concatenate((cupy.zeros(1, dtype=edges.dtype), edges + 1))
+    out[groups[picked]] = ordered[picked]
+    return out
 
 
 def _extreme(dtype: np.dtype, high: bool):

@@ -1,12 +1,8 @@
 """Running the per-block operator over a scan's blocks.
 
 On the CPU, blocks are processed in order, on one thread until the scan has run for
-`SPREAD_AFTER_S`, then on `threads` worker threads. On GPUs the block
-pipeline of seed 004 (§5.1, Fig. 5.1): each device's memory is split into three equal pools
-(compressed input, decoded data, results); while block i is evaluated on the compute stream,
-block i+1's encoded parts are copied in on a second stream from pinned host memory, and results
-are staged in the result pool before they are copied out. With several GPUs the blocks go
-round-robin: blocks 0, 2, 4 to GPU 0, blocks 1, 3 to GPU 1.
+`SPREAD_AFTER_S`, then on `threads` worker threads. On GPUs, the block pipeline of seed 004
+(`gpu_kernels.device_pipeline`). Either way results come in the blocks' order.
 """
 
 from __future__ import annotations
@@ -61,7 +57,9 @@ class BlockPipeline:
     ) -> Iterator[Result]:
         """work(job, prefetched device parts or None) for every job, results in job order."""
         if self.backend.name == "cupy":
-            yield from self._gpu_map(jobs, work, parts_of, cancel)
+            from gpu_kernels.device_pipeline import device_map
+
+            yield from device_map(jobs, work, parts_of, cancel)
             return
         # a short scan stays on one thread (a pool costs it more than it saves); a long one spreads
         started = time.perf_counter()
@@ -85,93 +83,3 @@ class BlockPipeline:
             finally:
                 for future in pending:
                     future.cancel()
-
-    def _gpu_map(self, jobs, work, parts_of, cancel) -> Iterator[Result]:
-        import cupy
-
-        devices = cupy.cuda.runtime.getDeviceCount()
-        shares = [list(range(d, len(jobs), devices)) for d in range(devices)]
-        results: dict[int, Any] = {}
-        ready = threading.Condition()
-        errors: list[BaseException] = []
-
-        def device_worker(device: int) -> None:
-            try:
-                with cupy.cuda.Device(device):
-                    lane = _DeviceLane()
-                    for index, result in lane.run([jobs[i] for i in shares[device]], work, parts_of, cancel):
-                        with ready:
-                            results[shares[device][index]] = result
-                            ready.notify_all()
-            except BaseException as e:  # surfaced to the consumer below
-                with ready:
-                    errors.append(e)
-                    ready.notify_all()
-
-        workers = [threading.Thread(target=device_worker, args=(d,), daemon=True) for d in range(devices)]
-        for w in workers:
-            w.start()
-        for i in range(len(jobs)):
-            with ready:
-                ready.wait_for(lambda i=i: i in results or errors or cancel.is_set())
-                if errors:
-                    raise errors[0]
-                if cancel.is_set():
-                    return
-                yield results.pop(i)
-        for w in workers:
-            w.join()
-
-
-class _DeviceLane:
-    """One GPU: three memory pools and two streams, block i+1 copied in while block i runs."""
-
-    AREAS = 3
-
-    def __init__(self) -> None:
-        import cupy
-
-        free, _ = cupy.cuda.runtime.memGetInfo()
-        area = int(free * 0.9) // self.AREAS
-        self.input_pool, self.decoded_pool, self.result_pool = (cupy.cuda.MemoryPool() for _ in range(self.AREAS))
-        for pool in (self.input_pool, self.decoded_pool, self.result_pool):
-            pool.set_limit(size=area)
-        self.copy_stream = cupy.cuda.Stream(non_blocking=True)
-        self.compute_stream = cupy.cuda.Stream(non_blocking=True)
-
-    def _upload(self, parts: list[np.ndarray]) -> tuple[DeviceParts, Any]:
-        import cupy
-        import cupyx
-
-        uploaded: DeviceParts = {}
-        with cupy.cuda.using_allocator(self.input_pool.malloc), self.copy_stream:
-            for host in parts:
-                pinned = cupyx.empty_pinned(host.shape, host.dtype)
-                pinned[...] = host
-                device = cupy.empty(host.shape, host.dtype)
-                device.set(pinned, stream=self.copy_stream)
-                uploaded[id(host)] = (host, device)
-            done = self.copy_stream.record()
-        return uploaded, done
-
-    def run(self, jobs, work, parts_of, cancel) -> Iterator[tuple[int, Any]]:
-        import cupy
-
-        from gpu_kernels.cupy_backend import stage_results
-
-        if not jobs:
-            return
-        stage_results(self.result_pool, self.copy_stream)
-        upcoming = self._upload(parts_of(jobs[0]))
-        for index, job in enumerate(jobs):
-            if cancel.is_set():
-                return
-            parts, copied = upcoming
-            if index + 1 < len(jobs):
-                upcoming = self._upload(parts_of(jobs[index + 1]))  # overlaps with this block's work
-            self.compute_stream.wait_event(copied)
-            with cupy.cuda.using_allocator(self.decoded_pool.malloc), self.compute_stream:
-                result = work(job, parts)
-            self.compute_stream.synchronize()
-            del parts
-            yield index, result

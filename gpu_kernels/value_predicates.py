@@ -111,12 +111,13 @@ def integer_predicate(xp: Any, op: str, bounds: list[Fraction]) -> ValuePredicat
 _TABLE_SPAN = 1 << 26  # membership by lookup table up to this many distinct possible values
 
 
-_MEMBERSHIPS: dict[tuple[int, str], tuple[E.Values, ValuePredicate]] = {}
+_MEMBERSHIPS: dict[tuple[int, str, int], tuple[E.Values, ValuePredicate]] = {}
 
 
 def list_membership(backend: NumpyBackend, values: E.Values) -> ValuePredicate:
-    """v IN values for integer domains, built once per values list (every block of a scan shares it)."""
-    key = (id(values), backend.name)
+    """v IN values for integer domains, built once per values list and device (every block of a
+    scan a device runs shares it; its table lives on that device)."""
+    key = (id(values), backend.name, backend.device())
     cached = _MEMBERSHIPS.get(key)
     if cached is not None and cached[0] is values:
         return cached[1]

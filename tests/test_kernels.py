@@ -40,7 +40,11 @@ from tests.kernel_cases import (
     run_scan,
 )
 
-BACKENDS = [pytest.param("numpy"), pytest.param("cupy", marks=pytest.mark.gpu)]
+BACKENDS = [
+    pytest.param("numpy"),
+    pytest.param("cupy", marks=pytest.mark.gpu),
+    pytest.param("cupy", marks=pytest.mark.gpu(devices=2), id="cupy-2-devices"),
+]
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 

@@ -1,0 +1,110 @@
+"""The block pipeline on GPUs (seed 004 §5.1, Fig. 5.1): each device's memory is split into three
+equal pools (compressed input, decoded data, results); while block i is evaluated on the compute
+stream, block i+1's encoded parts are copied in on a copy stream from pinned host memory (the
+buffers kept until the copies are done), and results are staged in the result pool and copied out
+on the copy stream once the compute stream has made them. With several GPUs the blocks go
+round-robin: blocks 0, 2, 4 to GPU 0, blocks 1, 3 to GPU 1, each GPU driven by a thread of its own.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import cupy
+import cupyx
+import numpy as np
+
+from gpu_kernels.cupy_backend import stage_results
+from gpu_kernels.pipeline import DeviceParts, Work
+
+
+def device_map(
+    jobs: Sequence[Any], work: Work, parts_of: Callable[[Any], list[np.ndarray]], cancel: threading.Event
+) -> Iterator[Any]:
+    """work(job, its parts on the device) for every job, over every device, results in job order."""
+    devices = cupy.cuda.runtime.getDeviceCount()
+    shares = [list(range(d, len(jobs), devices)) for d in range(devices)]
+    results: dict[int, Any] = {}
+    ready = threading.Condition()
+    errors: list[BaseException] = []
+
+    def device_worker(device: int) -> None:
+        try:
+            with cupy.cuda.Device(device):
+                lane = _DeviceLane()
+                for index, result in lane.run([jobs[i] for i in shares[device]], work, parts_of, cancel):
+                    with ready:
+                        results[shares[device][index]] = result
+                        ready.notify_all()
+        except BaseException as e:  # surfaced to the consumer below
+            with ready:
+                errors.append(e)
+                ready.notify_all()
+
+    workers = [threading.Thread(target=device_worker, args=(d,), daemon=True) for d in range(devices)]
+    for w in workers:
+        w.start()
+    for i in range(len(jobs)):
+        with ready:
+            ready.wait_for(lambda i=i: i in results or errors or cancel.is_set())
+            if errors:
+                raise errors[0]
+            if cancel.is_set():
+                return
+            yield results.pop(i)
+    for w in workers:
+        w.join()
+
+
+class _DeviceLane:
+    """One GPU: three memory pools and two streams, block i+1 copied in while block i runs."""
+
+    AREAS = 3
+
+    def __init__(self) -> None:
+        free, _ = cupy.cuda.runtime.memGetInfo()
+        area = int(free * 0.9) // self.AREAS
+        self.input_pool, self.decoded_pool, self.result_pool = (cupy.cuda.MemoryPool() for _ in range(self.AREAS))
+        for pool in (self.input_pool, self.decoded_pool, self.result_pool):
+            pool.set_limit(size=area)
+        self.copy_stream = cupy.cuda.Stream(non_blocking=True)
+        self.compute_stream = cupy.cuda.Stream(non_blocking=True)
+
+    def _upload(self, parts: list[np.ndarray]) -> tuple[DeviceParts, Any, list[np.ndarray]]:
+        """A block's parts copied in on the copy stream: the device arrays, the event after the
+        copies, and the pinned host buffers, which must live until the copies are done."""
+        uploaded: DeviceParts = {}
+        staged = []
+        with cupy.cuda.using_allocator(self.input_pool.malloc), self.copy_stream:
+            for host in parts:
+                pinned = cupyx.empty_pinned(host.shape, host.dtype)
+                pinned[...] = host
+                device = cupy.empty(host.shape, host.dtype)
+                device.set(pinned, stream=self.copy_stream)
+                uploaded[id(host)] = (host, device)
+                staged.append(pinned)
+            done = self.copy_stream.record()
+        return uploaded, done, staged
+
+    def run(self, jobs, work, parts_of, cancel) -> Iterator[tuple[int, Any]]:
+        if not jobs:
+            return
+        stage_results(self.result_pool, self.copy_stream)
+        upcoming = self._upload(parts_of(jobs[0]))
+        try:
+            for index, job in enumerate(jobs):
+                if cancel.is_set():
+                    return
+                parts, copied, staged = upcoming
+                if index + 1 < len(jobs):
+                    upcoming = self._upload(parts_of(jobs[index + 1]))  # overlaps with this block's work
+                self.compute_stream.wait_event(copied)
+                with cupy.cuda.using_allocator(self.decoded_pool.malloc), self.compute_stream:
+                    result = work(job, parts)
+                self.compute_stream.synchronize()  # after the copies it waited for: their buffers may go
+                del parts, staged
+                yield index, result
+        finally:  # stopped early (cancelled, failed): copies still in flight end before their buffers go
+            self.copy_stream.synchronize()

@@ -1,0 +1,1020 @@
+"""A strict stand-in for CuPy, to run the CuPy backend and the device pipeline where no GPU is.
+
+It is NumPy underneath, and as strict as CuPy where CuPy is strict:
+
+- **Its surface is the installed real wheel's** (`cupy-cuda12x`, pinned; it imports without a
+  driver): a name the real `cupy`, `cupyx`, `cupy.cuda` or `cupy.ndarray` lacks is an
+  AttributeError, a keyword argument the real function or method does not take is a TypeError.
+- **Host and device do not mix**: a device array refuses implicit conversion (`__array__`, so
+  `numpy.asarray`, `pyarrow.array` and NumPy functions fail on it as on CuPy), a NumPy array given
+  where a device array is wanted is a TypeError, and an array is used only on the device it lives on.
+- **Streams, events and pools are modelled**: every operation runs on the current device's current
+  stream and reads arrays that other streams wrote only after a wait on an event recorded after
+  the write (or a host synchronization); a pinned host buffer must outlive its asynchronous copy;
+  memory pools and each device's memory have limits (`OutOfMemoryError` past them).
+- **ElementwiseKernels run their own C source**, compiled on the CPU by g++ through a small shim
+  in which every `raw` argument is bounds-checked.
+- **What happened is counted** (`StandIn.counts`): launches, host synchronizations, bytes moved
+  each way, per device.
+
+What it proves: that the code uses CuPy's API as CuPy has it, with the dtypes it accepts, that its
+logic gives NumPy's answers, and that the stream dependencies written in it order every read after
+its write. What it cannot: real concurrency, the order of atomics, speed, or the device's own
+memory behaviour beyond the limits modelled.
+
+    with installed(devices=2) as standin:   # `import cupy` now gives the stand-in
+        backend = get_backend("cupy")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import hashlib
+import importlib.machinery
+import inspect
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import types
+import weakref
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# ---- the real wheel's surface ----------------------------------------------------------------------
+
+_NO_SIGNATURE = object()  # a callable whose parameters cannot be read: any keyword passes
+
+
+def _parameters(obj: Any) -> set[str] | object:
+    """The keyword parameters a real CuPy callable takes (from its signature, or for Cython
+    methods the first line of its docstring); `_NO_SIGNATURE` when neither tells."""
+    try:
+        params = inspect.signature(obj).parameters.values()
+        if any(p.kind is p.VAR_KEYWORD for p in params):
+            return _NO_SIGNATURE
+        return {p.name for p in params if p.kind is not p.VAR_POSITIONAL} - {"self"}
+    except (TypeError, ValueError):
+        pass
+    first = (getattr(obj, "__doc__", None) or "").strip().splitlines()
+    match = re.match(r"[\w.]+\((.*)\)", first[0]) if first else None
+    if match is None or "**" in match[1]:
+        return _NO_SIGNATURE
+    names = {part.split("=")[0].strip().lstrip("*") for part in match[1].split(",")}
+    return names - {"self", "", "/"}
+
+
+@functools.cache
+def surface() -> dict[str, Any]:
+    """The names and parameters of the installed real CuPy, read once."""
+    saved = {name: sys.modules.pop(name) for name in list(sys.modules) if name.split(".")[0] in ("cupy", "cupyx")}
+    try:
+        import cupy
+        import cupyx
+
+        real = {
+            "cupy": {n: getattr(cupy, n) for n in dir(cupy) if not n.startswith("_")},
+            "cupyx": {n: getattr(cupyx, n) for n in dir(cupyx) if not n.startswith("_")},
+            "cuda": {n: getattr(cupy.cuda, n) for n in dir(cupy.cuda) if not n.startswith("_")},
+            "runtime": {n for n in dir(cupy.cuda.runtime) if not n.startswith("_")},
+            "ndarray": {n: getattr(cupy.ndarray, n) for n in dir(cupy.ndarray) if not n.startswith("_")},
+            "ufunc": {n for n in dir(cupy.add) if not n.startswith("_")},
+            "version": cupy.__version__,
+        }
+        real["params"] = {
+            key: _parameters(value)
+            for space in ("cupy", "cupyx", "ndarray")
+            for name, value in real[space].items()
+            if callable(value)
+            for key in [f"{space}.{name}"]
+        }
+        for name in ("Stream", "Event", "MemoryPool", "Device"):
+            cls = real["cuda"][name]
+            real["params"][f"cuda.{name}"] = _parameters(cls)
+            for method in dir(cls):
+                if not method.startswith("_") and callable(getattr(cls, method)):
+                    real["params"][f"cuda.{name}.{method}"] = _parameters(getattr(cls, method))
+        return real
+    finally:
+        for name in [n for n in sys.modules if n.split(".")[0] in ("cupy", "cupyx")]:
+            del sys.modules[name]
+        sys.modules.update(saved)
+
+
+def _check_keywords(key: str, kwargs: dict[str, Any]) -> None:
+    allowed = surface()["params"].get(key, _NO_SIGNATURE)
+    if allowed is _NO_SIGNATURE:
+        return
+    unknown = sorted(set(kwargs) - allowed)
+    if unknown:
+        raise TypeError(f"{key}() got an unexpected keyword argument {unknown[0]!r} (the real CuPy takes none such)")
+
+
+# ---- errors as CuPy raises them ------------------------------------------------------------------
+
+
+class OutOfMemoryError(MemoryError):
+    def __init__(self, size: int, total: int, limit: int):
+        super().__init__(
+            f"Out of memory allocating {size:,} bytes (allocated so far: {total:,} bytes, limit {limit:,})."
+        )
+
+
+class StreamOrderError(AssertionError):
+    """A read that no wait orders after its write, or a host buffer released under a copy."""
+
+
+# ---- streams, events, devices, pools ----------------------------------------------------------------
+
+
+class _Stream:
+    """A stream of one device: its operations in order, and how far it has waited for others."""
+
+    def __init__(self, standin: StandIn, device: int, blocking: bool, null: bool = False):
+        self.standin, self.device, self.blocking, self.null = standin, device, blocking, null
+        self.seq = 0
+        self.seen: dict[int, int] = {}  # id(stream) -> the last of its operations ordered before ours
+        self._stack: list[Any] = []
+
+    # the real Stream's API
+    def record(self, event: _Event | None = None) -> _Event:
+        event = event or _Event()
+        event.record(self)
+        return event
+
+    def wait_event(self, event: _Event) -> None:
+        if event.stream is None:
+            return
+        for stream_id, seq in event.seen.items():
+            self.seen[stream_id] = max(self.seen.get(stream_id, 0), seq)
+
+    def synchronize(self) -> None:
+        self.standin.host_waits(self)
+
+    @property
+    def done(self) -> bool:
+        return True
+
+    def use(self) -> _Stream:
+        self.standin.state().streams[self.device] = self
+        return self
+
+    def __enter__(self) -> _Stream:
+        state = self.standin.state()
+        self._stack.append(state.streams.get(self.device))
+        state.streams[self.device] = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.standin.state().streams[self.device] = self._stack.pop()
+
+    # the model
+    def step(self) -> tuple[_Stream, int]:
+        """One more operation on this stream; after every operation the null stream and blocking
+        streams had before it (legacy default-stream semantics)."""
+        self.seq += 1
+        if self.blocking:
+            for other in self.standin.blocking_streams(self.device):
+                if other is not self:
+                    self.seen[id(other)] = max(self.seen.get(id(other), 0), other.seq)
+        return self, self.seq
+
+    def ordered_after(self, stream: _Stream, seq: int) -> bool:
+        if stream is self:
+            return True
+        return self.seen.get(id(stream), 0) >= seq or self.standin.host_seen.get(id(stream), 0) >= seq
+
+
+class _Event:
+    def __init__(self, block: bool = False, disable_timing: bool = False, interprocess: bool = False):
+        self.stream: _Stream | None = None
+        self.seen: dict[int, int] = {}
+
+    def record(self, stream: _Stream | None = None) -> None:
+        stream = stream or _STANDIN.current_stream()
+        self.stream = stream
+        self.seen = {**stream.seen, id(stream): stream.seq}
+
+    def synchronize(self) -> None:
+        if self.stream is not None:
+            _STANDIN.host_waits_for(self.seen)
+
+    @property
+    def done(self) -> bool:
+        return True
+
+
+class _Pool:
+    """A memory pool: its arrays' bytes against its limit (and the device's memory)."""
+
+    def __init__(self) -> None:
+        self.used = 0
+        self.limit = 0  # 0: none of its own
+
+    def set_limit(self, size: int | None = None, fraction: float | None = None) -> None:
+        if fraction is not None:
+            size = int(_STANDIN.memory * fraction)
+        self.limit = int(size or 0)
+
+    def get_limit(self) -> int:
+        return self.limit
+
+    def used_bytes(self) -> int:
+        return self.used
+
+    def total_bytes(self) -> int:
+        return self.used
+
+    def free_all_blocks(self, stream: Any = None) -> None:
+        pass
+
+    def malloc(self, size: int) -> None:
+        raise NotImplementedError("the stand-in allocates through using_allocator(pool.malloc) only")
+
+
+@dataclass
+class _ThreadState:
+    device: int = 0
+    streams: dict[int, _Stream] = field(default_factory=dict)  # device -> current stream
+    pool: _Pool | None = None
+
+
+class _Device:
+    def __init__(self, device: int | None = None):
+        self.id = _STANDIN.state().device if device is None else int(device)
+        if not 0 <= self.id < _STANDIN.devices:
+            raise RuntimeError(f"cudaErrorInvalidDevice: invalid device ordinal {self.id}")
+        self._previous: list[int] = []
+
+    def use(self) -> None:
+        _STANDIN.state().device = self.id
+
+    def synchronize(self) -> None:
+        for stream in _STANDIN.all_streams(self.id):
+            _STANDIN.host_waits(stream)
+
+    def __enter__(self) -> _Device:
+        state = _STANDIN.state()
+        self._previous.append(state.device)
+        state.device = self.id
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _STANDIN.state().device = self._previous.pop()
+
+
+# ---- device arrays -----------------------------------------------------------------------------------
+
+
+def _refused(value: Any) -> TypeError:
+    return TypeError(f"Unsupported type {type(value)} (a NumPy array where CuPy wants a device array)")
+
+
+class ndarray:
+    """A device array: NumPy data that only device operations may touch."""
+
+    __array_priority__ = 100
+
+    def __init__(self, data: np.ndarray, device: int, written: tuple[_Stream, int], pool: _Pool | None):
+        self._data = data
+        self._device = device
+        self._written = written
+        if pool is not None:
+            nbytes = data.nbytes
+            pool.used += nbytes
+            weakref.finalize(self, _release, pool, nbytes)
+
+    # -- what CuPy refuses --------------------------------------------------------------------------
+    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        raise TypeError(
+            "Implicit conversion to a NumPy array is not allowed. Please use `.get()` to construct a NumPy array "
+            "explicitly."
+        )
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        if ufunc.__name__ not in surface()["cupy"]:
+            return NotImplemented
+        target = getattr(_STANDIN.module, ufunc.__name__)
+        return target(*inputs, **kwargs) if method == "__call__" else getattr(target, method)(*inputs, **kwargs)
+
+    def __array_function__(self, func: Any, types_: Any, args: Any, kwargs: Any) -> Any:
+        name = func.__name__
+        if name not in surface()["cupy"]:
+            raise TypeError(f"numpy.{name} has no CuPy counterpart: it cannot take device arrays")
+        return getattr(_STANDIN.module, name)(*args, **kwargs)
+
+    # -- plain attributes ----------------------------------------------------------------------------
+    shape = property(lambda self: self._data.shape)
+    dtype = property(lambda self: self._data.dtype)
+    size = property(lambda self: self._data.size)
+    ndim = property(lambda self: self._data.ndim)
+    nbytes = property(lambda self: self._data.nbytes)
+    itemsize = property(lambda self: self._data.itemsize)
+    strides = property(lambda self: self._data.strides)
+    device = property(lambda self: _Device(self._device))
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"standin.ndarray(device={self._device}, shape={self.shape}, dtype={self.dtype})"
+
+    # -- values to the host (each a synchronization) -----------------------------------------------------
+    def get(
+        self, stream: _Stream | None = None, order: str = "C", out: Any = None, blocking: bool = True
+    ) -> np.ndarray:
+        return _STANDIN.to_host(self, stream, blocking)
+
+    def item(self) -> Any:
+        return _STANDIN.to_host(self, None, True).item()
+
+    def tolist(self) -> Any:
+        return _STANDIN.to_host(self, None, True).tolist()
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if self.dtype.kind not in "iub":
+            raise TypeError("only integer arrays can be used as an index")
+        return int(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __bool__(self) -> bool:
+        return bool(self.item())
+
+    def __iter__(self) -> Iterator[ndarray]:
+        for i in range(len(self)):
+            yield self[i]
+
+    # -- values from the host -------------------------------------------------------------------------
+    def set(self, arr: np.ndarray, stream: _Stream | None = None) -> None:
+        _STANDIN.from_host(self, arr, stream)
+
+    # -- everything else runs on the device ----------------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in surface()["ndarray"]:
+            raise AttributeError(f"'cupy.ndarray' object has no attribute {name!r}")
+        method = getattr(self._data, name, None)
+        if method is None:
+            raise NotImplementedError(f"the stand-in has no ndarray.{name}")
+        if not callable(method):
+            return _STANDIN.run(lambda: method, f"ndarray.{name}")
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            _check_keywords(f"ndarray.{name}", kwargs)
+            return _STANDIN.run(
+                lambda *a, **k: getattr(_STANDIN.read(self), name)(*a, **k), f"ndarray.{name}", *args, **kwargs
+            )
+
+        return call
+
+    def __getitem__(self, key: Any) -> Any:
+        return _STANDIN.run(lambda k: _STANDIN.read(self)[k], "getitem", _STANDIN.uploaded(key))
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        _STANDIN.write(
+            self, lambda k, v: self._data.__setitem__(k, v), _STANDIN.uploaded(key), _STANDIN.uploaded(value)
+        )
+
+
+def _release(pool: _Pool, nbytes: int) -> None:
+    pool.used -= nbytes
+
+
+def _operator(name: str):
+    def op(self: ndarray, *others: Any) -> Any:
+        return _STANDIN.run(lambda *o: getattr(_STANDIN.read(self), name)(*o), name, *others)
+
+    return op
+
+
+for _name in [
+    "__add__",
+    "__radd__",
+    "__sub__",
+    "__rsub__",
+    "__mul__",
+    "__rmul__",
+    "__truediv__",
+    "__rtruediv__",
+    "__floordiv__",
+    "__rfloordiv__",
+    "__mod__",
+    "__rmod__",
+    "__pow__",
+    "__rpow__",
+    "__and__",
+    "__rand__",
+    "__or__",
+    "__ror__",
+    "__xor__",
+    "__rxor__",
+    "__lshift__",
+    "__rlshift__",
+    "__rshift__",
+    "__rrshift__",
+    "__neg__",
+    "__pos__",
+    "__abs__",
+    "__invert__",
+    "__eq__",
+    "__ne__",
+    "__lt__",
+    "__le__",
+    "__gt__",
+    "__ge__",
+]:
+    setattr(ndarray, _name, _operator(_name))
+ndarray.__hash__ = None  # type: ignore[assignment]
+
+
+def _inplace(name: str):
+    def op(self: ndarray, other: Any) -> ndarray:
+        _STANDIN.write(self, lambda o: getattr(self._data, name)(o), other)
+        return self
+
+    return op
+
+
+for _name in [
+    "__iadd__",
+    "__isub__",
+    "__imul__",
+    "__itruediv__",
+    "__ifloordiv__",
+    "__iand__",
+    "__ior__",
+    "__ixor__",
+    "__ilshift__",
+    "__irshift__",
+]:
+    setattr(ndarray, _name, _inplace(_name))
+
+
+# ---- ElementwiseKernel: its C source, compiled on the CPU ---------------------------------------------
+
+_C_TYPES = {
+    "bool": "bool",
+    "int8": "int8_t",
+    "int16": "int16_t",
+    "int32": "int32_t",
+    "int64": "int64_t",
+    "uint8": "uint8_t",
+    "uint16": "uint16_t",
+    "uint32": "uint32_t",
+    "uint64": "uint64_t",
+    "float32": "float",
+    "float64": "double",
+}
+_SHIM = r"""
+#include <cstdint>
+#include <cstdio>
+static long long cxg_bad_index = -1, cxg_bad_size = 0; static int cxg_bad_arg = -1;
+template <typename T> struct Raw {
+    T* p; long long n; int arg;
+    T& operator[](long long i) const {
+        static T dummy;
+        if (i >= 0 && i < n) return p[i];
+        if (cxg_bad_arg < 0) { cxg_bad_arg = arg; cxg_bad_index = i; cxg_bad_size = n; }
+        return dummy;
+    }
+};
+extern "C" int cxg_error(long long* index, long long* size) {
+    *index = cxg_bad_index; *size = cxg_bad_size;
+    int arg = cxg_bad_arg; cxg_bad_arg = -1; return arg;
+}
+"""
+
+
+@dataclass(frozen=True)
+class _Param:
+    name: str
+    ctype: str
+    raw: bool
+
+
+def _params(text: str) -> list[_Param]:
+    out = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        words = part.split()
+        raw = words[0] == "raw"
+        kind, name = words[-2], words[-1]
+        if kind not in _C_TYPES:
+            raise NotImplementedError(f"the stand-in's kernels take the types {', '.join(_C_TYPES)}, not {kind!r}")
+        out.append(_Param(name, _C_TYPES[kind], raw))
+    return out
+
+
+_BUILT: dict[str, ctypes.CDLL] = {}
+_BUILD_DIR = Path(tempfile.gettempdir()) / "cxg-standin-kernels"
+
+
+def compile_elementwise(inputs: list[_Param], outputs: list[_Param], body: str, name: str) -> ctypes.CDLL:
+    """The kernel's body as a C++ loop over its elements, compiled once per source."""
+    arguments, locals_ = [], []
+    for index, p in enumerate([*inputs, *outputs]):
+        arguments.append(f"{p.ctype}* {p.name}_p")
+        if p.raw:
+            locals_.append(f"Raw<{p.ctype}> {p.name}{{{p.name}_p, {p.name}_n, {index}}};")
+        elif p in outputs:
+            locals_.append(f"{p.ctype}& {p.name} = {p.name}_p[i];")
+        else:
+            locals_.append(f"const {p.ctype} {p.name} = {p.name}_p[i];")
+        arguments.append(f"long long {p.name}_n")
+    source = (
+        f'{_SHIM}\nextern "C" void {name}(long long n, {", ".join(arguments)}) {{\n'
+        f"  for (long long i = 0; i < n; ++i) {{\n    {' '.join(locals_)}\n    {body}\n  }}\n}}\n"
+    )
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    if digest not in _BUILT:
+        _BUILD_DIR.mkdir(exist_ok=True)
+        library = _BUILD_DIR / f"{name}-{digest}.so"
+        if not library.exists():
+            cpp = library.with_suffix(".cpp")
+            cpp.write_text(source)
+            done = subprocess.run(
+                ["g++", "-O1", "-shared", "-fPIC", "-std=c++17", "-o", str(library), str(cpp)],
+                capture_output=True,
+                text=True,
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"kernel {name} does not compile as C++ on the CPU:\n{done.stderr}")
+        _BUILT[digest] = ctypes.CDLL(str(library))
+    return _BUILT[digest]
+
+
+class ElementwiseKernel:
+    def __init__(self, in_params: str, out_params: str, operation: str, name: str = "kernel", **kwargs: Any):
+        _check_keywords("cupy.ElementwiseKernel", kwargs)
+        self.name = name
+        self.inputs, self.outputs = _params(in_params), _params(out_params)
+        self.operation = operation
+        self._library: ctypes.CDLL | None = None
+
+    def __call__(self, *args: Any, size: int | None = None, **kwargs: Any) -> Any:
+        _check_keywords("cupy.ElementwiseKernel.__call__", kwargs)
+        if len(args) != len(self.inputs):
+            raise TypeError(f"kernel {self.name} takes {len(self.inputs)} inputs, not {len(args)}")
+        self._library = self._library or compile_elementwise(self.inputs, self.outputs, self.operation, self.name)
+        return _STANDIN.launch(self, args, size)
+
+
+# ---- the stand-in -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Counts:
+    launches: Counter = field(default_factory=Counter)  # device -> kernel launches
+    syncs: int = 0  # the host waiting for a device: values read back, streams and events synchronized
+    to_device: int = 0  # bytes copied host -> device
+    to_host: int = 0  # bytes copied device -> host
+
+    @property
+    def total_launches(self) -> int:
+        return sum(self.launches.values())
+
+
+class StandIn:
+    def __init__(self, devices: int = 1, memory: int = 1 << 30):
+        self.devices, self.memory = devices, memory
+        self.counts = Counts()
+        self.host_seen: dict[int, int] = {}
+        self.pending_copies: dict[int, list[tuple[Any, _Stream, int, str]]] = {}  # id(pinned) -> in-flight copies
+        self.errors: list[str] = []
+        self._local = threading.local()
+        self._lock = threading.RLock()
+        self._null = {d: _Stream(self, d, blocking=True, null=True) for d in range(devices)}
+        self._streams: list[weakref.ref] = []
+        self._device_used = Counter()  # device -> bytes of arrays allocated without a pool
+        self.module = self._cupy_module()
+        self.cupyx = self._cupyx_module()
+
+    # -- thread-local current device, stream, allocator ---------------------------------------------------
+    def state(self) -> _ThreadState:
+        state = getattr(self._local, "state", None)
+        if state is None:
+            state = self._local.state = _ThreadState()
+        return state
+
+    def current_stream(self) -> _Stream:
+        state = self.state()
+        return state.streams.get(state.device) or self._null[state.device]
+
+    def new_stream(self, null: bool = False, non_blocking: bool = False, ptds: bool = False, priority: Any = None):
+        stream = self._null[self.state().device] if null else _Stream(self, self.state().device, not non_blocking)
+        self._streams.append(weakref.ref(stream))
+        return stream
+
+    def all_streams(self, device: int) -> list[_Stream]:
+        alive = [s for ref in self._streams if (s := ref()) is not None and s.device == device]
+        return [self._null[device], *alive]
+
+    def blocking_streams(self, device: int) -> list[_Stream]:
+        return [s for s in self.all_streams(device) if s.blocking]
+
+    # -- synchronization -------------------------------------------------------------------------------------
+    def host_waits(self, stream: _Stream) -> None:
+        self.host_waits_for({**stream.seen, id(stream): stream.seq})
+
+    def host_waits_for(self, seen: dict[int, int]) -> None:
+        with self._lock:
+            self.counts.syncs += 1
+            for stream_id, seq in seen.items():
+                self.host_seen[stream_id] = max(self.host_seen.get(stream_id, 0), seq)
+
+    # -- reading and writing device data ------------------------------------------------------------------------
+    def read(self, array: ndarray) -> np.ndarray:
+        """The data of `array` for an operation about to run on the current stream: on this device,
+        and ordered after the operation that wrote it."""
+        device = self._on_this_device(array)
+        stream = self.current_stream()
+        writer, seq = array._written
+        if not stream.ordered_after(writer, seq):
+            message = (
+                f"stream order: an operation on {_name_of(stream)} of device {device} reads an array that "
+                f"{_name_of(writer)} wrote, with no wait on an event recorded after that write"
+            )
+            self.errors.append(message)
+            raise StreamOrderError(message)
+        return array._data
+
+    def _on_this_device(self, array: ndarray) -> int:
+        device = self.state().device
+        if array._device != device:
+            raise ValueError(
+                f"The device where the array resides ({array._device}) is different from the current device "
+                f"({device}). Peer access is unavailable between these devices."
+            )
+        return device
+
+    def _unwrap(self, value: Any, transfer: bool = False) -> Any:
+        if isinstance(value, ndarray):
+            return self.read(value)
+        if isinstance(value, np.ndarray) and not isinstance(value, np.generic):
+            if transfer:
+                return value
+            raise _refused(value)
+        if isinstance(value, list | tuple):
+            return type(value)(self._unwrap(v, transfer) for v in value)
+        if isinstance(value, slice):
+            return slice(*(self._unwrap(v) for v in (value.start, value.stop, value.step)))
+        return value
+
+    def wrap(self, value: Any, written: tuple[_Stream, int]) -> Any:
+        if isinstance(value, np.ndarray):
+            return self.allocate(value, written)
+        if isinstance(value, np.generic | bool | int | float) and not isinstance(value, np.dtype):
+            return self.allocate(np.asarray(value), written)
+        if isinstance(value, tuple | list):
+            return type(value)(self.wrap(v, written) for v in value)
+        return value
+
+    def allocate(self, data: np.ndarray, written: tuple[_Stream, int]) -> ndarray:
+        """A device array of `data`; charged to the current pool (or the device) unless it is a view."""
+        device = self.state().device
+        pool = self.state().pool if data.flags.owndata else None
+        with self._lock:
+            if pool is not None and pool.limit and pool.used + data.nbytes > pool.limit:
+                raise OutOfMemoryError(data.nbytes, pool.used, pool.limit)
+            charged = data.flags.owndata and pool is None
+            if charged:
+                if self._device_used[device] + data.nbytes > self.memory:
+                    raise OutOfMemoryError(data.nbytes, self._device_used[device], self.memory)
+                self._device_used[device] += data.nbytes
+        array = ndarray(data, device, written, pool)
+        if charged:
+            weakref.finalize(array, self._free_device, device, data.nbytes)
+        return array
+
+    def _free_device(self, device: int, nbytes: int) -> None:
+        with self._lock:
+            self._device_used[device] -= nbytes
+
+    def run(self, compute: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        """One kernel launch on the current stream: `compute` on the inputs' data, its result a new
+        device array (scalars too: CuPy answers reductions with 0-d arrays)."""
+        inputs = self._unwrap(args)
+        options = {k: self._unwrap(v) for k, v in kwargs.items()}
+        written = self.current_stream().step()
+        with self._lock:
+            self.counts.launches[self.state().device] += 1
+        return self.wrap(compute(*inputs, **options), written)
+
+    def uploaded(self, value: Any) -> Any:
+        """Host arrays given as an index or a value to store: copied to the device first, as CuPy does."""
+        if isinstance(value, np.ndarray) and not isinstance(value, ndarray):
+            with self._lock:
+                self.counts.to_device += value.nbytes
+            return self.wrap(np.array(value), self.current_stream().step())
+        if isinstance(value, tuple):
+            return tuple(self.uploaded(v) for v in value)
+        return value
+
+    def write(self, array: ndarray, compute: Any, *args: Any) -> None:
+        """An operation writing `array` in place (a setitem, an in-place operator, a scatter)."""
+        self.read(array)
+        inputs = self._unwrap(args)
+        array._written = self.current_stream().step()
+        with self._lock:
+            self.counts.launches[self.state().device] += 1
+        compute(*inputs)
+
+    def to_host(self, array: ndarray, stream: _Stream | None, blocking: bool) -> np.ndarray:
+        stream = stream or self.current_stream()
+        with self._streamed(stream):
+            data = self.read(array).copy()
+            stream.step()
+        with self._lock:
+            self.counts.to_host += data.nbytes
+        if blocking:
+            self.host_waits(stream)
+        return data
+
+    def from_host(self, array: ndarray, host: np.ndarray, stream: _Stream | None) -> None:
+        if isinstance(host, ndarray):
+            raise TypeError("ndarray.set takes a host (NumPy) array")
+        stream = stream or self.current_stream()
+        with self._streamed(stream):
+            self._on_this_device(array)
+            np.copyto(array._data, host)
+            array._written = stream.step()
+        with self._lock:
+            self.counts.to_device += host.nbytes
+            if isinstance(host, _Pinned) and not stream.null:  # asynchronous: the buffer must live on
+                self.pending_copies.setdefault(id(host), []).append((weakref.ref(host), stream, array._written[1], ""))
+
+    @contextlib.contextmanager
+    def _streamed(self, stream: _Stream) -> Iterator[None]:
+        state = self.state()
+        previous = state.streams.get(stream.device)
+        device, state.device = state.device, stream.device
+        state.streams[stream.device] = stream
+        try:
+            yield
+        finally:
+            state.streams[stream.device] = previous
+            state.device = device
+
+    def pinned_released(self, key: int) -> None:
+        """A pinned host buffer was freed: a copy from it still in flight read freed memory."""
+        with self._lock:
+            for _, stream, seq, _ in self.pending_copies.pop(key, []):
+                if self.host_seen.get(id(stream), 0) < seq:
+                    self.errors.append(
+                        f"a pinned host buffer was released while its copy on {_name_of(stream)} was in flight"
+                    )
+
+    def launch(self, kernel: ElementwiseKernel, args: tuple, size: int | None) -> Any:
+        arrays = self._unwrap(args, transfer=False)
+        sized = [a for a, p in zip(arrays, kernel.inputs, strict=True) if not p.raw and np.ndim(a) > 0]
+        n = size if size is not None else (max(len(a) for a in sized) if sized else 1)
+        buffers, keep = [], []
+        for a, p in zip(arrays, kernel.inputs, strict=True):
+            dtype = np.dtype(_DTYPES[p.ctype])
+            data = np.ascontiguousarray(a if p.raw else np.broadcast_to(np.asarray(a, dtype=dtype), (n,)), dtype=dtype)
+            keep.append(data)
+            buffers += [data.ctypes.data_as(ctypes.c_void_p), ctypes.c_longlong(len(data))]
+        outs = [np.zeros(n, dtype=_DTYPES[p.ctype]) for p in kernel.outputs]
+        for data in outs:
+            buffers += [data.ctypes.data_as(ctypes.c_void_p), ctypes.c_longlong(len(data))]
+        written = self.current_stream().step()
+        with self._lock:
+            self.counts.launches[self.state().device] += 1
+        getattr(kernel._library, kernel.name)(ctypes.c_longlong(n), *buffers)
+        index, length = ctypes.c_longlong(), ctypes.c_longlong()
+        bad = kernel._library.cxg_error(ctypes.byref(index), ctypes.byref(length))
+        if bad >= 0:
+            param = [*kernel.inputs, *kernel.outputs][bad]
+            raise IndexError(f"kernel {kernel.name} reads {param.name}[{index.value}] of {length.value}")
+        results = [self.wrap(o, written) for o in outs]
+        return results[0] if len(results) == 1 else tuple(results)
+
+    # -- the modules ---------------------------------------------------------------------------------------------
+    def _function(self, space: str, name: str, real: Any) -> Any:
+        """The stand-in of a real CuPy function: NumPy's, on device data."""
+        numpy_name = {"asnumpy": None, "asarray": "asarray", "array": "array"}.get(name, name)
+        if name == "asnumpy":
+            return lambda a, stream=None, order="C", out=None, blocking=True: (
+                self.to_host(a, stream, blocking) if isinstance(a, ndarray) else np.asarray(a)
+            )
+        if name in ("asarray", "array"):
+
+            def transfer(a: Any, dtype: Any = None, *args: Any, **kwargs: Any) -> Any:
+                _check_keywords(f"{space}.{name}", kwargs)
+                if isinstance(a, ndarray):
+                    return self.run(lambda x: np.array(x, dtype=dtype, copy=name == "array"), name, a)
+                host = np.array(self._unwrap(a, transfer=True), dtype=dtype)
+                with self._lock:
+                    self.counts.to_device += host.nbytes
+                return self.wrap(host, self.current_stream().step())
+
+            return transfer
+        target = getattr(np, numpy_name, None)
+        if target is None:
+            return _missing(f"{space}.{name}")
+        if name in ("empty", "empty_like"):  # an allocation, no kernel: nothing written yet
+
+            def allocate(*args: Any, **kwargs: Any) -> ndarray:
+                _check_keywords(f"{space}.{name}", kwargs)
+                data = target(*self._unwrap(args), **kwargs)
+                return self.allocate(data, (self.current_stream(), 0))
+
+            return allocate
+        if isinstance(real, _REAL_UFUNC_TYPES):
+            return _Ufunc(self, name, target)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            _check_keywords(f"{space}.{name}", kwargs)
+            return self.run(lambda *a, **k: target(*a, **k), name, *args, **kwargs)
+
+        call.__name__ = name
+        return call
+
+    def _cupy_module(self) -> types.ModuleType:
+        module = _StrictModule("cupy", "cupy", self)
+        module.ndarray = ndarray
+        module.ElementwiseKernel = ElementwiseKernel
+        module.__version__ = surface()["version"]
+        cuda = _StrictModule("cupy.cuda", "cuda", self)
+        cuda.Stream = lambda *a, **k: (_check_keywords("cuda.Stream", k), self.new_stream(*a, **k))[1]
+        cuda.Event = _Event
+        cuda.Device = _Device
+        cuda.MemoryPool = _Pool
+        cuda.get_current_stream = lambda device_id=None: self.current_stream()
+        cuda.using_allocator = self._using_allocator
+        cuda.memory = types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError)
+        runtime = types.SimpleNamespace(
+            getDeviceCount=lambda: self.devices,
+            getDevice=lambda: self.state().device,
+            memGetInfo=lambda: (self.memory - self._device_used[self.state().device], self.memory),
+            deviceSynchronize=lambda: _Device().synchronize(),
+        )
+        for name in vars(runtime):
+            if name not in surface()["runtime"]:
+                raise AssertionError(f"the stand-in offers cupy.cuda.runtime.{name}, which the real one lacks")
+        cuda.runtime = runtime
+        module.cuda = cuda
+        return module
+
+    def _cupyx_module(self) -> types.ModuleType:
+        module = _StrictModule("cupyx", "cupyx", self)
+
+        def scatter(name: str, ufunc: np.ufunc):
+            def scatter_op(a: ndarray, slices: Any, value: Any) -> None:
+                if a.dtype not in _SCATTER_DTYPES[name]:
+                    raise TypeError(f"cupyx.{name} does not support dtype {a.dtype}")
+                self.write(a, lambda s, v: ufunc.at(a._data, s, v), slices, value)
+
+            return scatter_op
+
+        module.scatter_add = scatter("scatter_add", np.add)
+        module.scatter_max = scatter("scatter_max", np.maximum)
+        module.scatter_min = scatter("scatter_min", np.minimum)
+        module.empty_pinned = lambda shape, dtype=float, order="C": self._pinned(np.empty(shape, dtype, order))
+        module.zeros_pinned = lambda shape, dtype=float, order="C": self._pinned(np.zeros(shape, dtype, order))
+        return module
+
+    def _pinned(self, array: np.ndarray) -> _Pinned:
+        pinned = array.view(_Pinned)
+        weakref.finalize(pinned, self.pinned_released, id(pinned))
+        return pinned
+
+    @contextlib.contextmanager
+    def _using_allocator(self, allocator: Any = None) -> Iterator[None]:
+        state = self.state()
+        previous = state.pool
+        state.pool = getattr(allocator, "__self__", None)
+        try:
+            yield
+        finally:
+            state.pool = previous
+
+    def check(self) -> None:
+        """Raise what the run broke that raised nowhere (a buffer freed under a copy)."""
+        import gc
+
+        gc.collect()
+        if self.errors:
+            raise StreamOrderError("; ".join(dict.fromkeys(self.errors)))
+
+
+class _Pinned(np.ndarray):
+    """A pinned host buffer (`cupyx.empty_pinned`): its copies to the device are asynchronous."""
+
+
+_DTYPES = {v: k for k, v in _C_TYPES.items()}
+_SCATTER_DTYPES = {  # what the real cupyx.scatter_* take (CuPy's _scatter_op: no int64, no narrow integers)
+    "scatter_add": {np.dtype(t) for t in ("int32", "uint32", "uint64", "float16", "float32", "float64")},
+    "scatter_max": {np.dtype(t) for t in ("int32", "uint32", "uint64", "float32", "float64")},
+    "scatter_min": {np.dtype(t) for t in ("int32", "uint32", "uint64", "float32", "float64")},
+}
+_REAL_UFUNC_TYPES: tuple[type, ...] = ()
+
+
+class _Ufunc:
+    """A CuPy ufunc: called, or through the methods the real one has."""
+
+    def __init__(self, standin: StandIn, name: str, target: np.ufunc):
+        self.standin, self.name, self.target = standin, name, target
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.standin.run(lambda *a, **k: self.target(*a, **k), self.name, *args, **kwargs)
+
+    def __getattr__(self, method: str) -> Any:
+        if method not in surface()["ufunc"]:
+            raise AttributeError(f"cupy.ufunc has no attribute {method!r}")
+        if method == "at":
+            return lambda a, indices, b=None: self.standin.write(
+                a, lambda i, v: self.target.at(a._data, i, v), indices, b
+            )
+        return lambda *a, **k: self.standin.run(lambda *x, **y: getattr(self.target, method)(*x, **y), method, *a, **k)
+
+
+def _missing(name: str):
+    def missing(*args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"the stand-in has no {name}")
+
+    return missing
+
+
+def _name_of(stream: _Stream) -> str:
+    return "the null stream" if stream.null else f"stream {id(stream) % 10000:04d}"
+
+
+class _StrictModule(types.ModuleType):
+    """A module offering exactly the names the real one has."""
+
+    def __init__(self, name: str, space: str, standin: StandIn):
+        super().__init__(name)
+        self.__spec__ = importlib.machinery.ModuleSpec(name, None)
+        object.__setattr__(self, "_space", space)
+        object.__setattr__(self, "_standin", standin)
+        object.__setattr__(self, "_made", {})
+
+    def __getattr__(self, name: str) -> Any:
+        real = surface().get(self._space, {})
+        if name.startswith("_") or name not in real:
+            raise AttributeError(f"module '{self.__name__}' has no attribute {name!r} (nor has the real one)")
+        made = self._made
+        if name not in made:
+            value = real[name]
+            if isinstance(value, types.ModuleType):
+                made[name] = _Unmodelled(f"{self.__name__}.{name}")
+            elif getattr(np, name, None) is value or not callable(value):
+                made[name] = value  # dtypes, constants and what CuPy takes from NumPy as it is
+            else:
+                made[name] = self._standin._function(self._space, name, value)
+        return made[name]
+
+
+class _Unmodelled:
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> Any:
+        raise NotImplementedError(f"the stand-in does not model {self._name}")
+
+
+_STANDIN: StandIn = None  # type: ignore[assignment]
+_DEVICE_MODULES = ("gpu_kernels.cupy_backend", "gpu_kernels.device_pipeline")  # built on whichever CuPy is imported
+
+
+@contextlib.contextmanager
+def installed(devices: int = 1, memory: int = 1 << 30) -> Iterator[StandIn]:
+    """`import cupy` and `import cupyx` give the stand-in inside the block, and the CuPy backend
+    is built on it; afterwards everything is as it was. Raises what the run broke silently."""
+    global _STANDIN, _REAL_UFUNC_TYPES
+    real = surface()
+    _REAL_UFUNC_TYPES = tuple({type(v) for v in real["cupy"].values() if type(v).__name__ == "ufunc"})
+    saved = {name: sys.modules.pop(name) for name in list(sys.modules) if name.split(".")[0] in ("cupy", "cupyx")}
+    saved_device = {name: sys.modules.pop(name) for name in _DEVICE_MODULES if name in sys.modules}
+    from gpu_kernels import backend as backends
+
+    cached = backends._BACKENDS.pop("cupy", None)
+    _STANDIN = standin = StandIn(devices, memory)
+    sys.modules["cupy"], sys.modules["cupyx"] = standin.module, standin.cupyx
+    sys.modules["cupy.cuda"] = standin.module.cuda
+    try:
+        yield standin
+        standin.check()
+    finally:
+        for name in [n for n in sys.modules if n.split(".")[0] in ("cupy", "cupyx")]:
+            del sys.modules[name]
+        sys.modules.update(saved)
+        for name in _DEVICE_MODULES:
+            sys.modules.pop(name, None)
+        sys.modules.update(saved_device)
+        backends._BACKENDS.pop("cupy", None)
+        if cached is not None:
+            backends._BACKENDS["cupy"] = cached

@@ -1,0 +1,153 @@
+"""The stand-in of CuPy is as strict as CuPy where it matters here, and catches the mistakes it is
+there to catch: names and keywords the real wheel lacks, host and device mixed, an array used on
+another device, a read no wait orders after its write, a pinned buffer freed under its copy, dtypes
+cupyx's scatters refuse, a kernel reading out of bounds; it counts launches, synchronizations and
+bytes moved, and holds pools and devices to their memory."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from tests.cupy_standin import OutOfMemoryError, StreamOrderError, installed
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
+def test_only_the_real_wheels_names_and_keywords() -> None:
+    with installed() as standin:
+        import cupy
+        import cupyx
+
+        a = cupy.arange(10)
+        assert int(cupy.sum(a)) == 45 and cupy.int64 is np.int64
+        with pytest.raises(AttributeError, match="nor has the real one"):
+            cupy.reduceat  # noqa: B018 (NumPy has add.reduceat; CuPy has no module-level one)
+        with pytest.raises(TypeError, match="unexpected keyword argument 'where'"):
+            cupy.sum(a, where=a > 3)  # NumPy takes where=, CuPy does not
+        with pytest.raises(AttributeError):
+            a.tobytes_in_some_other_way  # noqa: B018
+        with pytest.raises(AttributeError):
+            cupyx.no_such_thing  # noqa: B018
+        assert standin.counts.total_launches >= 2
+
+
+def test_host_and_device_do_not_mix() -> None:
+    with installed():
+        import cupy
+
+        device, host = cupy.arange(4), np.arange(4)
+        for conversion in (np.asarray, pa.array, lambda d: np.searchsorted(host, d)):
+            with pytest.raises((TypeError, pa.ArrowInvalid)):
+                conversion(device)
+        with pytest.raises(TypeError, match="Unsupported type"):
+            device + host
+        with pytest.raises(TypeError, match="Unsupported type"):
+            cupy.concatenate((device, host))
+        assert (device.get() == host).all() and cupy.asnumpy(device * 2).tolist() == [0, 2, 4, 6]
+        assert int(np.searchsorted(device, device[2])) == 2  # NumPy's functions dispatch to CuPy's
+
+
+def test_an_array_is_used_only_on_its_own_device() -> None:
+    with installed(devices=2):
+        import cupy
+
+        with cupy.cuda.Device(0):
+            table = cupy.arange(5)
+        with cupy.cuda.Device(1), pytest.raises(ValueError, match="Peer access is unavailable"):
+            table + 1
+
+
+def test_a_read_on_another_stream_needs_a_wait_after_the_write() -> None:
+    with pytest.raises(StreamOrderError), installed():
+        import cupy
+
+        compute, copy = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
+        with compute:
+            result = cupy.arange(100) * 3
+        with pytest.raises(StreamOrderError, match="no wait on an event"):
+            result.get(stream=copy)  # copied out before the compute stream is known to have made it
+    with installed():
+        import cupy
+
+        compute, copy = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
+        with compute:
+            result = cupy.arange(100) * 3
+        copy.wait_event(compute.record())
+        assert result.get(stream=copy)[-1] == 297
+        with compute:
+            later = result + 1
+        compute.synchronize()  # the host waited: any stream may read it now
+        assert int(later.get(stream=copy)[0]) == 1
+
+
+def test_a_pinned_buffer_must_outlive_its_copy() -> None:
+    with pytest.raises(StreamOrderError, match="pinned host buffer was released"), installed():
+        import cupy
+        import cupyx
+
+        stream = cupy.cuda.Stream(non_blocking=True)
+        device = cupy.empty(1000, cupy.int64)
+        pinned = cupyx.empty_pinned(1000, np.int64)
+        pinned[...] = 7
+        device.set(pinned, stream=stream)
+        del pinned  # freed while the copy may still be reading it
+        gc.collect()
+    with installed():
+        import cupy
+        import cupyx
+
+        stream = cupy.cuda.Stream(non_blocking=True)
+        device = cupy.empty(1000, cupy.int64)
+        pinned = cupyx.empty_pinned(1000, np.int64)
+        device.set(pinned, stream=stream)
+        stream.synchronize()
+        del pinned
+
+
+def test_scatters_take_only_the_dtypes_cupyx_builds_them_for() -> None:
+    with installed():
+        import cupy
+        import cupyx
+
+        for dtype in (cupy.int64, cupy.uint8, cupy.int16):
+            with pytest.raises(TypeError, match="does not support dtype"):
+                cupyx.scatter_max(cupy.zeros(3, dtype), cupy.arange(3), cupy.ones(3, dtype))
+        out = cupy.zeros(3, cupy.int32)
+        cupyx.scatter_max(out, cupy.asarray([0, 0, 2]), cupy.asarray([5, 9, 1], dtype=cupy.int32))
+        assert out.get().tolist() == [9, 0, 1]
+
+
+def test_elementwise_kernels_run_their_c_source_with_raw_reads_checked() -> None:
+    with installed() as standin:
+        import cupy
+
+        gather = cupy.ElementwiseKernel("raw int64 table, int64 k", "int64 out", "out = table[k] * 2;", "gather2")
+        table = cupy.arange(10, dtype=cupy.int64)
+        assert gather(table, cupy.asarray([0, 9, 4])).get().tolist() == [0, 18, 8]
+        with pytest.raises(IndexError, match=r"reads table\[10\] of 10"):
+            gather(table, cupy.asarray([3, 10]))
+        assert standin.counts.launches[0] >= 2
+
+
+def test_counts_and_memory_limits() -> None:
+    with installed(memory=1 << 20) as standin:
+        import cupy
+
+        before = standin.counts.syncs
+        a = cupy.asarray(np.arange(1000, dtype=np.int64))
+        assert standin.counts.to_device == 8000
+        total = int(a.sum())
+        assert total == 499500 and standin.counts.syncs == before + 1 and standin.counts.to_host == 8
+        with pytest.raises(OutOfMemoryError):
+            cupy.zeros(1 << 18, cupy.int64)  # 2 MiB on a 1 MiB device
+        pool = cupy.cuda.MemoryPool()
+        pool.set_limit(size=4096)
+        with cupy.cuda.using_allocator(pool.malloc):
+            cupy.zeros(256, cupy.int64)
+            with pytest.raises(OutOfMemoryError):
+                cupy.zeros(1024, cupy.int64)
+        assert cupy.cuda.runtime.getDeviceCount() == 1
