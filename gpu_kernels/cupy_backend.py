@@ -1,8 +1,9 @@
 """The CuPy backend: the same kernels on a CUDA device.
 
-Imported only when CuPy finds a device (`gpu_kernels.backend.get_backend`). Bit unpacking is
-a CuPy ElementwiseKernel (one thread per row: one unaligned 8-byte window, shift, mask), run
-expansion is a binary search per row, grouped min/max use cupyx's scatter operations.
+Imported only when CuPy finds a device (`gpu_kernels.backend.get_backend`). Bit unpacking is a
+CUDA C kernel of `gpu_kernels/cuda/` (one thread per row: the bytes its value spans, shift, mask),
+run expansion is a binary search per row, grouped min/max use cupyx's scatter operations where
+they take the dtype, else a sort by group and value.
 """
 
 from __future__ import annotations
@@ -14,21 +15,17 @@ import cupyx
 import numpy as np
 
 from gpu_kernels.backend import Array, NumpyBackend
+from gpu_kernels.cuda_kernels import KERNELS, launch_shape
 
-_UNPACK = cupy.ElementwiseKernel(
-    "raw uint8 packed, int64 row, int64 width, uint64 mask",
-    "int64 out",
-    """
-    const unsigned long long bit = (unsigned long long)row * width;
-    const unsigned long long byte = bit >> 3;
-    unsigned long long word = 0;
-    for (int k = 0; k < 8; ++k) {
-        word |= ((unsigned long long)packed[byte + k]) << (8 * k);
-    }
-    out = (long long)((word >> (bit & 7)) & mask);
-    """,
-    "cxg_unpack",
-)
+_MODULES: dict[str, cupy.RawModule] = {}
+
+
+def _kernel(name: str):
+    """A CUDA C kernel of `gpu_kernels.cuda_kernels`, compiled for the device on first use."""
+    kernel = KERNELS[name]
+    if kernel.file not in _MODULES:
+        _MODULES[kernel.file] = cupy.RawModule(code=kernel.source())
+    return _MODULES[kernel.file].get_function(name)
 
 
 _staging = threading.local()
@@ -68,9 +65,14 @@ class CupyBackend(NumpyBackend):
         return self.exact_sum(self.unpack(packed, width, start, stop))
 
     def unpack_at(self, packed: Array, width: int, rows: Array) -> Array:
-        if width == 0:
-            return cupy.zeros(len(rows), dtype=cupy.int64)
-        return _UNPACK(packed, rows.astype(cupy.int64), width, np.uint64((1 << width) - 1))
+        n = len(rows)
+        if width == 0 or n == 0:
+            return cupy.zeros(n, dtype=cupy.int64)
+        out = cupy.empty(n, dtype=cupy.int64)
+        grid, block = launch_shape(n)
+        arguments = (packed, rows.astype(cupy.int64, copy=False), np.int64(n), np.int32(width))
+        _kernel("cxg_unpack")(grid, block, (*arguments, np.uint64((1 << width) - 1), out))
+        return out
 
     def repeat(self, values: Array, counts: Array) -> Array:
         ends = cupy.cumsum(counts)

@@ -12,8 +12,10 @@ It is NumPy underneath, and as strict as CuPy where CuPy is strict:
   stream and reads arrays that other streams wrote only after a wait on an event recorded after
   the write (or a host synchronization); a pinned host buffer must outlive its asynchronous copy;
   memory pools and each device's memory have limits (`OutOfMemoryError` past them).
-- **ElementwiseKernels run their own C source**, compiled on the CPU by g++ through a small shim
-  in which every `raw` argument is bounds-checked.
+- **Raw CUDA kernels run their own source** (`cupy.RawModule`), compiled as C++ on the CPU by g++
+  through a small shim that runs the grid's blocks and threads in loops (with `sanitize`, under
+  AddressSanitizer and UndefinedBehaviorSanitizer); their pointer arguments are read after their
+  writes, like any operation's.
 - **What happened is counted** (`StandIn.counts`): launches, host synchronizations, bytes moved
   each way, per device.
 
@@ -68,7 +70,10 @@ def _parameters(obj: Any) -> set[str] | object:
     match = re.match(r"[\w.]+\((.*)\)", first[0]) if first else None
     if match is None or "**" in match[1]:
         return _NO_SIGNATURE
-    names = {part.split("=")[0].strip().lstrip("*") for part in match[1].split(",")}
+    names = set()
+    for part in match[1].replace("\\", "").split(","):
+        words = part.split("=")[0].split()  # Cython writes types before names: "str code=None"
+        names.add(words[-1].lstrip("*") if words else "")
     return names - {"self", "", "/"}
 
 
@@ -462,112 +467,117 @@ for _name in [
     setattr(ndarray, _name, _inplace(_name))
 
 
-# ---- ElementwiseKernel: its C source, compiled on the CPU ---------------------------------------------
-
-_C_TYPES = {
-    "bool": "bool",
-    "int8": "int8_t",
-    "int16": "int16_t",
-    "int32": "int32_t",
-    "int64": "int64_t",
-    "uint8": "uint8_t",
-    "uint16": "uint16_t",
-    "uint32": "uint32_t",
-    "uint64": "uint64_t",
-    "float32": "float",
-    "float64": "double",
-}
-_SHIM = r"""
-#include <cstdint>
-#include <cstdio>
-static long long cxg_bad_index = -1, cxg_bad_size = 0; static int cxg_bad_arg = -1;
-template <typename T> struct Raw {
-    T* p; long long n; int arg;
-    T& operator[](long long i) const {
-        static T dummy;
-        if (i >= 0 && i < n) return p[i];
-        if (cxg_bad_arg < 0) { cxg_bad_arg = arg; cxg_bad_index = i; cxg_bad_size = n; }
-        return dummy;
-    }
-};
-extern "C" int cxg_error(long long* index, long long* size) {
-    *index = cxg_bad_index; *size = cxg_bad_size;
-    int arg = cxg_bad_arg; cxg_bad_arg = -1; return arg;
-}
-"""
-
-
-@dataclass(frozen=True)
-class _Param:
-    name: str
-    ctype: str
-    raw: bool
-
-
-def _params(text: str) -> list[_Param]:
-    out = []
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        words = part.split()
-        raw = words[0] == "raw"
-        kind, name = words[-2], words[-1]
-        if kind not in _C_TYPES:
-            raise NotImplementedError(f"the stand-in's kernels take the types {', '.join(_C_TYPES)}, not {kind!r}")
-        out.append(_Param(name, _C_TYPES[kind], raw))
-    return out
-
-
 _BUILT: dict[str, ctypes.CDLL] = {}
 _BUILD_DIR = Path(tempfile.gettempdir()) / "cxg-standin-kernels"
 
 
-def compile_elementwise(inputs: list[_Param], outputs: list[_Param], body: str, name: str) -> ctypes.CDLL:
-    """The kernel's body as a C++ loop over its elements, compiled once per source."""
-    arguments, locals_ = [], []
-    for index, p in enumerate([*inputs, *outputs]):
-        arguments.append(f"{p.ctype}* {p.name}_p")
-        if p.raw:
-            locals_.append(f"Raw<{p.ctype}> {p.name}{{{p.name}_p, {p.name}_n, {index}}};")
-        elif p in outputs:
-            locals_.append(f"{p.ctype}& {p.name} = {p.name}_p[i];")
-        else:
-            locals_.append(f"const {p.ctype} {p.name} = {p.name}_p[i];")
-        arguments.append(f"long long {p.name}_n")
-    source = (
-        f'{_SHIM}\nextern "C" void {name}(long long n, {", ".join(arguments)}) {{\n'
-        f"  for (long long i = 0; i < n; ++i) {{\n    {' '.join(locals_)}\n    {body}\n  }}\n}}\n"
-    )
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+# ---- RawModule and RawKernel: CUDA C run on the CPU ---------------------------------------------------
+
+_CUDA_SHIM = r"""
+#include <cstdint>
+struct dim3 { unsigned int x, y, z; };
+static dim3 blockIdx, threadIdx, blockDim, gridDim;
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __restrict__ __restrict
+"""
+_KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)', re.S)
+_C_SCALARS = {
+    "long long": ctypes.c_longlong,
+    "unsigned long long": ctypes.c_ulonglong,
+    "int": ctypes.c_int,
+    "unsigned int": ctypes.c_uint,
+    "double": ctypes.c_double,
+    "float": ctypes.c_float,
+    "bool": ctypes.c_bool,
+}
+
+
+@dataclass(frozen=True)
+class _KernelParam:
+    name: str
+    ctype: str  # the C type without const, restrict or the pointer
+    pointer: bool
+    const: bool
+
+
+def _kernel_params(text: str) -> list[_KernelParam]:
+    params = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        words = part.replace("*", " * ").split()
+        name = words[-1]
+        kind = [w for w in words[:-1] if w not in ("const", "__restrict__", "*")]
+        params.append(_KernelParam(name, " ".join(kind), "*" in words, "const" in words))
+    return params
+
+
+def compile_cuda(code: str, sanitize: bool = False) -> tuple[ctypes.CDLL, dict[str, list[_KernelParam]]]:
+    """A CUDA C source's kernels as C++ on the CPU: each `extern "C" __global__` function gets a
+    launcher running the grid's blocks and each block's threads in loops."""
+    kernels = {name: _kernel_params(params) for name, params in _KERNEL.findall(code)}
+    launchers = []
+    for name, params in kernels.items():
+        declared = ", ".join(
+            f"{'const ' if p.const else ''}{p.ctype}{'*' if p.pointer else ''} {p.name}" for p in params
+        )
+        launchers.append(
+            f'extern "C" void cxg_launch_{name}(unsigned int gx, unsigned int bx, {declared}) {{\n'
+            f"  gridDim = {{gx, 1, 1}}; blockDim = {{bx, 1, 1}};\n"
+            f"  for (unsigned int b = 0; b < gx; ++b) for (unsigned int t = 0; t < bx; ++t) {{\n"
+            f"    blockIdx = {{b, 0, 0}}; threadIdx = {{t, 0, 0}}; {name}({', '.join(p.name for p in params)});\n"
+            f"  }}\n}}\n"
+        )
+    source = _CUDA_SHIM + code + "\n" + "".join(launchers)
+    flags = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-omit-frame-pointer"] if sanitize else ["-O1"]
+    return _build(source, "cuda", flags), kernels
+
+
+def _build(source: str, name: str, flags: list[str]) -> ctypes.CDLL:
+    """A C++ source built once into a shared library (cached by its text and flags)."""
+    digest = hashlib.sha256((source + " ".join(flags)).encode()).hexdigest()[:16]
     if digest not in _BUILT:
         _BUILD_DIR.mkdir(exist_ok=True)
         library = _BUILD_DIR / f"{name}-{digest}.so"
         if not library.exists():
             cpp = library.with_suffix(".cpp")
             cpp.write_text(source)
-            done = subprocess.run(
-                ["g++", "-O1", "-shared", "-fPIC", "-std=c++17", "-o", str(library), str(cpp)],
-                capture_output=True,
-                text=True,
-            )
+            command = ["g++", *flags, "-shared", "-fPIC", "-std=c++17", "-o", str(library), str(cpp)]
+            done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode != 0:
-                raise RuntimeError(f"kernel {name} does not compile as C++ on the CPU:\n{done.stderr}")
+                raise RuntimeError(f"{name} does not compile as C++ on the CPU:\n{done.stderr}")
         _BUILT[digest] = ctypes.CDLL(str(library))
     return _BUILT[digest]
 
 
-class ElementwiseKernel:
-    def __init__(self, in_params: str, out_params: str, operation: str, name: str = "kernel", **kwargs: Any):
-        _check_keywords("cupy.ElementwiseKernel", kwargs)
-        self.name = name
-        self.inputs, self.outputs = _params(in_params), _params(out_params)
-        self.operation = operation
-        self._library: ctypes.CDLL | None = None
+class RawModule:
+    def __init__(self, code: str | None = None, **kwargs: Any):
+        _check_keywords("cupy.RawModule", kwargs)
+        if code is None:
+            raise NotImplementedError("the stand-in compiles CUDA sources given as code=")
+        self.code = code
+        self._compiled: tuple[ctypes.CDLL, dict] | None = None
 
-    def __call__(self, *args: Any, size: int | None = None, **kwargs: Any) -> Any:
-        _check_keywords("cupy.ElementwiseKernel.__call__", kwargs)
-        if len(args) != len(self.inputs):
-            raise TypeError(f"kernel {self.name} takes {len(self.inputs)} inputs, not {len(args)}")
-        self._library = self._library or compile_elementwise(self.inputs, self.outputs, self.operation, self.name)
-        return _STANDIN.launch(self, args, size)
+    def get_function(self, name: str) -> RawKernel:
+        if self._compiled is None:
+            self._compiled = compile_cuda(self.code, _STANDIN.sanitize)
+        library, kernels = self._compiled
+        if name not in kernels:
+            raise RuntimeError(f"CUDA_ERROR_NOT_FOUND: no kernel {name!r} in the module")
+        return RawKernel(self.code, name, _library=library, _params=kernels[name])
+
+
+class RawKernel:
+    def __init__(self, code: str, name: str, options: tuple = (), *, _library=None, _params=None, **kwargs: Any):
+        _check_keywords("cupy.RawKernel", kwargs)
+        if _library is None:
+            _library, kernels = compile_cuda(code, _STANDIN.sanitize)
+            _params = kernels[name]
+        self.name, self._library, self._params = name, _library, _params
+
+    def __call__(self, grid: tuple, block: tuple, args: tuple, *, shared_mem: int = 0) -> None:
+        _STANDIN.launch_raw(self, grid, block, args)
 
 
 # ---- the stand-in -----------------------------------------------------------------------------------------
@@ -586,8 +596,8 @@ class Counts:
 
 
 class StandIn:
-    def __init__(self, devices: int = 1, memory: int = 1 << 30):
-        self.devices, self.memory = devices, memory
+    def __init__(self, devices: int = 1, memory: int = 1 << 30, sanitize: bool = False):
+        self.devices, self.memory, self.sanitize = devices, memory, sanitize
         self.counts = Counts()
         self.host_seen: dict[int, int] = {}
         self.pending_copies: dict[int, list[tuple[Any, _Stream, int, str]]] = {}  # id(pinned) -> in-flight copies
@@ -775,30 +785,34 @@ class StandIn:
                         f"a pinned host buffer was released while its copy on {_name_of(stream)} was in flight"
                     )
 
-    def launch(self, kernel: ElementwiseKernel, args: tuple, size: int | None) -> Any:
-        arrays = self._unwrap(args, transfer=False)
-        sized = [a for a, p in zip(arrays, kernel.inputs, strict=True) if not p.raw and np.ndim(a) > 0]
-        n = size if size is not None else (max(len(a) for a in sized) if sized else 1)
-        buffers, keep = [], []
-        for a, p in zip(arrays, kernel.inputs, strict=True):
-            dtype = np.dtype(_DTYPES[p.ctype])
-            data = np.ascontiguousarray(a if p.raw else np.broadcast_to(np.asarray(a, dtype=dtype), (n,)), dtype=dtype)
-            keep.append(data)
-            buffers += [data.ctypes.data_as(ctypes.c_void_p), ctypes.c_longlong(len(data))]
-        outs = [np.zeros(n, dtype=_DTYPES[p.ctype]) for p in kernel.outputs]
-        for data in outs:
-            buffers += [data.ctypes.data_as(ctypes.c_void_p), ctypes.c_longlong(len(data))]
-        written = self.current_stream().step()
+    def launch_raw(self, kernel: RawKernel, grid: tuple, block: tuple, args: tuple) -> None:
+        """A raw CUDA kernel's launch: its pointers read (ordered after their writes) and the
+        non-const ones written, its grid run on the CPU."""
+        if len(args) != len(kernel._params) or len(grid) != 1 or len(block) != 1:
+            raise TypeError(f"kernel {kernel.name}: {len(kernel._params)} arguments and 1-D grids and blocks")
+        written, values, keep = self.current_stream().step(), [], []
+        for value, param in zip(args, kernel._params, strict=True):
+            if param.pointer:
+                if not isinstance(value, ndarray):
+                    raise (
+                        _refused(value)
+                        if isinstance(value, np.ndarray)
+                        else TypeError(f"kernel {kernel.name}: {param.name} wants a device array, not {type(value)}")
+                    )
+                data = self.read(value)
+                if not data.flags.c_contiguous:
+                    raise ValueError(f"kernel {kernel.name}: {param.name} is not contiguous")
+                if not param.const:
+                    value._written = written
+                keep.append(data)
+                values.append(ctypes.c_void_p(data.ctypes.data))
+            else:
+                if isinstance(value, ndarray | np.ndarray):
+                    raise TypeError(f"kernel {kernel.name}: {param.name} is a scalar")
+                values.append(_C_SCALARS[param.ctype](value))
         with self._lock:
             self.counts.launches[self.state().device] += 1
-        getattr(kernel._library, kernel.name)(ctypes.c_longlong(n), *buffers)
-        index, length = ctypes.c_longlong(), ctypes.c_longlong()
-        bad = kernel._library.cxg_error(ctypes.byref(index), ctypes.byref(length))
-        if bad >= 0:
-            param = [*kernel.inputs, *kernel.outputs][bad]
-            raise IndexError(f"kernel {kernel.name} reads {param.name}[{index.value}] of {length.value}")
-        results = [self.wrap(o, written) for o in outs]
-        return results[0] if len(results) == 1 else tuple(results)
+        getattr(kernel._library, f"cxg_launch_{kernel.name}")(ctypes.c_uint(grid[0]), ctypes.c_uint(block[0]), *values)
 
     # -- the modules ---------------------------------------------------------------------------------------------
     def _function(self, space: str, name: str, real: Any) -> Any:
@@ -844,7 +858,8 @@ class StandIn:
     def _cupy_module(self) -> types.ModuleType:
         module = _StrictModule("cupy", "cupy", self)
         module.ndarray = ndarray
-        module.ElementwiseKernel = ElementwiseKernel
+        module.RawModule = RawModule
+        module.RawKernel = RawKernel
         module.__version__ = surface()["version"]
         cuda = _StrictModule("cupy.cuda", "cuda", self)
         cuda.Stream = lambda *a, **k: (_check_keywords("cuda.Stream", k), self.new_stream(*a, **k))[1]
@@ -913,7 +928,6 @@ class _Pinned(np.ndarray):
     """A pinned host buffer (`cupyx.empty_pinned`): its copies to the device are asynchronous."""
 
 
-_DTYPES = {v: k for k, v in _C_TYPES.items()}
 _SCATTER_DTYPES = {  # what the real cupyx.scatter_* take (CuPy's _scatter_op: no int64, no narrow integers)
     "scatter_add": {np.dtype(t) for t in ("int32", "uint32", "uint64", "float16", "float32", "float64")},
     "scatter_max": {np.dtype(t) for t in ("int32", "uint32", "uint64", "float32", "float64")},
@@ -991,7 +1005,7 @@ _DEVICE_MODULES = ("gpu_kernels.cupy_backend", "gpu_kernels.device_pipeline")  #
 
 
 @contextlib.contextmanager
-def installed(devices: int = 1, memory: int = 1 << 30) -> Iterator[StandIn]:
+def installed(devices: int = 1, memory: int = 1 << 30, sanitize: bool = False) -> Iterator[StandIn]:
     """`import cupy` and `import cupyx` give the stand-in inside the block, and the CuPy backend
     is built on it; afterwards everything is as it was. Raises what the run broke silently."""
     global _STANDIN, _REAL_UFUNC_TYPES
@@ -1002,7 +1016,7 @@ def installed(devices: int = 1, memory: int = 1 << 30) -> Iterator[StandIn]:
     from gpu_kernels import backend as backends
 
     cached = backends._BACKENDS.pop("cupy", None)
-    _STANDIN = standin = StandIn(devices, memory)
+    _STANDIN = standin = StandIn(devices, memory, sanitize)
     sys.modules["cupy"], sys.modules["cupyx"] = standin.module, standin.cupyx
     sys.modules["cupy.cuda"] = standin.module.cuda
     try:

@@ -121,16 +121,29 @@ def test_scatters_take_only_the_dtypes_cupyx_builds_them_for() -> None:
         assert out.get().tolist() == [9, 0, 1]
 
 
-def test_elementwise_kernels_run_their_c_source_with_raw_reads_checked() -> None:
+DOUBLE = """
+extern "C" __global__ void twice(const long long* __restrict__ in, long long n, long long* __restrict__ out) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += gridDim.x * (long long)blockDim.x)
+        out[i] = 2 * in[i];
+}
+"""
+
+
+def test_raw_kernels_run_their_cuda_source_and_read_after_the_writes() -> None:
     with installed() as standin:
         import cupy
 
-        gather = cupy.ElementwiseKernel("raw int64 table, int64 k", "int64 out", "out = table[k] * 2;", "gather2")
-        table = cupy.arange(10, dtype=cupy.int64)
-        assert gather(table, cupy.asarray([0, 9, 4])).get().tolist() == [0, 18, 8]
-        with pytest.raises(IndexError, match=r"reads table\[10\] of 10"):
-            gather(table, cupy.asarray([3, 10]))
-        assert standin.counts.launches[0] >= 2
+        twice = cupy.RawModule(code=DOUBLE).get_function("twice")
+        values, out = cupy.arange(1000, dtype=cupy.int64), cupy.empty(1000, dtype=cupy.int64)
+        twice((3,), (64,), (values, np.int64(1000), out))  # a grid smaller than the rows: the loop strides
+        assert out.get().tolist() == list(range(0, 2000, 2)) and standin.counts.launches[0] >= 2
+        with pytest.raises(TypeError, match="Unsupported type"):
+            twice((1,), (1,), (np.arange(3), np.int64(3), out))
+        twice((3,), (64,), (values, np.int64(1000), out))  # written again, on the null stream
+        other = cupy.cuda.Stream(non_blocking=True)
+        with other, pytest.raises(StreamOrderError):
+            twice((1,), (32,), (out, np.int64(1000), values))  # read on another stream, no wait
+        standin.errors.clear()
 
 
 def test_counts_and_memory_limits() -> None:

@@ -1,0 +1,34 @@
+"""The CUDA C kernels (`gpu_kernels/cuda/*.cu`): their sources, the launch shape they take, and the
+register budget each must compile within on the GPUs the project targets.
+
+The CuPy backend loads them with `cupy.RawModule`; the tests compile every one with NVRTC for
+`ARCHES` (registers and spills from ptxas) and, as C++ on the CPU through a shim that runs the
+grid's blocks and threads in loops, compare what they compute with the NumPy backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+
+ARCHES = ("sm_80", "sm_90")  # A100, H100/H200
+THREADS = 256  # per block
+MAX_BLOCKS = 4096  # a grid-stride loop covers the rest: per-launch cost stays flat for large blocks
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str  # the __global__ function
+    file: str  # under gpu_kernels/cuda/
+    registers: int  # per thread, at most, on every architecture of ARCHES (no spills either)
+
+    def source(self) -> str:
+        return resources.files("gpu_kernels").joinpath("cuda", self.file).read_text()
+
+
+KERNELS = {k.name: k for k in [Kernel("cxg_unpack", "unpack.cu", 32)]}
+
+
+def launch_shape(n: int) -> tuple[tuple[int], tuple[int]]:
+    """(grid, block) for `n` elements: THREADS per block, up to MAX_BLOCKS blocks."""
+    return (max(1, min(MAX_BLOCKS, -(-n // THREADS))),), (THREADS,)

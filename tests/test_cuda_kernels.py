@@ -1,0 +1,97 @@
+"""The CUDA C kernels of `gpu_kernels/cuda/`: each compiles with NVRTC for the GPUs the project
+targets within its register budget and without spills; each, compiled as C++ on the CPU (the grid's
+blocks and threads run in loops), computes what the NumPy backend does for many launch shapes;
+and does so cleanly under AddressSanitizer and UndefinedBehaviorSanitizer."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from gpu_kernels import bitpack, get_backend
+from gpu_kernels.cuda_kernels import ARCHES, KERNELS, launch_shape
+from tests.cupy_standin import installed
+
+SHAPES = [((1,), (1,)), ((1,), (32,)), ((3,), (7,)), ((2,), (256,)), None]  # None: the backend's own
+SIZES = [1, 7, 8, 9, 255, 256, 257, 5000]
+
+
+def nvrtc_compile(source: str, name: str, arch: str) -> str:
+    """ptxas's report of compiling `source` with NVRTC for `arch` (no device needed)."""
+    from cupy.cuda import nvrtc
+
+    program = nvrtc.createProgram(source, f"{name}.cu", [], [])
+    try:
+        nvrtc.compileProgram(program, [f"--gpu-architecture={arch}", "--ptxas-options=-v", "--std=c++17"])
+        return nvrtc.getProgramLog(program)
+    except nvrtc.NVRTCError as e:
+        raise AssertionError(f"{name} does not compile for {arch}:\n{nvrtc.getProgramLog(program)}") from e
+    finally:
+        nvrtc.destroyProgram(program)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_every_kernel_compiles_for_the_target_gpus_within_its_register_budget(name: str, arch: str) -> None:
+    kernel = KERNELS[name]
+    log = nvrtc_compile(kernel.source(), name, arch)
+    registers = int(re.search(r"Used (\d+) registers", log)[1])
+    spills = [int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", log)]
+    assert registers <= kernel.registers, f"{name} on {arch}: {registers} registers, budget {kernel.registers}"
+    assert spills and not any(spills), f"{name} on {arch} spills: {log}"
+
+
+def check_unpack(sanitize: bool = False) -> int:
+    """cxg_unpack on the CPU against the NumPy backend, every width, size and launch shape; how
+    many launches were compared."""
+    numpy = get_backend("numpy")
+    rng = np.random.default_rng(11)
+    compared = 0
+    with installed(sanitize=sanitize):
+        import cupy
+
+        kernel = cupy.RawModule(code=KERNELS["cxg_unpack"].source()).get_function("cxg_unpack")
+        for width in (1, 3, 8, 13, 31, 32, 45, 56):
+            for n in SIZES:
+                values = rng.integers(0, 1 << width, n, dtype=np.uint64)
+                packed = bitpack.pack(values, width)
+                rows = rng.integers(0, n, n).astype(np.int64)
+                expected = numpy.unpack_at(packed, width, rows)
+                for shape in SHAPES:
+                    grid, block = shape or launch_shape(n)
+                    out = cupy.full(n, -1, dtype=cupy.int64)
+                    arguments = (cupy.asarray(packed), cupy.asarray(rows), np.int64(n), np.int32(width))
+                    kernel(grid, block, (*arguments, np.uint64((1 << width) - 1), out))
+                    np.testing.assert_array_equal(out.get(), expected, err_msg=f"width {width}, n {n}, {shape}")
+                    compared += 1
+    return compared
+
+
+def test_kernels_on_the_cpu_compute_what_numpy_does_for_every_launch_shape() -> None:
+    assert check_unpack() == 8 * len(SIZES) * len(SHAPES)
+
+
+@pytest.mark.slow
+def test_kernels_run_clean_under_address_and_undefined_behaviour_sanitizers() -> None:
+    runtimes = [
+        subprocess.run(["g++", f"-print-file-name={lib}"], capture_output=True, text=True).stdout.strip()
+        for lib in ("libasan.so", "libubsan.so")
+    ]
+    if not all(os.path.isabs(path) for path in runtimes):
+        pytest.skip("g++ has no sanitizer runtimes here")
+    env = {
+        **os.environ,
+        "LD_PRELOAD": " ".join(runtimes),
+        "ASAN_OPTIONS": "detect_leaks=0:verify_asan_link_order=0:abort_on_error=0",
+        "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
+    }
+    code = "from tests.test_cuda_kernels import check_unpack; print(check_unpack(sanitize=True))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "AddressSanitizer" not in done.stderr and "runtime error" not in done.stderr, done.stderr[-3000:]
+    assert int(done.stdout.split()[-1]) == 8 * len(SIZES) * len(SHAPES)
