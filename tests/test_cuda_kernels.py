@@ -5,6 +5,7 @@ and does so cleanly under AddressSanitizer and UndefinedBehaviorSanitizer."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -95,3 +96,20 @@ def test_kernels_run_clean_under_address_and_undefined_behaviour_sanitizers() ->
     assert done.returncode == 0, done.stderr[-3000:]
     assert "AddressSanitizer" not in done.stderr and "runtime error" not in done.stderr, done.stderr[-3000:]
     assert int(done.stdout.split()[-1]) == 8 * len(SIZES) * len(SHAPES)
+
+
+def test_the_gpu_benchmark_counts_each_scans_work_per_block_on_the_stand_in(tmp_path) -> None:
+    from loadtests import bench_gpu
+
+    out = tmp_path / "gpu.json"
+    bench_gpu.main(["--dry-run", "--sf", "0.01", "--json", str(out)])  # every answer is checked against NumPy's
+    figures = json.loads(out.read_text())["queries"]
+    assert set(figures) == {
+        "Q1",
+        "Q6",
+        "sorted, selective",
+        "sorted, unselective",
+        "unsorted, selective",
+        "unsorted, unselective",
+    }
+    assert all(q["blocks"] > 0 and q["launches_per_block"] > 0 and q["syncs_per_block"] >= 1 for q in figures.values())
