@@ -589,6 +589,7 @@ class Counts:
     syncs: int = 0  # the host waiting for a device: values read back, streams and events synchronized
     to_device: int = 0  # bytes copied host -> device
     to_host: int = 0  # bytes copied device -> host
+    sync_sites: Counter = field(default_factory=Counter)  # where in gpu_kernels the host waited (file:line)
 
     @property
     def total_launches(self) -> int:
@@ -638,8 +639,13 @@ class StandIn:
         self.host_waits_for({**stream.seen, id(stream): stream.seq})
 
     def host_waits_for(self, seen: dict[int, int]) -> None:
+        frame = sys._getframe(1)
+        while frame is not None and "gpu_kernels" not in frame.f_code.co_filename:
+            frame = frame.f_back
+        site = f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}" if frame is not None else "?"
         with self._lock:
             self.counts.syncs += 1
+            self.counts.sync_sites[site] += 1
             for stream_id, seq in seen.items():
                 self.host_seen[stream_id] = max(self.host_seen.get(stream_id, 0), seq)
 
