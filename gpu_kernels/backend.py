@@ -65,13 +65,8 @@ class NumpyBackend:
     def exact_sum(self, values: Array) -> int:
         """The sum of non-negative integers (below 2**63) as a Python int, exact however many: the
         two 32-bit halves summed apart, read back together."""
-        xp = self.xp
-        unsigned = values.astype(xp.uint64, copy=False)
-        halves = xp.stack(
-            ((unsigned >> xp.uint64(32)).sum(dtype=xp.uint64), (unsigned & xp.uint64(0xFFFFFFFF)).sum(dtype=xp.uint64))
-        )
-        high, low = (int(h) for h in self.to_host(halves))
-        return (high << 32) + low
+        halves = bitpack.half_sums(values.astype(self.xp.uint64, copy=False), self.xp)
+        return bitpack.joined(self.to_host(halves))
 
     def unpack_at(self, packed: Array, width: int, rows: Array) -> Array:
         """Bit-packed offsets of the given rows (random access)."""

@@ -9,6 +9,8 @@ strided NumPy operations. The buffer carries 8 bytes of slack so the last load s
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 MAX_WIDTH = 56  # a value plus its bit shift must fit one 8-byte load
@@ -88,15 +90,22 @@ def packed_sum(packed: np.ndarray, width: int, first_group: int, groups: int) ->
             view = np.ndarray((count,), dtype="<u8", buffer=buf, offset=offset, strides=(width,))
             np.right_shift(view, np.uint64((r * width) & 7), out=lane[:count])
             np.bitwise_and(lane[:count], mask, out=lane[:count])
-            total += exact_sum(lane[:count])
+            total += joined(half_sums(lane[:count]))
     return total
 
 
-def exact_sum(values: np.ndarray) -> int:
-    """The sum of unsigned 64-bit integers as a Python int, exact for any count below 2**32: the
-    two 32-bit halves summed apart (a plain uint64 sum wraps past 2**64)."""
-    high = int((values >> np.uint64(32)).sum(dtype=np.uint64))
-    low = int((values & np.uint64(0xFFFFFFFF)).sum(dtype=np.uint64))
+def half_sums(values: Any, xp: Any = np) -> Any:
+    """The sums of the high and of the low 32-bit halves of unsigned 64-bit integers, as one array
+    of two (NumPy's or CuPy's): exact for fewer than 2**32 values, where a plain uint64 sum wraps
+    past 2**64. `joined` makes the sum of them."""
+    high = (values >> xp.uint64(32)).sum(dtype=xp.uint64)
+    low = (values & xp.uint64(0xFFFFFFFF)).sum(dtype=xp.uint64)
+    return xp.stack((high, low))
+
+
+def joined(halves: np.ndarray) -> int:
+    """The exact sum from `half_sums`, read on the host."""
+    high, low = (int(h) for h in halves)
     return (high << 32) + low
 
 

@@ -35,6 +35,7 @@ from storage import (
     spark_move,
     spread,
 )
+from storage.ingest import target
 from storage.manifest import Sizing
 
 SERVED_TIMEOUT_S = 60.0  # how long a move waits for its region's gateway to serve the new version
@@ -238,7 +239,7 @@ def retire_everywhere(view: RegionView, table: str, timeout: float = SERVED_TIME
     the region's gateway no longer serves it (the queries reading it still finish); the nodes."""
     done = []
     for node in view.holding(table):
-        NodeClient(view.nodes[node]).delete(f"/v1/tables/{table}")
+        target(view.nodes[node]).retire(table)
         done.append(node)
     deadline = time.monotonic() + timeout
     while view.served(table) is not None:

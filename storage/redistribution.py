@@ -79,27 +79,22 @@ def plan_move(
         nodes = list(dict.fromkeys(placement.owners))
     if not nodes:
         raise RedistributionError(f"table {schema.name}: no node to move it to")
-    old_nodes = sorted(held)
     keep: dict[str, list[int]] = defaultdict(list)
     gains: dict[str, list[int]] = defaultdict(list)
     reads: dict[str, list[int]] = defaultdict(list)
-    rebucketed = same_region and placement.buckets == schema.placement.buckets
+    rehashed = placement.buckets != schema.placement.buckets
     for bucket in range(placement.buckets):
-        before = [n for n in holders(schema.placement, old_nodes, bucket) if n in held] if rebucketed else []
+        before = _answering(schema, held, bucket) if same_region and not rehashed else []
         after = holders(placement, nodes, bucket)
         for node in after:
             (keep if node in before else gains)[node].append(bucket)
-        if any(node not in before for node in after):
-            source = [n for n in holders(schema.placement, old_nodes, bucket) if n in held]
-            if not source and placement.buckets == schema.placement.buckets:
-                raise RedistributionError(
-                    f"table {schema.name}: no node holding bucket {bucket} of version {base} answers"
-                )
-            if source:
-                reads[source[0]].append(bucket)
-    if placement.buckets != schema.placement.buckets:  # re-hashed: every row is read and placed again
-        reads = _everything(schema, held)
-    retire = [n for n in (old_nodes if same_region else holding) if n not in nodes]
+        if not rehashed and any(node not in before for node in after):
+            reads[_source(schema, held, bucket, base)].append(bucket)
+    if rehashed:  # every row is read and placed again
+        buckets = schema.placement.buckets if schema.placement.kind == "hash" else 1
+        for bucket in range(buckets):
+            reads[_source(schema, held, bucket, base)].append(bucket)
+    retire = [n for n in (sorted(held) if same_region else holding) if n not in nodes]
     return TableMove(
         replace(schema, placement=placement),
         base,
@@ -113,16 +108,17 @@ def plan_move(
     )
 
 
-def _everything(schema: TableSchema, held: list[str]) -> dict[str, list[int]]:
-    """Each bucket of the table read once, from the first of its holders that answers."""
-    reads: dict[str, list[int]] = defaultdict(list)
-    buckets = schema.placement.buckets if schema.placement.kind == "hash" else 1
-    for bucket in range(buckets):
-        source = [n for n in holders(schema.placement, sorted(held), bucket) if n in held]
-        if not source:
-            raise RedistributionError(f"table {schema.name}: no node holding bucket {bucket} answers")
-        reads[source[0]].append(bucket)
-    return reads
+def _answering(schema: TableSchema, held: list[str], bucket: int) -> list[str]:
+    """The holders of a bucket of version `base` that answer."""
+    return [n for n in holders(schema.placement, sorted(held), bucket) if n in held]
+
+
+def _source(schema: TableSchema, held: list[str], bucket: int, base: int) -> str:
+    """The node a bucket is read from: the first of its holders that answers."""
+    answering = _answering(schema, held, bucket)
+    if not answering:
+        raise RedistributionError(f"table {schema.name}: no node holding bucket {bucket} of version {base} answers")
+    return answering[0]
 
 
 def moved(placement: Placement, moves: list[BucketMove]) -> Placement:

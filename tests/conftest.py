@@ -144,3 +144,24 @@ def mariadb(tmp_path_factory: pytest.TempPathFactory, tpch_files: dict[str, Path
         yield server.url
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def expected(duck) -> dict[str, list[tuple]]:
+    """DuckDB's answers to the queries of `loadtests.faults` (what a region of processes must give)."""
+    from loadtests import faults
+
+    return {name: faults.rows(duck.sql(sql).fetchall()) for name, sql in faults.QUERIES.items()}
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory, tpch_files: dict[str, Path]):
+    """A supervised region of processes (gateway and two nodes) over TPC-H SF 0.01, one per test
+    module (`loadtests.faults.FaultRegion`): its tests kill, hang and reload it, or move its tables."""
+    from loadtests.faults import FaultRegion
+
+    region = FaultRegion.start(tmp_path_factory.mktemp("region-of-processes"), tpch_files)
+    try:
+        yield region
+    finally:
+        region.stop()

@@ -16,7 +16,6 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,21 +29,6 @@ from regions import machine_memory, node_memory_budget
 from regions.memory_budgets import JVM_OVERHEAD, NODE_SHARES, SYSTEM_SHARE, jvm_bytes
 from regions.spark_session import driver_memory
 from storage import Placement, TableSchema, load_table, read_parquet, tpch
-
-
-@pytest.fixture(scope="module")
-def expected(duck) -> dict[str, list[tuple]]:
-    """The right answers, from DuckDB."""
-    return {name: faults.rows(duck.sql(sql).fetchall()) for name, sql in QUERIES.items()}
-
-
-@pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory, tpch_files) -> Iterator[FaultRegion]:
-    region = FaultRegion.start(tmp_path_factory.mktemp("faults"), tpch_files)
-    try:
-        yield region
-    finally:
-        region.stop()
 
 
 def clean(report: Report) -> Report:

@@ -178,20 +178,6 @@ def test_a_retired_table_is_gone_from_listings_but_a_pinned_version_still_reads(
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory, tpch_files) -> Iterator[FaultRegion]:
-    region = FaultRegion.start(tmp_path_factory.mktemp("moves"), tpch_files)
-    try:
-        yield region
-    finally:
-        region.stop()
-
-
-@pytest.fixture(scope="module")
-def expected(duck) -> dict[str, list[tuple]]:
-    return {name: faults.rows(duck.sql(sql).fetchall()) for name, sql in faults.QUERIES.items()}
-
-
-@pytest.fixture(scope="module")
 def third_node(live: FaultRegion, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A node started while the region runs, with an empty data directory: `node-2`."""
     root = tmp_path_factory.mktemp("node-2")
