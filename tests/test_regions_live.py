@@ -278,9 +278,16 @@ def test_cxg_up_starts_every_region_and_a_killed_region_loses_nothing(tmp_path: 
     )
     east, west = (load_config(path, region=name) for name in ("east", "west"))
     up = _up(path, tmp_path)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(up.stdout), daemon=True)
+    reader.start()
     try:
         for config in (east, west):
             Client(config.gateway.url).wait_ready(timeout=90, nodes=1)
+        deadline = time.monotonic() + 90  # cxg up supervises once it has started them all: then a kill
+        while not any("region west (2) is up" in line for line in lines):  # is a restart, not a failed start
+            assert time.monotonic() < deadline and up.poll() is None, "".join(lines)
+            time.sleep(0.05)
         submitted = [
             http("POST", f"{east.gateway.url}/v1/statements", {"sql": LINEITEM, "tag": "slow", "wait": 0}).json()
             for _ in range(10)
@@ -299,7 +306,9 @@ def test_cxg_up_starts_every_region_and_a_killed_region_loses_nothing(tmp_path: 
         assert cluster["statements"]["succeeded"] == 10 and cluster["queue"] == 0
     finally:
         up.send_signal(signal.SIGINT)
-        output, _ = up.communicate(timeout=60)
+        up.wait(timeout=60)
+        reader.join(10)
+    output = "".join(lines)
     assert "region east (1) is up" in output and "region west (2) is up" in output, output
     assert "west: gateway exited" in output, output
 
