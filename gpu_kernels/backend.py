@@ -29,6 +29,7 @@ class BackendUnavailable(RuntimeError):
 class NumpyBackend:
     name = "numpy"
     xp = np
+    fuses = False  # runs a block's partial aggregate as one generated kernel (`gpu_kernels.fused_scan`)
 
     def asarray(self, host: np.ndarray) -> Array:
         return host

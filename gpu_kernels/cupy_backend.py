@@ -8,7 +8,9 @@ they take the dtype, else a sort by group and value.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Callable
 
 import cupy
 import cupyx
@@ -16,16 +18,21 @@ import numpy as np
 
 from gpu_kernels.backend import Array, NumpyBackend
 from gpu_kernels.cuda_kernels import KERNELS, launch_shape
+from gpu_kernels.fused_scan import FusedScan
 
 _MODULES: dict[str, cupy.RawModule] = {}
 
 
+def _module(source: str) -> cupy.RawModule:
+    """A CUDA C source as a module, compiled for the device on first use of one of its kernels."""
+    if source not in _MODULES:
+        _MODULES[source] = cupy.RawModule(code=source)
+    return _MODULES[source]
+
+
 def _kernel(name: str):
-    """A CUDA C kernel of `gpu_kernels.cuda_kernels`, compiled for the device on first use."""
-    kernel = KERNELS[name]
-    if kernel.file not in _MODULES:
-        _MODULES[kernel.file] = cupy.RawModule(code=kernel.source())
-    return _MODULES[kernel.file].get_function(name)
+    """A CUDA C kernel of `gpu_kernels.cuda_kernels`."""
+    return _module(KERNELS[name].source()).get_function(name)
 
 
 _staging = threading.local()
@@ -36,9 +43,36 @@ def stage_results(pool: cupy.cuda.MemoryPool | None, stream: cupy.cuda.Stream | 
     _staging.pool, _staging.stream = pool, stream
 
 
+def _copied_out(staged: cupy.ndarray) -> np.ndarray:
+    """An array of the result area copied to the host on the result stream, once the compute stream
+    has made it."""
+    _staging.stream.wait_event(cupy.cuda.get_current_stream().record())
+    return staged.get(stream=_staging.stream)
+
+
 class CupyBackend(NumpyBackend):
     name = "cupy"
     xp = cupy
+    fuses = True
+
+    def fused_aggregate(self, scan: FusedScan, dev: Callable[[np.ndarray], Array]) -> np.ndarray:
+        """Run a block's fused kernel (`gpu_kernels.fused_scan`): its accumulators prepared, the
+        rows scanned, the CUDA blocks' slices folded, and the one row per group read back, the
+        block's only wait for the device."""
+        module = _module(scan.source)
+        (grid,), block = launch_shape(scan.rows)
+        grid = min(grid, scan.max_blocks)
+        width = scan.groups * scan.slots
+        slices = cupy.empty(grid * width, dtype=cupy.uint64)
+        module.get_function(f"{scan.name}_init")(*launch_shape(grid * width), (np.int64(grid * width), slices))
+        arguments = [dev(a) if isinstance(a, np.ndarray) else a for a in scan.arguments]
+        module.get_function(scan.name)((grid,), block, (np.int64(scan.rows), np.int64(scan.groups), *arguments, slices))
+        pool = getattr(_staging, "pool", None)
+        with cupy.cuda.using_allocator(pool.malloc) if pool is not None else contextlib.nullcontext():
+            folded = cupy.empty(width, dtype=cupy.uint64)  # straight into the result area
+        fold = module.get_function(f"{scan.name}_reduce")
+        fold(*launch_shape(width), (np.int64(grid), np.int64(width), slices, folded))
+        return _copied_out(folded) if pool is not None else cupy.asnumpy(folded)
 
     def asarray(self, host: np.ndarray) -> Array:
         return cupy.asarray(host)
@@ -46,13 +80,11 @@ class CupyBackend(NumpyBackend):
     def to_host(self, array: Array) -> np.ndarray:
         if not isinstance(array, cupy.ndarray):
             return array
-        pool = getattr(_staging, "pool", None)
-        if pool is None:
+        if getattr(_staging, "pool", None) is None:
             return cupy.asnumpy(array)
-        with cupy.cuda.using_allocator(pool.malloc):
+        with cupy.cuda.using_allocator(_staging.pool.malloc):
             staged = array.copy()  # on the compute stream, into the result area
-        _staging.stream.wait_event(cupy.cuda.get_current_stream().record())  # copied out once computed
-        return staged.get(stream=_staging.stream)
+        return _copied_out(staged)
 
     def device(self) -> int:
         return cupy.cuda.runtime.getDevice()

@@ -153,22 +153,6 @@ class BlockDecoder:
             return int(xp.sum(self.dev(encoding.values).astype(xp.int64) * rows))
         return None
 
-    def bound(self, encoding: Encoding) -> int:
-        """An upper bound on |value| of an integer column, from the encoding alone."""
-        if isinstance(encoding, BitPacked):
-            return max(abs(encoding.reference), abs(encoding.reference + (1 << encoding.width) - 1))
-        if isinstance(encoding, Plain) and isinstance(encoding.values, np.ndarray):
-            return int(np.iinfo(encoding.values.dtype).max) + 1
-        if isinstance(encoding, RunLength) and len(encoding.values):
-            return int(np.abs(encoding.values.astype(np.int64)).max())
-        if (
-            isinstance(encoding, Dictionary)
-            and isinstance(encoding.dictionary, np.ndarray)
-            and len(encoding.dictionary)
-        ):
-            return int(np.abs(encoding.dictionary.astype(np.int64)).max())
-        return INT64_MAX
-
     def column_vec(self, name: str, sel: Selection) -> Vec:
         """The column's values on the selected rows."""
         column = self.block.columns[name]
@@ -181,7 +165,7 @@ class BlockDecoder:
             data = self.numeric(self.decode_rows(column.encoding, sel), t.kind)
             if t.kind is Kind.BOOL:
                 data = data != 0
-            vec = Vec(t, data, valid, bound=self.bound(column.encoding) if t.kind is not Kind.FLOAT else INT64_MAX)
+            vec = Vec(t, data, valid, bound=encoding_bound(column.encoding) if t.kind is not Kind.FLOAT else INT64_MAX)
         return vec
 
     def _string_vec(self, encoding: Encoding, sel: Selection, valid: Array | None) -> Vec:
@@ -200,3 +184,16 @@ class BlockDecoder:
             strings = strings.filter(pa.array(self.backend.to_host(sel.as_mask())))
         codes = self.backend.xp.arange(len(strings), dtype=np.int64)
         return Vec(t, codes, valid, dictionary=strings)
+
+
+def encoding_bound(encoding: Encoding) -> int:
+    """An upper bound on |value| of an integer column, from its encoding alone."""
+    if isinstance(encoding, BitPacked):
+        return max(abs(encoding.reference), abs(encoding.reference + (1 << encoding.width) - 1))
+    if isinstance(encoding, Plain) and isinstance(encoding.values, np.ndarray):
+        return int(np.iinfo(encoding.values.dtype).max) + 1
+    if isinstance(encoding, RunLength) and len(encoding.values):
+        return int(np.abs(encoding.values.astype(np.int64)).max())
+    if isinstance(encoding, Dictionary) and isinstance(encoding.dictionary, np.ndarray) and len(encoding.dictionary):
+        return int(np.abs(encoding.dictionary.astype(np.int64)).max())
+    return INT64_MAX

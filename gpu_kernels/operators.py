@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from gpu_kernels import fused_scan
 from gpu_kernels.aggregate import AggSpec, NamedExpr, partial_aggregate
 from gpu_kernels.backend import Array, NumpyBackend
 from gpu_kernels.decoding import ScanStats
@@ -53,6 +54,15 @@ def run_block(
     ev = BlockEvaluator(block, backend, stats, dict(device_parts or {}))
     stats.blocks += 1
     stats.rows_scanned += block.rows
+    fused = None
+    if task.aggregating and backend.fuses:
+        fused = fused_scan.plan(block, predicate, list(task.keys), list(task.aggregates))
+    if fused is not None:
+        accumulators = backend.fused_aggregate(fused, ev.dev)
+        batch = fused.assemble(accumulators)
+        stats.rows_selected += fused.selected(accumulators)
+        stats.values_decoded += block.rows * fused.columns_read
+        return _partitioned(task, backend, batch) if task.partition_buckets else [(batch, None)]
     sel = ev.filter(predicate)
     stats.rows_selected += sel.count()
     if task.aggregating:

@@ -34,9 +34,8 @@ def _scan(cache: TableCache, backend: Any, request: dict, keys: list[str]) -> tu
 
 
 def dry_run(sf: float, block_rows: int) -> dict[str, Any]:
-    """Each query's counts per block under the stand-in, its answer checked against NumPy's."""
-    from tests.cupy_standin import installed
-
+    """Each query's counts per block under the stand-in, by the general kernels and by the fused
+    kernel, every answer checked against NumPy's."""
     figures: dict[str, Any] = {"sf": sf, "block_rows": block_rows, "queries": {}}
     with tempfile.TemporaryDirectory(prefix="cxg-gpu-") as tmp:
         files = tpch.generate(sf, Path(tmp) / "tpch", ["lineitem"])
@@ -49,17 +48,30 @@ def dry_run(sf: float, block_rows: int) -> dict[str, Any]:
         numpy = get_backend("numpy")
         for name, (request, _, keys) in QUERIES.items():
             expected, _ = _scan(cache, numpy, request, keys)
-            with installed() as standin:
-                backend = get_backend("cupy")
-                _scan(cache, backend, request, keys)  # the kernels' one-time setup out of the counts
-                before = _snapshot(standin.counts)
-                got, blocks = _scan(cache, backend, request, keys)
-                after = _snapshot(standin.counts)
-            if not got.equals(expected):
-                raise SystemExit(f"{name}: the CuPy backend answers {got.to_pylist()}, NumPy {expected.to_pylist()}")
-            per_block = {k: (after[k] - before[k]) / max(1, blocks) for k in after}
-            figures["queries"][name] = {"blocks": blocks, **{f"{k}_per_block": v for k, v in per_block.items()}}
+            figures["queries"][name] = {path: _counted(cache, request, keys, expected, path) for path in PATHS}
     return figures
+
+
+PATHS = ("general", "fused")  # the general kernels (one launch per step), the generated fused kernel
+
+
+def _counted(cache: TableCache, request: dict, keys: list[str], expected: pa.Table, path: str) -> dict[str, float]:
+    """One scan's counts per block on the stand-in, by the general kernels or the fused one."""
+    from tests.cupy_standin import installed
+
+    with installed() as standin:
+        backend = get_backend("cupy")
+        backend.fuses = path == "fused"
+        try:
+            _scan(cache, backend, request, keys)  # the kernels' one-time setup out of the counts
+            before = _snapshot(standin.counts)
+            got, blocks = _scan(cache, backend, request, keys)
+            after = _snapshot(standin.counts)
+        finally:
+            del backend.fuses
+    if not got.equals(expected):
+        raise SystemExit(f"{path} kernels answer {got.to_pylist()}, NumPy's {expected.to_pylist()}")
+    return {"blocks": blocks, **{f"{k}_per_block": (after[k] - before[k]) / max(1, blocks) for k in after}}
 
 
 def _snapshot(counts: Any) -> dict[str, float]:
@@ -72,19 +84,19 @@ def _snapshot(counts: Any) -> dict[str, float]:
 
 
 def report(figures: dict[str, Any]) -> None:
-    rows = [
-        [
-            name,
-            str(q["blocks"]),
-            f"{q['launches_per_block']:.0f}",
-            f"{q['syncs_per_block']:.1f}",
-            f"{q['to_device_bytes_per_block'] / 1e6:.2f}",
-            f"{q['to_host_bytes_per_block'] / 1e3:.2f}",
-        ]
-        for name, q in figures["queries"].items()
-    ]
+    rows = []
+    for name, q in figures["queries"].items():
+        general, fused = q["general"], q["fused"]
+        rows.append(
+            [name, str(fused["blocks"])]
+            + [f"{general[k]:.{d}f} → {fused[k]:.{d}f}" for k, d in (("launches_per_block", 0), ("syncs_per_block", 1))]
+            + [
+                f"{fused['to_device_bytes_per_block'] / 1e6:.2f}",
+                f"{general['to_host_bytes_per_block'] / 1e3:.2f} → {fused['to_host_bytes_per_block'] / 1e3:.2f}",
+            ]
+        )
     print_table(
-        f"Per block on the CuPy backend (stand-in), lineitem SF {figures['sf']:g}, "
+        f"Per block on the CuPy backend (stand-in), general kernels → fused kernel, lineitem SF {figures['sf']:g}, "
         f"{figures['block_rows']:,} rows a block at most",
         ["query", "blocks", "launches", "host syncs", "MB to device", "KB to host"],
         rows,

@@ -482,6 +482,10 @@ static dim3 blockIdx, threadIdx, blockDim, gridDim;
 #define __host__
 #define __forceinline__ inline
 #define __restrict__ __restrict
+// atomics: the threads run one after another here, so a plain read-modify-write is one
+template <class T> static inline T atomicAdd(T* at, T v) { T old = *at; *at = old + v; return old; }
+template <class T> static inline T atomicMin(T* at, T v) { T old = *at; *at = v < old ? v : old; return old; }
+template <class T> static inline T atomicMax(T* at, T v) { T old = *at; *at = v > old ? v : old; return old; }
 """
 _KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)', re.S)
 _C_SCALARS = {
@@ -492,6 +496,22 @@ _C_SCALARS = {
     "double": ctypes.c_double,
     "float": ctypes.c_float,
     "bool": ctypes.c_bool,
+}
+# the dtype a kernel argument of each C type must have: CuPy passes an argument's bytes as they are
+# (a Python int as int64, a float as float64), so a mismatch is garbage on a GPU, not a conversion
+_C_DTYPES = {
+    "signed char": np.int8,
+    "char": np.int8,
+    "unsigned char": np.uint8,
+    "short": np.int16,
+    "unsigned short": np.uint16,
+    "long long": np.int64,
+    "unsigned long long": np.uint64,
+    "int": np.int32,
+    "unsigned int": np.uint32,
+    "double": np.float64,
+    "float": np.float32,
+    "bool": np.bool_,
 }
 
 
@@ -586,7 +606,7 @@ class RawKernel:
 @dataclass
 class Counts:
     launches: Counter = field(default_factory=Counter)  # device -> kernel launches
-    syncs: int = 0  # the host waiting for a device: values read back, streams and events synchronized
+    syncs: int = 0  # the host waiting for device work not yet known done: values read back, streams synchronized
     to_device: int = 0  # bytes copied host -> device
     to_host: int = 0  # bytes copied device -> host
     sync_sites: Counter = field(default_factory=Counter)  # where in gpu_kernels the host waited (file:line)
@@ -644,6 +664,8 @@ class StandIn:
             frame = frame.f_back
         site = f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}" if frame is not None else "?"
         with self._lock:
+            if all(self.host_seen.get(stream_id, 0) >= seq for stream_id, seq in seen.items()):
+                return  # everything it would wait for is known done: the call returns at once
             self.counts.syncs += 1
             self.counts.sync_sites[site] += 1
             for stream_id, seq in seen.items():
@@ -808,6 +830,8 @@ class StandIn:
                 data = self.read(value)
                 if not data.flags.c_contiguous:
                     raise ValueError(f"kernel {kernel.name}: {param.name} is not contiguous")
+                if data.dtype != np.dtype(_C_DTYPES[param.ctype]):
+                    raise TypeError(f"kernel {kernel.name}: {param.name} points to {param.ctype}, given {data.dtype}")
                 if not param.const:
                     value._written = written
                 keep.append(data)
@@ -815,6 +839,9 @@ class StandIn:
             else:
                 if isinstance(value, ndarray | np.ndarray):
                     raise TypeError(f"kernel {kernel.name}: {param.name} is a scalar")
+                given = np.asarray(value).dtype if isinstance(value, np.generic | bool | int | float) else None
+                if given != np.dtype(_C_DTYPES[param.ctype]):
+                    raise TypeError(f"kernel {kernel.name}: {param.name} is {param.ctype}, given {given}")
                 values.append(_C_SCALARS[param.ctype](value))
         with self._lock:
             self.counts.launches[self.state().device] += 1

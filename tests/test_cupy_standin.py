@@ -139,6 +139,10 @@ def test_raw_kernels_run_their_cuda_source_and_read_after_the_writes() -> None:
         assert out.get().tolist() == list(range(0, 2000, 2)) and standin.counts.launches[0] >= 2
         with pytest.raises(TypeError, match="Unsupported type"):
             twice((1,), (1,), (np.arange(3), np.int64(3), out))
+        with pytest.raises(TypeError, match="n is long long, given int32"):  # its bytes would be garbage
+            twice((1,), (1,), (values, np.int32(3), out))
+        with pytest.raises(TypeError, match="in points to long long, given int32"):
+            twice((1,), (1,), (values.astype(cupy.int32), np.int64(3), out))
         twice((3,), (64,), (values, np.int64(1000), out))  # written again, on the null stream
         other = cupy.cuda.Stream(non_blocking=True)
         with other, pytest.raises(StreamOrderError):
@@ -155,6 +159,8 @@ def test_counts_and_memory_limits() -> None:
         assert standin.counts.to_device == 8000
         total = int(a.sum())
         assert total == 499500 and standin.counts.syncs == before + 1 and standin.counts.to_host == 8
+        cupy.cuda.get_current_stream().synchronize()  # nothing new to wait for: returns at once, not counted
+        assert standin.counts.syncs == before + 1
         with pytest.raises(OutOfMemoryError):
             cupy.zeros(1 << 18, cupy.int64)  # 2 MiB on a 1 MiB device
         pool = cupy.cuda.MemoryPool()
