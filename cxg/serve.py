@@ -21,7 +21,7 @@ from balancer.native_backend import NativeBackend
 from balancer.simulation import SimulationBackend
 from cxg.client_commands import show_status
 from cxg.console import console
-from gateway import Client, Config, ConfigError, Gateway, SparkFactory, load_config
+from gateway import Client, Config, ConfigError, Gateway, SparkFactory, load_config, parse_size
 from gpu_kernels import get_backend
 from regions import LocalRegion, interrupt_on_sigterm, node_memory_budget, session_factory
 from regions.central_balancer import CentralBalancer
@@ -96,6 +96,8 @@ def cmd_node(args: argparse.Namespace, config: Config) -> int:
     if kind == "native":
         store = Store(args.data or config.storage.data[0], node=args.name)
         backend = get_backend(args.backend or config.storage.backend)
+        if config.storage.device_memory != "auto":
+            backend.device_memory = parse_size(config.storage.device_memory)
         worker_memory = budget // NODE_SHARES if budget else None
         node = Node(store, backend, args.scan_slots, args.threads, args.processes, worker_memory)
         server = NodeServer(args.name, NativeBackend(store), slots, url, journal)

@@ -55,6 +55,9 @@ class StorageConfig:
     # private memory a node process may hold (each of its scan workers: a third): auto (the machine's,
     # less Spark's driver and the system's share, split over the region's nodes), a size, or none
     node_memory: str = "auto"
+    # memory of each GPU a node's scans may use together (its three areas: a third each): auto (90%
+    # of the device's) or a size
+    device_memory: str = "auto"
 
 
 @dataclass
@@ -478,6 +481,12 @@ def _check(config: Config) -> None:
         raise ConfigError(f"region.backend must be native, mysql or simulation, not {config.region.backend!r}")
     if config.region.dispatch not in ("round-robin", "free-slot-first"):
         raise ConfigError(f"region.dispatch must be round-robin or free-slot-first, not {config.region.dispatch!r}")
+    if config.storage.device_memory != "auto":
+        try:
+            parse_size(config.storage.device_memory)
+        except ConfigError:
+            setting = config.storage.device_memory
+            raise ConfigError(f"storage.device_memory must be auto or a size, not {setting!r}") from None
     if config.spark.exchange not in ("auto", "files", "source"):
         raise ConfigError(f"spark.exchange must be auto, files or source, not {config.spark.exchange!r}")
     if config.balancing.method not in BALANCING_METHODS:

@@ -36,7 +36,8 @@ ERRORS = {
     "429": _error("The token's limit of concurrent queries is reached (see Retry-After)"),
     "503": _error(
         "The region is overloaded or has no node, a table misses buckets, a node went away mid-query, or Spark is "
-        "restarting (see Retry-After); or a scan needed more memory than a node process may hold (out_of_memory), "
+        "restarting, or a node's GPU had no room left for the scan (device_out_of_memory) (see Retry-After); or a "
+        "scan needed more memory than a node process may hold (out_of_memory), "
         "or a node's disk is full (disk_full)"
     ),
     "504": _error("The query ran past its timeout and was stopped"),

@@ -13,7 +13,7 @@ import lazy_loader
 
 _FACE: dict[str, tuple[str, ...]] = {
     "aggregate": ("FUNCTIONS", "AggSpec", "NamedExpr", "final_aggregate"),
-    "backend": ("BackendUnavailable", "NumpyBackend", "cuda_available", "get_backend"),
+    "backend": ("BackendUnavailable", "DeviceOutOfMemory", "NumpyBackend", "cuda_available", "get_backend"),
     "column_types": (
         "Domain",
         "DomainValues",
@@ -24,6 +24,7 @@ _FACE: dict[str, tuple[str, ...]] = {
         "type_name",
     ),
     "decoding": ("ScanStats",),
+    "fused_scan": ("FusedScan",),
     "encoded_block": ("EncodedBlock", "EncodedColumn"),
     "encodings": (
         "BitPacked",

@@ -26,10 +26,17 @@ class BackendUnavailable(RuntimeError):
     code = "backend_unavailable"
 
 
+class DeviceOutOfMemory(RuntimeError):
+    """A scan needed more of a GPU's memory area than was left: it fails alone, the node goes on."""
+
+    code = "device_out_of_memory"
+
+
 class NumpyBackend:
     name = "numpy"
     xp = np
     fuses = False  # runs a block's partial aggregate as one generated kernel (`gpu_kernels.fused_scan`)
+    device_memory: int | None = None  # bytes of each GPU the scans may use together (None: 90% of it)
 
     def asarray(self, host: np.ndarray) -> Array:
         return host

@@ -16,14 +16,20 @@ import cupy
 import cupyx
 import numpy as np
 
+from gpu_kernels.backend import DeviceOutOfMemory
 from gpu_kernels.cupy_backend import stage_results
 from gpu_kernels.pipeline import DeviceParts, Work
 
 
 def device_map(
-    jobs: Sequence[Any], work: Work, parts_of: Callable[[Any], list[np.ndarray]], cancel: threading.Event
+    jobs: Sequence[Any],
+    work: Work,
+    parts_of: Callable[[Any], list[np.ndarray]],
+    cancel: threading.Event,
+    memory: int | None = None,
 ) -> Iterator[Any]:
-    """work(job, its parts on the device) for every job, over every device, results in job order."""
+    """work(job, its parts on the device) for every job, over every device, results in job order;
+    the scans on a device use `memory` bytes of it together (None: DEVICE_MEMORY_FRACTION of it)."""
     devices = cupy.cuda.runtime.getDeviceCount()
     shares = [list(range(d, len(jobs), devices)) for d in range(devices)]
     results: dict[int, Any] = {}
@@ -33,12 +39,14 @@ def device_map(
     def device_worker(device: int) -> None:
         try:
             with cupy.cuda.Device(device):
-                lane = _DeviceLane()
+                lane = _DeviceLane(memory)
                 for index, result in lane.run([jobs[i] for i in shares[device]], work, parts_of, cancel):
                     with ready:
                         results[shares[device][index]] = result
                         ready.notify_all()
         except BaseException as e:  # surfaced to the consumer below
+            if isinstance(e, cupy.cuda.memory.OutOfMemoryError):
+                e = _out_of_memory(device, memory, e)
             with ready:
                 errors.append(e)
                 ready.notify_all()
@@ -58,17 +66,50 @@ def device_map(
         w.join()
 
 
+DEVICE_MEMORY_FRACTION = 0.9  # of each device's memory, split into the three areas
+
+
+class _Areas:
+    """A device's three memory areas (compressed input, decoded data, results), pools of equal
+    limits shared by every scan running on the device: however many run, together they stay within
+    the budget (by default DEVICE_MEMORY_FRACTION of its memory), and one that needs more than is
+    left fails alone."""
+
+    def __init__(self, memory: int | None) -> None:
+        if memory is None:
+            memory = int(cupy.cuda.runtime.memGetInfo()[1] * DEVICE_MEMORY_FRACTION)
+        self.size = memory // 3
+        self.input, self.decoded, self.result = (cupy.cuda.MemoryPool() for _ in range(3))
+        for pool in (self.input, self.decoded, self.result):
+            pool.set_limit(size=self.size)
+
+    @classmethod
+    def of_current_device(cls, memory: int | None) -> _Areas:
+        key = (cupy.cuda.runtime.getDevice(), memory)
+        with _AREAS_LOCK:
+            if key not in _AREAS:
+                _AREAS[key] = cls(memory)
+            return _AREAS[key]
+
+
+_AREAS: dict[tuple[int, int | None], _Areas] = {}  # (device, budget) -> its areas
+_AREAS_LOCK = threading.Lock()
+
+
+def _out_of_memory(device: int, memory: int | None, error: BaseException) -> DeviceOutOfMemory:
+    areas = _AREAS.get((device, memory))
+    area = f" of {areas.size:,} bytes" if areas else ""
+    return DeviceOutOfMemory(
+        f"GPU {device} has no room left in a memory area{area} for this scan ({error}): fewer scans at once "
+        "leave more to each, and a table loaded with a smaller storage.block_budget needs less per block"
+    )
+
+
 class _DeviceLane:
-    """One GPU: three memory pools and two streams, block i+1 copied in while block i runs."""
+    """One GPU: its three memory areas and two streams, block i+1 copied in while block i runs."""
 
-    AREAS = 3
-
-    def __init__(self) -> None:
-        free, _ = cupy.cuda.runtime.memGetInfo()
-        area = int(free * 0.9) // self.AREAS
-        self.input_pool, self.decoded_pool, self.result_pool = (cupy.cuda.MemoryPool() for _ in range(self.AREAS))
-        for pool in (self.input_pool, self.decoded_pool, self.result_pool):
-            pool.set_limit(size=area)
+    def __init__(self, memory: int | None) -> None:
+        self.areas = _Areas.of_current_device(memory)
         self.copy_stream = cupy.cuda.Stream(non_blocking=True)
         self.compute_stream = cupy.cuda.Stream(non_blocking=True)
 
@@ -77,7 +118,7 @@ class _DeviceLane:
         copies, and the pinned host buffers, which must live until the copies are done."""
         uploaded: DeviceParts = {}
         staged = []
-        with cupy.cuda.using_allocator(self.input_pool.malloc), self.copy_stream:
+        with cupy.cuda.using_allocator(self.areas.input.malloc), self.copy_stream:
             for host in parts:
                 pinned = cupyx.empty_pinned(host.shape, host.dtype)
                 pinned[...] = host
@@ -91,7 +132,7 @@ class _DeviceLane:
     def run(self, jobs, work, parts_of, cancel) -> Iterator[tuple[int, Any]]:
         if not jobs:
             return
-        stage_results(self.result_pool, self.copy_stream)
+        stage_results(self.areas.result, self.copy_stream)
         upcoming = self._upload(parts_of(jobs[0]))
         try:
             for index, job in enumerate(jobs):
@@ -101,7 +142,7 @@ class _DeviceLane:
                 if index + 1 < len(jobs):
                     upcoming = self._upload(parts_of(jobs[index + 1]))  # overlaps with this block's work
                 self.compute_stream.wait_event(copied)
-                with cupy.cuda.using_allocator(self.decoded_pool.malloc), self.compute_stream:
+                with cupy.cuda.using_allocator(self.areas.decoded.malloc), self.compute_stream:
                     result = work(job, parts)
                 self.compute_stream.synchronize()  # after the copies it waited for: their buffers may go
                 del parts, staged

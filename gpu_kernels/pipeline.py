@@ -59,7 +59,7 @@ class BlockPipeline:
         if self.backend.name == "cupy":
             from gpu_kernels.device_pipeline import device_map
 
-            yield from device_map(jobs, work, parts_of, cancel)
+            yield from device_map(jobs, work, parts_of, cancel, self.backend.device_memory)
             return
         # a short scan stays on one thread (a pool costs it more than it saves); a long one spreads
         started = time.perf_counter()

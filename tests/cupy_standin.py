@@ -222,6 +222,7 @@ class _Pool:
 
     def __init__(self) -> None:
         self.used = 0
+        self.peak = 0  # the most it held at once (the stand-in's own, for tests)
         self.limit = 0  # 0: none of its own
 
     def set_limit(self, size: int | None = None, fraction: float | None = None) -> None:
@@ -295,6 +296,7 @@ class ndarray:
         if pool is not None:
             nbytes = data.nbytes
             pool.used += nbytes
+            pool.peak = max(pool.peak, pool.used)
             weakref.finalize(self, _release, pool, nbytes)
 
     # -- what CuPy refuses --------------------------------------------------------------------------

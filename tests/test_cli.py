@@ -147,6 +147,12 @@ def test_parse_size() -> None:
         parse_size("lots")
 
 
+def test_device_memory_is_auto_or_a_size() -> None:
+    assert load_config(None, ["storage.device_memory=6GiB"]).storage.device_memory == "6GiB"
+    with pytest.raises(ConfigError, match="device_memory must be auto or a size, not 'most'"):
+        load_config(None, ["storage.device_memory=most"])
+
+
 def test_spark_exchange_is_checked_and_reaches_the_settings() -> None:
     settings = load_config(None, ["spark.exchange=source", "spark.exchange_dir=/shared/x"]).spark.settings()
     assert settings.exchange_mode() == "source" and settings.exchange_dir == "/shared/x"

@@ -16,6 +16,7 @@ import pyarrow as pa
 from gateway.config import SparkFactory, SparkSettings
 from gateway.sql.catalog import RegionCatalog
 from gateway.sql.errors import (
+    DeviceOutOfMemory,
     ExecutionError,
     InvalidQuery,
     NodeFull,
@@ -176,6 +177,7 @@ NODE_ERRORS: dict[str, Callable[[str], SqlError]] = {
     ),
     **dict.fromkeys(NODE_GONE, lambda message: NodeUnavailable(f"{message}; retry shortly")),
     OUT_OF_MEMORY: OutOfMemory,
+    DeviceOutOfMemory.code: DeviceOutOfMemory,
     DiskFullError.code: NodeFull,
 }
 

@@ -131,6 +131,17 @@ class OutOfMemory(SqlError):
     sqlstate = "53200"
 
 
+class DeviceOutOfMemory(SqlError):
+    """A node's GPU had no room left in a memory area for the query's scan (the scans running on it
+    share the device's memory); the node and the other queries go on, and the query may succeed
+    once fewer scans run."""
+
+    status = 503
+    code = "device_out_of_memory"
+    sqlstate = "53200"
+    retry_after = 1
+
+
 class NodeFull(SqlError):
     """A node has no disk left for the decoded copies of the blocks the query reads."""
 

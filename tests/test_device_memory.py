@@ -1,0 +1,87 @@
+"""Memory on the device: the scans on a GPU share a budget (`storage.device_memory`, three areas of
+a third), a table larger than it goes through block by block within it, and a scan that needs more
+than is left fails alone with `device_out_of_memory` while the node goes on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from gateway.background import serve
+from gpu_kernels import get_backend
+from storage import LoadOptions, Node, NodeClient, NodeError, Store, TableCache, TableSchema, load_table, scan_table
+
+BUDGET = 3 << 20  # bytes of the device the scans may use: areas of 1 MiB
+
+
+@pytest.fixture
+def store(tmp_path) -> Store:
+    store = Store(tmp_path / "node", node="node-gpu")
+    rng = np.random.default_rng(9)
+    rows = 400_000
+    big = pa.table({f"c{i}": rng.integers(0, 1 << 40, rows) for i in range(4)})
+    load_table([store], TableSchema.from_arrow("big", big.schema), big, LoadOptions(block_budget=640_000))
+    tiny = pa.table({"x": pa.array(range(100), pa.int64())})
+    load_table([store], TableSchema.from_arrow("tiny", tiny.schema), tiny)
+    return store
+
+
+@pytest.fixture
+def cupy_node(store: Store, request: pytest.FixtureRequest):
+    backend = get_backend("cupy")
+    backend.device_memory = request.param
+    try:
+        with serve(Node(store, backend, slots=2).app()) as url:
+            yield NodeClient(url)
+    finally:
+        del backend.device_memory
+
+
+COUNT_SUM = [{"name": "n", "func": "count"}, {"name": "s", "func": "sum", "arg": {"col": "c1"}}]
+REQUESTS = [
+    {"table": "big", "aggregates": COUNT_SUM},
+    {"table": "big", "columns": ["c0", "c2"], "filter": {"op": "<", "args": [{"col": "c3"}, {"lit": 1 << 30}]}},
+]
+
+
+def _expected(store: Store, request: dict) -> pa.Table:
+    scan = scan_table(TableCache(store), request, get_backend("numpy"))
+    return pa.Table.from_batches([p.batch for p in scan.pieces()], schema=scan.plan.schema)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cupy_node", [BUDGET], indirect=True)
+def test_a_table_larger_than_the_device_budget_goes_through_block_by_block(store, cupy_node, cupy_standin) -> None:
+    encoded = sum(block.nbytes for _, block in TableCache(store).get("big").blocks)
+    assert encoded > BUDGET  # the table does not fit the device's budget at once
+    for request in REQUESTS:
+        partials, _ = cupy_node.scan_table(request)
+        expected = _expected(store, request)
+        assert partials.num_rows == expected.num_rows
+        if "columns" in request:
+            assert partials.sort_by("c0").equals(expected.sort_by("c0"))
+        else:
+            assert pc_sum(partials, "s") == pc_sum(expected, "s") and pc_sum(partials, "n") == 400_000
+    if cupy_standin is not None:  # the stand-in records what each area held at most
+        from gpu_kernels.device_pipeline import _AREAS
+
+        [areas] = [a for (_, memory), a in _AREAS.items() if memory == BUDGET]
+        assert 0 < max(pool.peak for pool in (areas.input, areas.decoded, areas.result)) <= areas.size == BUDGET // 3
+
+
+def pc_sum(table: pa.Table, column: str) -> int:
+    return sum(v for v in table.column(column).to_pylist() if v is not None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cupy_node", [30_000], indirect=True)
+def test_a_scan_past_the_device_memory_fails_alone_and_the_node_goes_on(cupy_node) -> None:
+    with pytest.raises(NodeError) as failed:
+        cupy_node.scan_table(REQUESTS[0])
+    assert failed.value.code == "device_out_of_memory" and "GPU 0 has no room left" in str(failed.value)
+    total = {"name": "s", "func": "sum", "arg": {"col": "x"}}
+    partials, _ = cupy_node.scan_table({"table": "tiny", "aggregates": [total]})
+    assert partials.column("s").to_pylist() == [4950]
+    info = cupy_node.get("/v1/node")
+    assert info["free_slots"] == info["slots"] == 2 and info["backend"] == "cupy"
