@@ -5,8 +5,7 @@ TPC-H Q1 and Q6, and range filters (selective and unselective) on the sorted l_s
 unsorted l_partkey. Ours: the storage node's scan (kernels on encoded blocks, one worker thread:
 a query holds one core) plus the final merge of the partial aggregates. DuckDB: the same SQL on a
 table of the same Arrow data, with one thread and with all threads. Every answer is checked
-against DuckDB's. On a GPU, the CuPy backend is timed too, with its effective bandwidth over the
-decoded-equivalent bytes against the device's measured device-to-device copy bandwidth.
+against DuckDB's. The CuPy backend on a GPU is measured by `loadtests.bench_gpu`.
 
     python -m loadtests.bench_scan [--sf 1] [--json PATH] [--repeat 7]
 """
@@ -23,7 +22,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from gpu_kernels import NumpyBackend, cuda_available, final_aggregate, get_backend
+from gpu_kernels import NumpyBackend, final_aggregate, get_backend
 from gpu_kernels import expr as kernel_expr
 from loadtests.common import console, parser, print_table, write_json
 from storage import LoadOptions, Store, TableCache, load_table, read_parquet, scan_table, tpch
@@ -170,21 +169,6 @@ def decoded_bytes(cache: TableCache, request: dict, stats) -> int:
     return int(plain * stats.rows_scanned / total_rows)
 
 
-def device_copy_bandwidth() -> float:
-    """Device-to-device copy bandwidth in bytes/s (read + write counted once each)."""
-    import cupy
-
-    data = cupy.empty(1 << 30, dtype=cupy.uint8)
-    out = cupy.empty_like(data)
-    out[...] = data
-    cupy.cuda.Device().synchronize()
-    started = time.perf_counter()
-    for _ in range(10):
-        out[...] = data
-    cupy.cuda.Device().synchronize()
-    return 2 * data.nbytes * 10 / (time.perf_counter() - started)
-
-
 def run(sf: float, repeat: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="cxg-bench-scan-") as tmp:
         with console.status(f"generating TPC-H lineitem at SF {sf:g}"):
@@ -199,7 +183,7 @@ def run(sf: float, repeat: int) -> dict[str, Any]:
         con.register("source", source)
         con.execute("CREATE TABLE lineitem AS SELECT * FROM source")
         threads = os.cpu_count() or 1
-        backends = [get_backend("numpy")] + ([get_backend("cupy")] if cuda_available() else [])
+        backends = [get_backend("numpy")]
         results = []
         for name, (request, sql, keys) in QUERIES.items():
             with console.status(name):
@@ -222,8 +206,6 @@ def run(sf: float, repeat: int) -> dict[str, Any]:
         con.close()
     figures: dict[str, Any] = {"benchmark": "scan", "sf": sf, "rows": source.num_rows, "threads": threads}
     figures["queries"] = results
-    if cuda_available():
-        figures["device_copy_bytes_per_s"] = device_copy_bandwidth()
     return figures
 
 
@@ -262,28 +244,6 @@ def report(figures: dict[str, Any]) -> None:
     print_table(
         f"TPC-H lineitem SF {figures['sf']:g}: scans on compressed data vs DuckDB (best of runs)", headers, rows
     )
-    if "device_copy_bytes_per_s" in figures:
-        copy = figures["device_copy_bytes_per_s"]
-        gpu_rows = []
-        for q in figures["queries"]:
-            gpu = q["cupy"]
-            rate = gpu["decoded_bytes"] / gpu["min_s"]
-            gpu_rows.append(
-                [
-                    q["query"],
-                    f"{gpu['min_s'] * 1000:.2f}",
-                    f"{rate / 1e9:.1f}",
-                    f"{rate / copy:.0%}",
-                    f"{q['numpy']['min_s'] / gpu['min_s']:.1f}x",
-                ]
-            )
-        print_table(
-            f"CuPy backend (device copy {copy / 1e9:.0f} GB/s)",
-            ["query", "GPU ms", "effective GB/s", "of copy bandwidth", "speedup over CPU"],
-            gpu_rows,
-        )
-    else:
-        console.print("no CUDA device: the CuPy backend was not measured")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -40,7 +40,7 @@ from storage.errors import TableNotFoundError
 from storage.manifest import MANIFEST
 from storage.scan_protocol import ScanRequest, ScanRequestError
 from storage.scan_typing import type_scan
-from storage.scan_workers import ScanWorkers, run_job
+from storage.scan_workers import Job, Result, ScanWorkers, run_job
 from storage.store import Store, Table
 
 
@@ -262,10 +262,11 @@ class BlockScan:
         for batch in kept.combine_chunks().to_batches():
             yield Piece(batch, "merged")
 
-    def _blocks(self) -> Iterator[Piece]:
-        task = self.plan.task
+    def jobs(self) -> list[Job]:
+        """The blocks to read, each with the positions of the conjuncts its statistics left to
+        evaluate (the others pruned: a block none of whose rows can match is skipped)."""
         types = {c.name: E.arrow_kind(c.arrow_type) for c in self.loaded.table.schema.columns}
-        conjuncts = E.conjuncts(task.predicate)
+        conjuncts = E.conjuncts(self.plan.task.predicate)
         jobs = []
         blocks = [(e, b) for e, b in self.loaded.blocks if self.plan.buckets is None or e.bucket in self.plan.buckets]
         if self.plan.block_range is not None:
@@ -277,19 +278,32 @@ class BlockScan:
                 continue
             jobs.append((entry, block, remaining))
             self.rows_read[entry.bucket] += entry.rows
-        needed = sorted(self._columns_needed())
+        return jobs
 
-        def work(job, device_parts):
-            entry, block, remaining = job
-            return entry, *run_job(task, conjuncts, block, remaining, self.backend, device_parts)
+    def run(self, job: Job, device_parts: dict | None = None) -> Result:
+        """One job's block: its result pieces and what it touched."""
+        entry, block, remaining = job
+        task = self.plan.task
+        return entry, *run_job(task, E.conjuncts(task.predicate), block, remaining, self.backend, device_parts)
 
+    def columns_needed(self) -> list[str]:
+        """The columns the task reads, in name order."""
+        task = self.plan.task
+        expressions = [task.predicate, *(o.expr for o in task.outputs), *(k.expr for k in task.keys)]
+        expressions += [a.arg for a in task.aggregates]
+        return sorted(set().union(*(E.columns_of(e) for e in expressions if e is not None)))
+
+    def _blocks(self) -> Iterator[Piece]:
+        task = self.plan.task
+        jobs = self.jobs()
+        needed = self.columns_needed()
         emitted = 0
         if self.workers is not None and self.backend.name == "numpy":
-            local = functools.partial(work, device_parts=None)
+            local = functools.partial(self.run, device_parts=None)
             results = self.workers.map(self.loaded.table.directory, self.loaded.version, task, jobs, local, self.cancel)
         else:
             pipeline = BlockPipeline(self.backend, self.threads)
-            results = pipeline.map(jobs, work, lambda job: block_parts(job[1], needed), self.cancel)
+            results = pipeline.map(jobs, self.run, lambda job: block_parts(job[1], needed), self.cancel)
         for entry, pieces, stats in results:
             self.stats.add(stats)
             self.seconds_read[entry.bucket] += stats.cpu_seconds
@@ -300,12 +314,6 @@ class BlockScan:
                 yield Piece(batch, entry.file, partition)
             if self.plan.limit is not None and emitted >= self.plan.limit:
                 return
-
-    def _columns_needed(self) -> set[str]:
-        task = self.plan.task
-        expressions = [task.predicate, *(o.expr for o in task.outputs), *(k.expr for k in task.keys)]
-        expressions += [a.arg for a in task.aggregates]
-        return set().union(*(E.columns_of(e) for e in expressions if e is not None))
 
 
 def scan_table(

@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import types
 import weakref
 from collections import Counter
@@ -126,6 +127,9 @@ def _check_keywords(key: str, kwargs: dict[str, Any]) -> None:
 # ---- errors as CuPy raises them ------------------------------------------------------------------
 
 
+POISON = 0xAB  # every byte of a new array from cupy.empty: an output a kernel leaves unwritten shows
+
+
 class OutOfMemoryError(MemoryError):
     def __init__(self, size: int, total: int, limit: int):
         super().__init__(
@@ -202,11 +206,14 @@ class _Event:
     def __init__(self, block: bool = False, disable_timing: bool = False, interprocess: bool = False):
         self.stream: _Stream | None = None
         self.seen: dict[int, int] = {}
+        self.timing = not disable_timing
+        self.time = 0.0  # when it was recorded: the stand-in runs the work eagerly, so this is host time
 
     def record(self, stream: _Stream | None = None) -> None:
         stream = stream or _STANDIN.current_stream()
         self.stream = stream
         self.seen = {**stream.seen, id(stream): stream.seq}
+        self.time = time.perf_counter()
 
     def synchronize(self) -> None:
         if self.stream is not None:
@@ -215,6 +222,16 @@ class _Event:
     @property
     def done(self) -> bool:
         return True
+
+
+def _elapsed_time(start: _Event, end: _Event) -> float:
+    """Milliseconds between two recorded events, as CUDA's: both must have timing and be done (the
+    host has synchronized with them), else it fails as CUDA does."""
+    if not (start.timing and end.timing) or start.stream is None or end.stream is None:
+        raise RuntimeError("cudaErrorInvalidResourceHandle: an event without timing, or never recorded")
+    if any(_STANDIN.host_seen.get(s, 0) < seq for event in (start, end) for s, seq in event.seen.items()):
+        raise RuntimeError("cudaErrorNotReady: synchronize with the events before reading their time")
+    return (end.time - start.time) * 1000
 
 
 class _Pool:
@@ -478,7 +495,7 @@ _BUILD_DIR = Path(tempfile.gettempdir()) / "cxg-standin-kernels"
 _CUDA_SHIM = r"""
 #include <cstdint>
 struct dim3 { unsigned int x, y, z; };
-static dim3 blockIdx, threadIdx, blockDim, gridDim;
+static thread_local dim3 blockIdx, threadIdx, blockDim, gridDim;  // two devices launch from two threads
 #define __global__
 #define __device__
 #define __host__
@@ -877,6 +894,7 @@ class StandIn:
             def allocate(*args: Any, **kwargs: Any) -> ndarray:
                 _check_keywords(f"{space}.{name}", kwargs)
                 data = target(*self._unwrap(args), **kwargs)
+                data.view(np.uint8).reshape(-1)[:] = POISON  # what device memory held: never zeros to rely on
                 return self.allocate(data, (self.current_stream(), 0))
 
             return allocate
@@ -902,6 +920,7 @@ class StandIn:
         cuda.Device = _Device
         cuda.MemoryPool = _Pool
         cuda.get_current_stream = lambda device_id=None: self.current_stream()
+        cuda.get_elapsed_time = _elapsed_time
         cuda.using_allocator = self._using_allocator
         cuda.memory = types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError)
         runtime = types.SimpleNamespace(

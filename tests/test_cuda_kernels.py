@@ -123,3 +123,16 @@ def test_the_gpu_benchmark_counts_each_scans_work_per_block_on_the_stand_in(tmp_
         assert fused["blocks"] == general["blocks"] > 0, name
         assert fused["syncs_per_block"] == 1 and fused["launches_per_block"] <= 3, (name, fused)  # the design's aim
         assert general["syncs_per_block"] > 1 and general["launches_per_block"] > 3, (name, general)
+
+
+def test_the_timed_gpu_benchmark_runs_end_to_end_on_the_stand_in(tmp_path) -> None:
+    from loadtests import bench_gpu
+
+    out = tmp_path / "timed.json"
+    bench_gpu.main(["--standin", "--repeat", "1", "--json", str(out)])  # stops at any answer unlike NumPy's
+    figures = json.loads(out.read_text())
+    assert figures["checks"]["operations"] > 0 and figures["checks"]["fused_scans"] > 0
+    assert set(figures["scans"]) - {"blocks"} == set(bench_gpu.QUERIES)
+    assert all(q["resident_s"] > 0 and q["overlap"] > 0 for n, q in figures["scans"].items() if n != "blocks")
+    assert len(figures["compressed_transfer"]) == 2 * 9 and set(figures["partitioning"]) == {"16", "256"}
+    assert all(v > 0 for v in figures["ceilings"].values())
