@@ -76,9 +76,7 @@ class _Areas:
     left fails alone."""
 
     def __init__(self, memory: int | None) -> None:
-        if memory is None:
-            memory = int(cupy.cuda.runtime.memGetInfo()[1] * DEVICE_MEMORY_FRACTION)
-        self.size = memory // 3
+        self.size = _area_size(memory)
         self.input, self.decoded, self.result = (cupy.cuda.MemoryPool() for _ in range(3))
         for pool in (self.input, self.decoded, self.result):
             pool.set_limit(size=self.size)
@@ -90,6 +88,24 @@ class _Areas:
             if key not in _AREAS:
                 _AREAS[key] = cls(memory)
             return _AREAS[key]
+
+
+def _area_size(memory: int | None) -> int:
+    """Bytes of each of the current device's three areas under a budget of `memory` (None: the
+    default share of the device)."""
+    if memory is None:
+        memory = int(cupy.cuda.runtime.memGetInfo()[1] * DEVICE_MEMORY_FRACTION)
+    return memory // 3
+
+
+def block_budget(memory: int | None, scans: int) -> int:
+    """BS of seed 004's rule (RC = BS / RS) on this machine's GPUs: the decoded-data area of the
+    smallest, over the `scans` that may decode a block on it at once."""
+    sizes = []
+    for device in range(cupy.cuda.runtime.getDeviceCount()):
+        with cupy.cuda.Device(device):
+            sizes.append(_area_size(memory))
+    return min(sizes) // max(1, scans)
 
 
 _AREAS: dict[tuple[int, int | None], _Areas] = {}  # (device, budget) -> its areas

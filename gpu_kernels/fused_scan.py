@@ -19,6 +19,7 @@ and cardinalities are arguments, so one compiled kernel serves every block alike
 from __future__ import annotations
 
 import decimal
+import functools
 import hashlib
 import math
 from collections.abc import Callable
@@ -98,7 +99,9 @@ class FusedScan:
         return int(accumulators.reshape(self.groups, self.slots)[:, 0].sum())
 
 
+@functools.cache
 def prelude() -> str:
+    """The device functions every generated kernel uses (`gpu_kernels/cuda/fused_scan.cu`)."""
     return resources.files("gpu_kernels").joinpath("cuda", "fused_scan.cu").read_text()
 
 
@@ -144,7 +147,7 @@ class _Generator:
 
     def column(self, name: str) -> _Value:
         if name not in self.reads:
-            column = self._no_nulls(name)
+            column = self.no_nulls(name)
             t = E.arrow_kind(column.type)
             if t.kind not in _INTEGRAL:
                 raise NotFusable(f"a {t.kind.value} column")
@@ -161,7 +164,7 @@ class _Generator:
         """(C code of the key's code at row r, its cardinality, codes -> the key's Arrow values)."""
         if not isinstance(key.expr, Col):
             raise NotFusable("a group key that is an expression")
-        encoding = self._no_nulls(key.expr.name).encoding
+        encoding = self.no_nulls(key.expr.name).encoding
         if isinstance(encoding, Dictionary):
             code, values = self.integer_read(encoding.codes), encoding.dictionary
         elif isinstance(encoding, RunLength):  # the runs' distinct values, and each run's among them
@@ -179,7 +182,8 @@ class _Generator:
 
         return code, len(values), key_values
 
-    def _no_nulls(self, name: str) -> EncodedColumn:
+    def no_nulls(self, name: str) -> EncodedColumn:
+        """The column, which must hold no NULLs."""
         column = self.block.columns[name]
         if column.validity is not None:
             raise NotFusable(f"column {name} has NULLs")
@@ -273,7 +277,7 @@ def plan(
     """The fused kernel of this block's partial aggregate, or None where the general kernels run."""
     try:
         return _plan(block, predicate, keys, aggregates)
-    except NotFusable:
+    except (NotFusable, E.ExprError):  # a mistyped task fails on the general kernels, with their message
         return None
 
 
@@ -298,6 +302,10 @@ def _plan(block: EncodedBlock, predicate, keys, aggregates) -> FusedScan:
         integral = pa.types.is_decimal(spec.arrow_type) or pa.types.is_integer(spec.arrow_type)
         if spec.func in ("sum", "avg") and not integral:
             raise NotFusable(f"a sum of type {spec.arrow_type}")
+        if spec.func == "count" and isinstance(spec.arg, Col):  # it counts rows: so where no value is NULL
+            g.no_nulls(spec.arg.name)
+        elif spec.func == "count" and spec.arg is not None:
+            g.value(spec.arg)  # what it fuses is never NULL (no division, no CASE)
         for kind in wanted:
             if (kind, spec.arg) in slots:
                 continue

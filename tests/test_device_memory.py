@@ -8,6 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from cxg.load import load_options
+from gateway import load_config
 from gateway.background import serve
 from gpu_kernels import get_backend
 from storage import LoadOptions, Node, NodeClient, NodeError, Store, TableCache, TableSchema, load_table, scan_table
@@ -85,3 +87,16 @@ def test_a_scan_past_the_device_memory_fails_alone_and_the_node_goes_on(cupy_nod
     assert partials.column("s").to_pylist() == [4950]
     info = cupy_node.get("/v1/node")
     assert info["free_slots"] == info["slots"] == 2 and info["backend"] == "cupy"
+
+
+@pytest.mark.gpu
+def test_blocks_are_sized_by_the_rule_from_the_device_budget() -> None:
+    """RC = BS / RS with BS the decoded-data area (a third of the budget) over the scans sharing it."""
+    config = load_config(None, ["storage.device_memory=3GiB", "region.slots=4"])
+    assert load_options(config).block_budget == (3 << 30) // 3 // 4
+    import cupy
+
+    default = int(cupy.cuda.runtime.memGetInfo()[1] * 0.9) // 3 // 4
+    assert load_options(load_config(None, ["region.slots=4"])).block_budget == default
+    on_cpu = load_config(None, ["storage.backend=numpy"])
+    assert load_options(on_cpu).block_budget == on_cpu.storage.block_budget == 64 << 20

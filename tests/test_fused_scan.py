@@ -69,7 +69,16 @@ def test_exact_sums_past_64_bits() -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "why",
-    ["nulls", "float", "key expression", "key stored plain", "division", "too many groups", "count distinct"],
+    [
+        "nulls",
+        "count of nulls",
+        "float",
+        "key expression",
+        "key stored plain",
+        "division",
+        "too many groups",
+        "count distinct",
+    ],
 )
 def test_what_the_fused_kernel_leaves_to_the_general_kernels(why: str) -> None:
     rng = np.random.default_rng(3)
@@ -81,6 +90,10 @@ def test_what_the_fused_kernel_leaves_to_the_general_kernels(why: str) -> None:
     if why == "nulls":
         columns["a"] = EncodedColumn("a", pa.int64(), Plain(np.arange(n)), np.packbits(np.ones(n, bool)), 0)
         specs.append(AggSpec("s", "sum", Col("a"), pa.int64()))
+    elif why == "count of nulls":
+        valid = np.packbits(np.arange(n) % 3 > 0, bitorder="little")
+        columns["a"] = EncodedColumn("a", pa.int64(), Plain(np.arange(n)), valid, n // 3 + 1)
+        specs.append(AggSpec("c", "count", Col("a"), pa.int64()))
     elif why == "float":
         columns["f"] = EncodedColumn("f", pa.float64(), Plain(np.zeros(n).view(np.int64)), None, 0)
         specs.append(AggSpec("s", "sum", Col("f"), pa.float64()))
