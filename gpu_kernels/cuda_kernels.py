@@ -23,7 +23,13 @@ class Kernel:
     registers: int  # per thread, at most, on every architecture of ARCHES (no spills either)
 
     def source(self) -> str:
-        return resources.files("gpu_kernels").joinpath("cuda", self.file).read_text()
+        return cuda_source(self.file)
+
+
+def cuda_source(*files: str) -> str:
+    """The CUDA C of `files` under gpu_kernels/cuda/, after the device functions every kernel
+    shares (bits.cuh): NVRTC compiles one source, with no include path."""
+    return "".join(resources.files("gpu_kernels").joinpath("cuda", f).read_text() for f in ("bits.cuh", *files))
 
 
 KERNELS = {k.name: k for k in [Kernel("cxg_unpack", "unpack.cu", 32)]}

@@ -102,8 +102,9 @@ class CupyBackend(NumpyBackend):
             return cupy.zeros(n, dtype=cupy.int64)
         out = cupy.empty(n, dtype=cupy.int64)
         grid, block = launch_shape(n)
-        arguments = (packed, rows.astype(cupy.int64, copy=False), np.int64(n), np.int32(width))
-        _kernel("cxg_unpack")(grid, block, (*arguments, np.uint64((1 << width) - 1), out))
+        _kernel("cxg_unpack")(
+            grid, block, (packed, rows.astype(cupy.int64, copy=False), np.int64(n), np.int32(width), out)
+        )
         return out
 
     def repeat(self, values: Array, counts: Array) -> Array:

@@ -24,7 +24,6 @@ import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import resources
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +32,7 @@ import pyarrow.compute as pc
 from gpu_kernels import expr as E
 from gpu_kernels.aggregate import AggSpec, NamedExpr
 from gpu_kernels.column_types import from_domain
+from gpu_kernels.cuda_kernels import cuda_source
 from gpu_kernels.decoding import encoding_bound
 from gpu_kernels.encoded_block import EncodedBlock, EncodedColumn
 from gpu_kernels.encodings import BitPacked, Dictionary, Encoding, Plain, RunLength
@@ -102,7 +102,7 @@ class FusedScan:
 @functools.cache
 def prelude() -> str:
     """The device functions every generated kernel uses (`gpu_kernels/cuda/fused_scan.cu`)."""
-    return resources.files("gpu_kernels").joinpath("cuda", "fused_scan.cu").read_text()
+    return cuda_source("fused_scan.cu")
 
 
 class _Generator:

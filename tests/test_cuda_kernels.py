@@ -67,7 +67,7 @@ def check_unpack(sanitize: bool = False) -> int:
                     grid, block = shape or launch_shape(n)
                     out = cupy.full(n, -1, dtype=cupy.int64)
                     arguments = (cupy.asarray(packed), cupy.asarray(rows), np.int64(n), np.int32(width))
-                    kernel(grid, block, (*arguments, np.uint64((1 << width) - 1), out))
+                    kernel(grid, block, (*arguments, out))
                     np.testing.assert_array_equal(out.get(), expected, err_msg=f"width {width}, n {n}, {shape}")
                     compared += 1
     return compared

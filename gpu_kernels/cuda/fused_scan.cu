@@ -1,21 +1,7 @@
 // Device functions of the fused scan kernels (gpu_kernels.fused_scan generates each kernel from a
-// scan's predicate and aggregates and appends it to this source). A column is read at one row
-// straight from its encoding: a bit-packed value from the bytes it spans, a run's value by a binary
-// search of the run ends, a dictionary entry by its code.
-
-// Bit-packed value of `row` (gpu_kernels.bitpack's layout; the buffer's 8 bytes of slack keep the
-// reads inside it).
-__device__ __forceinline__ long long cxg_bits(const unsigned char* __restrict__ packed, long long row, int width) {
-    const unsigned long long bit = (unsigned long long)row * (unsigned long long)width;
-    const unsigned char* bytes = packed + (bit >> 3);
-    const int shift = (int)(bit & 7);
-    const int span = (shift + width + 7) >> 3;
-    unsigned long long word = 0;
-    for (int k = 0; k < span; ++k) {
-        word |= (unsigned long long)bytes[k] << (8 * k);
-    }
-    return (long long)((word >> shift) & ((1ULL << width) - 1ULL));
-}
+// scan's predicate and aggregates and appends it to this source, after bits.cuh). A column is read at
+// one row straight from its encoding: a bit-packed value from the bytes it spans (cxg_bits), a run's
+// value by a binary search of the run ends, a dictionary entry by its code.
 
 // The run holding `row`: the first run whose (exclusive) end is past it.
 __device__ __forceinline__ long long cxg_run(const int* __restrict__ ends, long long runs, long long row) {
