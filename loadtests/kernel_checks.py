@@ -56,7 +56,7 @@ def _encode(rng: np.random.Generator, values, key: bool = False) -> object:
     """`values` in an encoding drawn from those the fused kernel reads (for a group key: a
     dictionary or runs)."""
     if isinstance(values, pa.Array) or key:
-        return RunLength.encode(values) if rng.random() < 0.5 else _dictionary(rng, values)
+        return RunLength.encode(values) if rng.random() < 0.5 else dictionary_encoded(rng, values)
     choice = rng.integers(4)
     if choice == 0:
         return Plain(narrow_int(values))
@@ -64,10 +64,10 @@ def _encode(rng: np.random.Generator, values, key: bool = False) -> object:
         return BitPacked.encode(values)
     if choice == 2:
         return RunLength.encode(values)
-    return _dictionary(rng, values)
+    return dictionary_encoded(rng, values)
 
 
-def _dictionary(rng: np.random.Generator, values) -> Dictionary:
+def dictionary_encoded(rng: np.random.Generator, values) -> Dictionary:
     dictionary, codes = Dictionary.split(values)
     if isinstance(dictionary, np.ndarray):
         dictionary = narrow_int(dictionary)
@@ -84,7 +84,7 @@ def random_block(rng: np.random.Generator, n: int) -> EncodedBlock:
     return EncodedBlock(n, columns)
 
 
-def _literal(rng: np.random.Generator, name: str) -> Lit:
+def random_literal(rng: np.random.Generator, name: str) -> Lit:
     if name == "a":
         return Lit(int(rng.integers(-1100, 1100)), Type(Kind.INT))
     if name == "p":
@@ -103,13 +103,13 @@ def random_predicate(rng: np.random.Generator, depth: int = 0) -> Call:
     name = ["a", "p", "d", "s"][rng.integers(4)]
     op = ["=", "<>", "<", "<=", ">", ">=", "between", "in"][rng.integers(8)]
     if op == "between":
-        return Call(op, (Col(name), _literal(rng, name), _literal(rng, name)))
+        return Call(op, (Col(name), random_literal(rng, name), random_literal(rng, name)))
     if op == "in":
-        return Call(op, (Col(name), *(_literal(rng, name) for _ in range(int(rng.integers(1, 5))))))
-    return Call(op, (Col(name), _literal(rng, name)))
+        return Call(op, (Col(name), *(random_literal(rng, name) for _ in range(int(rng.integers(1, 5))))))
+    return Call(op, (Col(name), random_literal(rng, name)))
 
 
-_ARGUMENTS = [
+ARGUMENTS = [
     Col("a"),
     Col("p"),
     Call("*", (Col("p"), Call("-", (Lit(1, Type(Kind.INT)), Col("d"))))),  # Q1's discounted price
@@ -122,7 +122,7 @@ def random_aggregates(rng: np.random.Generator) -> list[AggSpec]:
     specs = [AggSpec("n", "count", None, pa.int64())]
     for i in range(int(rng.integers(1, 5))):
         func = ["sum", "avg", "min", "max", "count"][rng.integers(5)]
-        arg = Col("s") if func in ("min", "max") and rng.random() < 0.3 else _ARGUMENTS[rng.integers(len(_ARGUMENTS))]
+        arg = Col("s") if func in ("min", "max") and rng.random() < 0.3 else ARGUMENTS[rng.integers(len(ARGUMENTS))]
         t = check(arg, {name: arrow_kind(t) for name, t in TYPES.items()})
         specs.append(AggSpec(f"x{i}", func, arg, pa.int64() if func == "count" else arrow_type(t)))
     return specs
@@ -133,7 +133,7 @@ def random_keys(rng: np.random.Generator) -> list[NamedExpr]:
     return [NamedExpr(n, Col(n), TYPES[n]) for n in names]
 
 
-def _final(batch: pa.RecordBatch, task: BlockTask) -> list[dict]:
+def final_rows(batch: pa.RecordBatch, task: BlockTask) -> list[dict]:
     keys = [k.name for k in task.keys]
     table = final_aggregate(pa.Table.from_batches([batch]), keys, list(task.aggregates))
     return table.sort_by([(k, "ascending") for k in keys]).to_pylist() if keys else table.to_pylist()
@@ -163,7 +163,7 @@ def compare_fused(
         block = random_block(rng, int(rng.choice(sizes)))
         predicate = random_predicate(rng) if case % 5 else None
         task = BlockTask(predicate, keys=tuple(random_keys(rng)), aggregates=tuple(random_aggregates(rng)))
-        expected = _final(run_block(task, block, numpy, ScanStats(), predicate)[0][0], task)
+        expected = final_rows(run_block(task, block, numpy, ScanStats(), predicate)[0][0], task)
         scan = fused_scan.plan(block, predicate, list(task.keys), list(task.aggregates))
         _require(scan is not None, f"case {case}: {task} is not fused")
         if case % 3 == 0:  # a handful of CUDA blocks, so that several slices are folded
@@ -171,11 +171,11 @@ def compare_fused(
         syncs = standin.counts.syncs if standin else 0
         accumulators = cupy_backend.fused_aggregate(scan, cupy_backend.asarray)
         _require(not standin or standin.counts.syncs == syncs + 1, "the result is not read back in one wait")
-        got = _final(scan.assemble(accumulators), task)
+        got = final_rows(scan.assemble(accumulators), task)
         _require(got == expected, f"case {case}: {task}\nfused: {got}\nnumpy: {expected}")
         selected = sum(row["n"] for row in expected)
         _require(scan.selected(accumulators) == selected, f"case {case}: rows selected")
-        through_operator = _final(run_block(task, block, cupy_backend, ScanStats(), predicate)[0][0], task)
+        through_operator = final_rows(run_block(task, block, cupy_backend, ScanStats(), predicate)[0][0], task)
         _require(through_operator == expected, f"case {case}: the operator's fused path differs")
     return cases
 

@@ -22,13 +22,13 @@ from gpu_kernels.encodings import BitPacked, Plain, RunLength
 from gpu_kernels.expr import Call, Col, Kind, Lit, Type
 from gpu_kernels.operators import BlockTask, run_block
 from loadtests.kernel_checks import (
-    _ARGUMENTS,
-    _dictionary,
-    _final,
-    _literal,
+    ARGUMENTS,
     check_operations,
     compare_fused,
+    dictionary_encoded,
+    final_rows,
     random_block,
+    random_literal,
 )
 from tests.test_cuda_kernels import nvrtc_compile, run_sanitized
 
@@ -106,7 +106,7 @@ def test_what_the_fused_kernel_leaves_to_the_general_kernels(why: str) -> None:
         specs.append(AggSpec("q", "sum", Call("/", (Col("p"), Col("d"))), pa.float64()))
     elif why == "too many groups":
         values = np.arange(n)
-        columns["k3"] = EncodedColumn("k3", pa.int32(), _dictionary(rng, values), None, 0)
+        columns["k3"] = EncodedColumn("k3", pa.int32(), dictionary_encoded(rng, values), None, 0)
         names = RunLength.encode(pa.array([str(i) for i in range(n)]))
         columns["k1"] = EncodedColumn("k1", pa.string(), names, None, 0)
         keys = [NamedExpr("k3", Col("k3"), pa.int32()), NamedExpr("k1", Col("k1"), pa.string())]
@@ -116,8 +116,8 @@ def test_what_the_fused_kernel_leaves_to_the_general_kernels(why: str) -> None:
     assert fused_scan.plan(block, None, keys, specs) is None
     task = BlockTask(None, keys=tuple(keys), aggregates=tuple(specs))
     numpy = get_backend("numpy")
-    expected = _final(run_block(task, block, numpy, ScanStats(), None)[0][0], task)
-    got = _final(run_block(task, block, get_backend("cupy"), ScanStats(), None)[0][0], task)
+    expected = final_rows(run_block(task, block, numpy, ScanStats(), None)[0][0], task)
+    got = final_rows(run_block(task, block, get_backend("cupy"), ScanStats(), None)[0][0], task)
     assert got == expected
 
 
@@ -128,9 +128,9 @@ def benchmark_kernels() -> dict[str, str]:
     q6 = Call(
         "and",
         (
-            Call(">=", (Col("s"), _literal(rng, "s"))),
-            Call("<", (Col("s"), _literal(rng, "s"))),
-            Call("between", (Col("d"), _literal(rng, "d"), _literal(rng, "d"))),
+            Call(">=", (Col("s"), random_literal(rng, "s"))),
+            Call("<", (Col("s"), random_literal(rng, "s"))),
+            Call("between", (Col("d"), random_literal(rng, "d"), random_literal(rng, "d"))),
             Call("<", (Col("a"), Lit(24, Type(Kind.INT)))),
         ),
     )
@@ -138,13 +138,13 @@ def benchmark_kernels() -> dict[str, str]:
     q1_specs = [
         AggSpec("sum_qty", "sum", Col("a"), pa.int64()),
         AggSpec("sum_price", "sum", Col("p"), pa.decimal128(38, 2)),
-        AggSpec("sum_disc_price", "sum", _ARGUMENTS[2], pa.decimal128(38, 4)),
+        AggSpec("sum_disc_price", "sum", ARGUMENTS[2], pa.decimal128(38, 4)),
         AggSpec("avg_disc", "avg", Col("d"), pa.decimal128(38, 2)),
         AggSpec("latest", "max", Col("s"), pa.date32()),
         AggSpec("count_order", "count", None, pa.int64()),
     ]
     keys = [NamedExpr("k1", Col("k1"), pa.string()), NamedExpr("k2", Col("k2"), pa.string())]
-    q1 = fused_scan.plan(block, Call("<=", (Col("s"), _literal(rng, "s"))), keys, q1_specs)
+    q1 = fused_scan.plan(block, Call("<=", (Col("s"), random_literal(rng, "s"))), keys, q1_specs)
     q6_scan = fused_scan.plan(block, q6, [], [revenue])
     return {"Q1": q1.source, "Q6": q6_scan.source}
 
