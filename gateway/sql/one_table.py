@@ -15,7 +15,7 @@ from sqlglot.optimizer.scope import traverse_scope
 
 from gateway.sql.catalog import RegionCatalog, TableInfo
 from gateway.sql.errors import InvalidQuery, SqlError
-from gateway.sql.parse import CheckedQuery
+from gateway.sql.parse import SPARK_AGGREGATES, CheckedQuery
 from gateway.sql.plan import LocalQuery, Plan, TableQuery
 from gateway.sql.translate import NotTranslatable, plain, to_ir
 from gateway.sql.tree import split_and
@@ -34,8 +34,10 @@ def plan_one_table(query: CheckedQuery, catalog: RegionCatalog) -> Plan | None:
     """The ``nodes`` plan of `query`, or None when it is not a one-table query the nodes can run
     (a join, a subquery, an expression they cannot evaluate)."""
     tree = query.tree
-    if tree.args.get("joins") or tree.args.get("with_"):
+    if not isinstance(tree, exp.Select) or tree.args.get("joins") or tree.args.get("with_"):
         return None
+    if tree.find(exp.Window, exp.Rollup, exp.Cube, exp.GroupingSets, *SPARK_AGGREGATES):
+        return None  # only Spark finishes these; the nodes still filter and project for it
     scopes = traverse_scope(tree)
     if len(scopes) != 1 or len(scopes[0].sources) != 1:
         return None

@@ -1,9 +1,10 @@
-"""Parsing and checking SQL: one read-only SELECT (or EXPLAIN of one), constructs this engine runs.
+"""Parsing and checking SQL: one read-only query (or EXPLAIN of one), constructs this engine runs.
 
 Write statements and several statements are refused as such; valid SQL using a construct the
-engine does not run (window functions, set operations, LATERAL, unknown functions ...) is refused
-with the construct's name. Columns are qualified against the region's catalog, so unknown tables
-and columns are reported before anything runs.
+engine does not run (LATERAL, unknown functions ...) is refused with the construct's name. Window
+functions, set operations and grouping sets run on Spark, over what the nodes return. Columns are
+qualified against the region's catalog, so unknown tables and columns are reported before anything
+runs.
 """
 
 from __future__ import annotations
@@ -108,6 +109,43 @@ CLAUSES = (
     exp.ILike,
     exp.Exists,
     exp.Filter,
+    # what only Spark runs: the nodes give it the tables' rows, filtered and projected
+    exp.Union,
+    exp.Intersect,
+    exp.Except,
+    exp.Window,
+    exp.WindowSpec,
+    exp.Rollup,
+    exp.Cube,
+    exp.GroupingSets,
+)
+SET_OPERATIONS = (exp.Union, exp.Intersect, exp.Except)
+WINDOW_FUNCTIONS = (
+    exp.RowNumber,
+    exp.Rank,
+    exp.DenseRank,
+    exp.Ntile,
+    exp.PercentRank,
+    exp.CumeDist,
+    exp.Lag,
+    exp.Lead,
+    exp.FirstValue,
+    exp.LastValue,
+    exp.NthValue,
+)
+# aggregates the nodes do not take partially: Spark computes them over the rows the nodes return
+SPARK_AGGREGATES = (
+    exp.Stddev,
+    exp.StddevSamp,
+    exp.StddevPop,
+    exp.Variance,
+    exp.VariancePop,
+    exp.Corr,
+    exp.CountIf,
+    exp.LogicalAnd,
+    exp.LogicalOr,
+    exp.ApproxDistinct,
+    exp.Grouping,
 )
 FUNCTIONS = (
     exp.Sum,
@@ -132,21 +170,16 @@ FUNCTIONS = (
     exp.Concat,
     exp.Nullif,
     exp.Interval,
+    *WINDOW_FUNCTIONS,
+    *SPARK_AGGREGATES,
 )
 # The messages for constructs refused often; any other is named by its SQL keyword.
 UNSUPPORTED: dict[type, str] = {
-    exp.Window: "window functions (OVER) are not supported",
-    exp.Union: "set operations (UNION) are not supported",
-    exp.Intersect: "set operations (INTERSECT) are not supported",
-    exp.Except: "set operations (EXCEPT) are not supported",
     exp.Lateral: "LATERAL is not supported",
     exp.Unnest: "UNNEST is not supported",
     exp.Explode: "UNNEST is not supported",
     exp.Pivot: "PIVOT is not supported",
     exp.TableSample: "TABLESAMPLE is not supported",
-    exp.Rollup: "ROLLUP is not supported",
-    exp.Cube: "CUBE is not supported",
-    exp.GroupingSets: "GROUPING SETS are not supported",
     exp.Lock: "FOR UPDATE is not supported",
     exp.Values: "VALUES lists are not supported",
     exp.Qualify: "QUALIFY is not supported",
@@ -170,7 +203,7 @@ _JOIN_METHODS = {"", "NATURAL"}
 class CheckedQuery:
     """A checked query: its tree (columns qualified), output names, and whether it is EXPLAIN."""
 
-    tree: exp.Select
+    tree: exp.Query  # a SELECT, or a set operation of them
     names: list[str]
     explain: bool
     text: str
@@ -226,9 +259,7 @@ def parse(sql: str) -> tuple[exp.Expression, bool]:
         raise error(f"one statement per request, got {len(statements)}")
     statement = statements[0]
     refuse_writes(statement)
-    if not isinstance(statement, exp.Select):
-        if isinstance(statement, (exp.Union, exp.Intersect, exp.Except)):
-            raise UnsupportedSql(UNSUPPORTED[type(statement)])
+    if not isinstance(statement, (exp.Select, *SET_OPERATIONS)):
         raise UnsupportedSql(f"only SELECT queries are supported, not {statement.key.upper()}")
     return statement, explain
 
@@ -279,8 +310,14 @@ def _check_clause(node: exp.Expression) -> None:
             raise UnsupportedSql(f"{words} JOIN is not supported")
 
 
-def output_names(select: exp.Select) -> list[str]:
-    """The result's column names: aliases, column names, or the expression's text."""
+def output_names(query: exp.Query) -> list[str]:
+    """The result's column names: aliases, column names, or the expression's text (of a set
+    operation, its first SELECT's)."""
+    select = query
+    while isinstance(select, SET_OPERATIONS):
+        select = select.this
+    if isinstance(select, exp.Subquery):
+        return output_names(select.this)
     names = []
     for projection in select.expressions:
         if isinstance(projection, exp.Alias):
@@ -314,7 +351,7 @@ def prepare(sql: str, schema: dict[str, dict[str, str]], params: dict[str, Any] 
             raise UndefinedColumn(message.split(". Line")[0]) from None
         raise UnsupportedSql(message) from None
     if "*" in names:  # SELECT * expands to the columns' own names
-        names = [p.alias_or_name for p in tree.expressions]
+        names = list(tree.named_selects)
     read_text_as_dates(tree, schema)
     return CheckedQuery(tree, names, explain, sql)
 

@@ -5,7 +5,8 @@ The regular plan (seed 004 §2.2) is built automatically from the qualified quer
 
 - a query without FROM is evaluated by the coordinator (`gateway.sql.constant`), or by Spark when
   it calls a function the nodes' expression language lacks;
-- a query over one table runs entirely on the nodes (`gateway.sql.one_table`);
+- a query over one table runs entirely on the nodes (`gateway.sql.one_table`), unless it has what
+  only Spark runs (a window function, a set operation, grouping sets);
 - any other query runs on Spark: every base-table reference becomes a select-project sub-query
   for the nodes, and the `RULES` below, in this order, rewrite the query around them; what is
   left of the tree is the statement Spark runs over the sub-queries' views.
@@ -26,7 +27,7 @@ from sqlglot.optimizer.scope import Scope, traverse_scope
 from gateway.sql.catalog import RegionCatalog
 from gateway.sql.constant import plan_constant
 from gateway.sql.one_table import plan_one_table
-from gateway.sql.parse import CheckedQuery
+from gateway.sql.parse import SET_OPERATIONS, CheckedQuery
 from gateway.sql.passes import (
     Draft,
     distinct_if_only_tested,
@@ -71,6 +72,8 @@ class Planner:
         `query` itself, for a caller that made it and has no other use for it."""
         query = query.copy() if copy else query
         tree = query.tree
+        if isinstance(tree, SET_OPERATIONS):
+            return plan_joins(query, self.catalog)
         if tree.args.get("from_") is None and not tree.args.get("joins"):
             return plan_constant(query) or plan_joins(query, self.catalog)
         return plan_one_table(query, self.catalog) or plan_joins(query, self.catalog)

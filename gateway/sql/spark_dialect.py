@@ -6,6 +6,17 @@ from __future__ import annotations
 from sqlglot import exp
 
 
+def _spark_node(node: exp.Expression) -> exp.Expression:
+    """`node` as Spark needs it where sqlglot's translation keeps DuckDB's meaning apart: division
+    and modulo, GROUPING of several columns (DuckDB's bit mask is Spark's GROUPING_ID), COUNT_IF
+    (DuckDB's is a sum of the condition as 0 or 1: NULL where it is never known)."""
+    if isinstance(node, exp.Grouping) and len(node.expressions) > 1:
+        return exp.Anonymous(this="GROUPING_ID", expressions=node.expressions)
+    if isinstance(node, exp.CountIf):
+        return exp.Sum(this=exp.cast(node.this, "bigint"))
+    return _division(node)
+
+
 def _division(node: exp.Expression) -> exp.Expression:
     if isinstance(node, exp.Div):
         double = isinstance(node.this, exp.Cast) and node.this.to.is_type("double")
@@ -20,8 +31,8 @@ def spark_text(tree: exp.Expression) -> str:
     """Spark SQL for `tree` (left unchanged), dividing as DuckDB and the nodes do (`/` gives a
     DOUBLE: Spark divides decimals into a decimal of 6 places, and TPC-H Q8's share 0.0344358904
     became 0.034436; `/` and `%` by zero give NULL, not Spark's DIVIDE_BY_ZERO), and sorting in one
-    partition (`sort_in_one_partition`)."""
-    return sort_in_one_partition(tree.transform(_division)).sql(dialect="spark", pretty=True)
+    partition (`sort_in_one_partition`); GROUPING(a, b) is Spark's GROUPING_ID(a, b)."""
+    return sort_in_one_partition(tree.transform(_spark_node)).sql(dialect="spark", pretty=True)
 
 
 def sort_in_one_partition(tree: exp.Expression) -> exp.Expression:

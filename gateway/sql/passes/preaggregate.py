@@ -34,7 +34,10 @@ def preaggregate(draft: Draft) -> Draft:
 
 def _preaggregate(scope: Scope, draft: Draft) -> None:
     select = scope.expression
-    aggregates = [n for n in walk_in_scope(select) if isinstance(n, exp.AggFunc)]
+    nodes = list(walk_in_scope(select))
+    if any(isinstance(n, exp.Window) for n in nodes):
+        return  # an aggregate over a window is no group's: the rows must reach Spark
+    aggregates = [n for n in nodes if isinstance(n, exp.AggFunc)]
     if not aggregates or any(
         type(a) not in PARTIAL or isinstance(a.this, (exp.Distinct, exp.Star)) for a in aggregates
     ):

@@ -54,6 +54,10 @@ def _push(scope: Scope, base: dict[str, TableQuery], nullable: set[str], counter
     for clause in ("group", "order"):
         if select.args.get(clause) is not None:
             targets += list(select.args[clause].expressions)
+    if select.args.get("group") is not None:  # ROLLUP, CUBE, GROUPING SETS: the same keys, pushed alike
+        group = select.args["group"]
+        targets += [*(group.args.get("rollup") or []), *(group.args.get("cube") or [])]
+        targets += list(group.args.get("grouping_sets") or [])
     if select.args.get("having") is not None:
         targets.append(select.args["having"].this)
     for target in targets:

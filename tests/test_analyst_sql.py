@@ -1,0 +1,87 @@
+"""What analysts write beyond TPC-H, through the engine and against DuckDB on the same data: window
+functions, set operations, grouping sets and the aggregates Spark computes. The nodes filter and
+project each table for Spark, also for a query over one table."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadtests.compare import rows, rows_match
+
+QUERIES = [
+    # window functions
+    "select name, age, rank() over (order by age desc) as r from people order by r, name",
+    "select city, name, row_number() over (partition by city order by id) as n from people order by city, n",
+    "select id, age, sum(age) over (order by id rows between unbounded preceding and current row) as running "
+    "from people order by id",
+    "select id, age, lag(age) over (order by id) as before, lead(age, 2) over (order by id) as after "
+    "from people order by id",
+    "select city, id, dense_rank() over (partition by city order by age) as d, "
+    "first_value(name) over (partition by city order by id) as f from people order by city, id",
+    "select p.name, v.amount, v.amount / sum(v.amount) over (partition by p.id) as share "
+    "from people p join visits v on p.id = v.person_id order by p.name, v.amount",
+    # top n per group
+    "select * from (select o_orderpriority, o_orderkey, o_totalprice, row_number() over "
+    "(partition by o_orderpriority order by o_totalprice desc, o_orderkey) as n from orders) where n <= 2 "
+    "order by o_orderpriority, n",
+    # ranks over aggregates
+    "select n_name, sum(o_totalprice) as total, rank() over (order by sum(o_totalprice) desc) as r "
+    "from orders join customer on o_custkey = c_custkey join nation on c_nationkey = n_nationkey "
+    "group by n_name order by r limit 5",
+    # set operations
+    "select name from people union select note from visits order by 1",
+    "select city from people union all select note from visits order by 1",
+    "select person_id from visits intersect select id from people order by 1",
+    "select id from people except select person_id from visits order by 1",
+    "select n_name from nation where n_regionkey = 1 union all select r_name from region order by 1",
+    "select count(*) as n from (select c_custkey as k from customer where c_acctbal > 9000 "
+    "union select o_custkey from orders where o_totalprice > 400000) u",
+    # grouping sets
+    "select city, age, count(*) as n, sum(score) as s, grouping(city, age) as g from people "
+    "group by rollup (city, age) order by city nulls first, age nulls first, g",
+    "select city, count(*) as n, grouping(city) as g from people group by cube (city) order by g, city nulls first",
+    "select n_regionkey, n_name, count(*) as n from nation group by grouping sets ((n_regionkey), (n_name), ()) "
+    "order by n_regionkey nulls first, n_name nulls first",
+    "select c_mktsegment, n_name, sum(o_totalprice) as total from orders join customer on o_custkey = c_custkey "
+    "join nation on c_nationkey = n_nationkey where n_regionkey = 0 group by rollup (c_mktsegment, n_name) "
+    "order by c_mktsegment nulls first, n_name nulls first",
+    # aggregates Spark computes
+    "select city, stddev_samp(age) as s, var_samp(age) as v, count_if(age > 30) as c from people group by city "
+    "order by city nulls first",
+    "select stddev(l_quantity) as s, variance(l_extendedprice) as v, corr(l_quantity, l_extendedprice) as c "
+    "from lineitem where l_shipdate < date '1993-01-01'",
+    "select bool_and(age > 20) as a, bool_or(age > 50) as o from people",
+]
+
+
+@pytest.mark.parametrize("sql", QUERIES)
+def test_answers_equal_duckdbs(engine, duck, sql: str) -> None:
+    result = engine.execute(sql)
+    expected = duck.sql(sql).fetchall()
+    assert rows_match(rows(result.table), expected, ordered="order by" in sql), (rows(result.table)[:10], expected[:10])
+
+
+def test_a_one_table_window_query_still_filters_and_projects_on_the_nodes(engine) -> None:
+    plan = engine.plan(
+        "select o_orderkey, rank() over (partition by o_orderpriority order by o_totalprice) as r "
+        "from orders where o_orderdate < date '1993-01-01'"
+    )
+    assert plan.engine == "spark"
+    [scan] = plan.scans
+    assert [c.sql() for c in scan.conjuncts] == ["orders.o_orderdate < CAST('1993-01-01' AS DATE)"]
+    assert set(scan.columns) == {"o_orderkey", "o_orderpriority", "o_totalprice"}
+
+
+def test_grouping_sets_over_a_join_fold_into_partial_aggregates_on_the_nodes(engine) -> None:
+    plan = engine.plan(
+        "select c_mktsegment, n_name, sum(o_totalprice) as total from orders join customer on o_custkey = c_custkey "
+        "join nation on c_nationkey = n_nationkey group by rollup (c_mktsegment, n_name)"
+    )
+    assert any(s.aggregates for s in plan.scans), "\n".join(plan.explain())
+
+
+def test_each_branch_of_a_set_operation_reads_its_own_sub_queries(engine) -> None:
+    plan = engine.plan("select n_name from nation where n_regionkey = 1 union all select r_name from region")
+    scans = {s.table: s for s in plan.scans}
+    assert set(scans) == {"nation", "region"}
+    assert [c.sql() for c in scans["nation"].conjuncts] == ["nation.n_regionkey = 1"]
