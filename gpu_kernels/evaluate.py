@@ -183,8 +183,8 @@ class BlockEvaluator(BlockDecoder):
         """`column op literal(s)` on the encoded column, or None when it must go row by row."""
         column, literals = e.args[0], e.args[1:]
         if e.op == "in" and isinstance(literals[0], E.Values):
-            if not isinstance(column, Col):
-                raise E.ExprError("IN with a values list needs a column on its left")
+            if not isinstance(column, Col):  # an expression: its values computed, then looked up
+                return None
             t = self.types[column.name]
             return self._apply(column.name, t, self._members(t, literals[0]), within)
         if not isinstance(column, Col) or not all(isinstance(a, Lit) for a in literals):
@@ -282,6 +282,9 @@ class BlockEvaluator(BlockDecoder):
         if e.op == "between":
             low, high = Call(">=", (e.args[0], e.args[1])), Call("<=", (e.args[0], e.args[2]))
             return self._and((low, high), within)
+        if e.op == "in" and isinstance(e.args[1], E.Values):  # a long list: its items as literals
+            items = e.args[1]
+            return self._generic_comparison(Call("in", (e.args[0], *(Lit(v, items.type) for v in items.items))), within)
         if e.op == "in" and all(isinstance(v, Lit) and isinstance(v.value, str) for v in e.args[1:]):
             left = self.vec(e.args[0], within)  # e.g. substring(c_phone, 1, 2) IN (...): computed once
             if not left.is_scalar and left.type.kind is Kind.STR:

@@ -419,6 +419,16 @@ def test_a_values_list_selects_like_the_equivalent_literals(cache, table, backen
     names = ["Lima", "東京"]
     by_name = run_scan(cache, {"columns": ["rid"], "filter": call("in", col("grp"), {"values": names})}, backend)
     assert sorted(by_name.column("rid").to_pylist()) == expected_rows(table, call("in", col("grp"), *map(lit, names)))
+    # an expression on the left (TPC-DS Q8's substring(ca_zip, 1, 5) IN 400 zips): computed, then looked up
+    prefixes = ["Li", "東"]
+    prefix = call("substring", col("grp"), lit(1), lit(2))
+    by_prefix = run_scan(cache, {"columns": ["rid"], "filter": call("in", prefix, {"values": prefixes})}, backend)
+    rids, groups = table.column("rid").to_pylist(), table.column("grp").to_pylist()
+    expected = sorted(r for r, g in zip(rids, groups, strict=True) if g is not None and g[:2] in prefixes)
+    assert expected and sorted(by_prefix.column("rid").to_pylist()) == expected
+    doubled = call("*", col("rid"), lit(2))
+    by_product = run_scan(cache, {"columns": ["rid"], "filter": call("in", doubled, {"values": keys})}, backend)
+    assert sorted(by_product.column("rid").to_pylist()) == [k // 2 for k in keys if k % 2 == 0]
 
 
 def test_values_lists_are_only_for_in(cache) -> None:

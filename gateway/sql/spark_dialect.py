@@ -9,12 +9,32 @@ from sqlglot import exp
 def _spark_node(node: exp.Expression) -> exp.Expression:
     """`node` as Spark needs it where sqlglot's translation keeps DuckDB's meaning apart: division
     and modulo, GROUPING of several columns (DuckDB's bit mask is Spark's GROUPING_ID), COUNT_IF
-    (DuckDB's is a sum of the condition as 0 or 1: NULL where it is never known)."""
+    (DuckDB's is a sum of the condition as 0 or 1: NULL where it is never known), the ORDER BY of
+    a SELECT DISTINCT (`_order_by_output`)."""
     if isinstance(node, exp.Grouping) and len(node.expressions) > 1:
         return exp.Anonymous(this="GROUPING_ID", expressions=node.expressions)
     if isinstance(node, exp.CountIf):
         return exp.Sum(this=exp.cast(node.this, "bigint"))
+    if isinstance(node, exp.Paren) and isinstance(node.this, exp.Column):
+        return node.this
+    if isinstance(node, exp.Select) and node.args.get("distinct") and node.args.get("order"):
+        return _order_by_output(node)
     return _division(node)
+
+
+def _order_by_output(select: exp.Select) -> exp.Select:
+    """A SELECT DISTINCT's ORDER BY items that are items of its select list, as the names of those
+    items: Spark orders a DISTINCT by its output only (`SELECT DISTINCT t.a AS a ... ORDER BY t.a`
+    cannot resolve t.a; ORDER BY a can)."""
+    named = {}
+    for projection in select.expressions:
+        inner = projection.unalias()
+        named.setdefault((inner.this if isinstance(inner, exp.Paren) else inner).sql(), projection.alias_or_name)
+    for ordered in select.args["order"].expressions:
+        name = named.get(ordered.this.sql())
+        if name:
+            ordered.set("this", exp.column(name))
+    return select
 
 
 def _division(node: exp.Expression) -> exp.Expression:

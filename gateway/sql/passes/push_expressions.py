@@ -32,9 +32,15 @@ def push_expressions(draft: Draft) -> Draft:
 def _push(scope: Scope, base: dict[str, TableQuery], nullable: set[str], counter: Iterator[int]) -> None:
     select = scope.expression
     names: dict[tuple[str, str], str] = {}
+    group = select.args.get("group")
+    keys = {k.sql() for k in group.find_all(exp.Expression)} if group is not None else None
 
-    def visit(node: exp.Expression) -> None:
-        owner = single_owner(node, base) if _worth_pushing(node) else None
+    def visit(node: exp.Expression, aggregated: bool = False) -> None:
+        # in a grouped scope, an expression outside the aggregates must stay what GROUP BY names
+        # (`SUBSTRING(r_reason_desc, 1, 20) ... GROUP BY r_reason_desc`): pushed, it would be a
+        # column Spark cannot tell is one value per group
+        movable = aggregated or keys is None or node.sql() in keys
+        owner = single_owner(node, base) if movable and _worth_pushing(node) else None
         if owner is not None and owner not in nullable:
             try:
                 ir = to_ir(node, plain)
@@ -48,7 +54,7 @@ def _push(scope: Scope, base: dict[str, TableQuery], nullable: set[str], counter
                 node.replace(exp.column(names[key], table=owner))
                 return
         for child in list(node.iter_expressions()):
-            visit(child)
+            visit(child, aggregated or isinstance(node, exp.AggFunc))
 
     targets = [p.this if isinstance(p, exp.Alias) else p for p in select.expressions]
     for clause in ("group", "order"):
