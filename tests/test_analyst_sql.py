@@ -85,3 +85,50 @@ def test_each_branch_of_a_set_operation_reads_its_own_sub_queries(engine) -> Non
     scans = {s.table: s for s in plan.scans}
     assert set(scans) == {"nation", "region"}
     assert [c.sql() for c in scans["nation"].conjuncts] == ["nation.n_regionkey = 1"]
+
+
+# ---- metadata, as ordinary results --------------------------------------------------------------
+
+
+def test_show_tables_lists_the_regions_tables(engine) -> None:
+    result = engine.execute("show tables")
+    assert result.table.schema.names == ["name"]
+    assert result.table.column("name").to_pylist() == sorted(engine.catalog.tables())
+
+
+@pytest.mark.parametrize("sql", ["describe orders", "show columns from orders", "DESCRIBE people"])
+def test_describe_gives_duckdbs_columns_and_types(engine, duck, sql: str) -> None:
+    result = engine.execute(sql)
+    expected = duck.sql(sql.replace("show columns from", "describe"))
+    assert result.table.schema.names == expected.columns
+    got = [(name, kind) for name, kind, *_ in rows(result.table)]
+    assert got == [(name, kind) for name, kind, *_ in expected.fetchall()]
+
+
+def test_information_schema_is_queried_like_any_table(engine) -> None:
+    result = engine.execute(
+        "select t.table_name, count(*) as n from information_schema.tables t join information_schema.columns c "
+        "on t.table_name = c.table_name where t.table_name like 'n%' group by 1 order by 1"
+    )
+    assert rows(result.table) == [("nation", 4)]
+    columns = engine.execute(
+        "select column_name, data_type from information_schema.columns where table_name = 'region' "
+        "order by ordinal_position"
+    )
+    assert rows(columns.table) == [("r_regionkey", "BIGINT"), ("r_name", "VARCHAR"), ("r_comment", "VARCHAR")]
+
+
+@pytest.mark.parametrize(
+    "sql, error",
+    [("describe nosuch", "table 'nosuch' does not exist"), ("select * from information_schema.views", "views")],
+)
+def test_metadata_of_what_does_not_exist_is_an_error_naming_it(engine, sql: str, error: str) -> None:
+    from gateway.sql.errors import UndefinedTable
+
+    with pytest.raises(UndefinedTable, match=error):
+        engine.execute(sql)
+
+
+def test_count_star_is_named_as_duckdb_names_it(engine, duck) -> None:
+    sql = "select count(*), count(age) from people"
+    assert engine.execute(sql).table.schema.names == duck.sql(sql).columns == ["count_star()", "count(age)"]

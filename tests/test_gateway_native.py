@@ -22,7 +22,7 @@ ARROW = "application/vnd.apache.arrow.stream"
 
 
 def _arrow(gateway, sql: str, **extra) -> tuple[pa.Table, dict]:
-    reply = http("POST", f"{gateway.url}/v1/statements", {"sql": sql, **extra}, {"Accept": ARROW})
+    reply = http("POST", f"{gateway.url}/v1/statements", {"sql": sql, "wait": 120, **extra}, {"Accept": ARROW})
     assert reply.status == 200, reply.body
     statement = reply.headers["X-Cxg-Statement-Id"]
     return pa.ipc.open_stream(reply.body).read_all(), http("GET", f"{gateway.url}/v1/statements/{statement}").json()
@@ -65,12 +65,25 @@ def test_constant_queries_and_explain(native_gateway) -> None:
     assert "spark" in text.lower() and "lineitem" in text
 
 
+def test_metadata_windows_and_set_operations_over_http(native_gateway, duck) -> None:
+    tables, _ = _arrow(native_gateway, "show tables")
+    assert "lineitem" in tables.column("name").to_pylist()
+    described, _ = _arrow(native_gateway, "describe nation")
+    assert described.column("column_name").to_pylist() == ["n_nationkey", "n_name", "n_regionkey", "n_comment"]
+    sql = (
+        "select n_name, rank() over (partition by n_regionkey order by n_name) as r from nation "
+        "union all select r_name, 0 from region order by 1, 2"
+    )
+    table, _ = _arrow(native_gateway, sql)
+    assert rows_match(rows(table), rows(duck.sql(sql).to_arrow_table()), ordered=True)
+
+
 @pytest.mark.parametrize(
     ("sql", "status", "code"),
     [
         ("select * from nowhere", 400, "undefined_table"),
         ("select nope from nation", 400, "undefined_column"),
-        ("select n_name, rank() over (order by n_name) from nation", 422, "unsupported"),
+        ("select n_name from nation, lateral (select 1) x", 422, "unsupported"),
         ("delete from nation", 422, "read_only"),
         ("select n_name + 1 from nation", 400, "invalid_query"),  # refused by the nodes' type check
         ("select cast(n_name as int) from nation n join region r on n_regionkey = r_regionkey", 400, "invalid_query"),

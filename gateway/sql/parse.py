@@ -30,6 +30,7 @@ from gateway.sql.errors import (
     UnsupportedSql,
 )
 from gateway.sql.limits import check_tree, checked_text
+from gateway.sql.metadata import as_select, inline_information_schema, is_metadata
 from gateway.sql.params import bind
 
 # DuckDB's dialect: standard SQL, and NULLs sort last unless NULLS FIRST is written.
@@ -258,6 +259,8 @@ def parse(sql: str) -> tuple[exp.Expression, bool]:
         error = ReadOnlyViolation if _any_write(statements) else UnsupportedSql
         raise error(f"one statement per request, got {len(statements)}")
     statement = statements[0]
+    if is_metadata(statement):
+        return statement, explain
     refuse_writes(statement)
     if not isinstance(statement, (exp.Select, *SET_OPERATIONS)):
         raise UnsupportedSql(f"only SELECT queries are supported, not {statement.key.upper()}")
@@ -326,6 +329,8 @@ def output_names(query: exp.Query) -> list[str]:
             names.append(projection.name)
         elif isinstance(projection, exp.Star):
             names.append("*")
+        elif isinstance(projection, exp.Count) and isinstance(projection.this, exp.Star):
+            names.append("count_star()")  # as DuckDB names it
         else:
             names.append(projection.sql().lower())
     return names
@@ -335,8 +340,12 @@ def prepare(sql: str, schema: dict[str, dict[str, str]], params: dict[str, Any] 
     """Parse, bind the named parameters, refuse what cannot run, and qualify every column against
     `schema` (table -> column -> type)."""
     statement, explain = parse(sql)
-    bind(statement, params or {})
-    check_constructs(statement)
+    if is_metadata(statement):  # SHOW TABLES, DESCRIBE t ...: a SELECT of the engine's own making
+        statement = as_select(statement, schema)
+    else:
+        bind(statement, params or {})
+        check_constructs(statement)
+        inline_information_schema(statement, schema)
     ctes = {cte.alias_or_name for cte in statement.find_all(exp.CTE)}
     for table in statement.find_all(exp.Table):
         if table.name and table.name not in ctes and table.name.lower() not in schema:
