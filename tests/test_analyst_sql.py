@@ -132,3 +132,20 @@ def test_metadata_of_what_does_not_exist_is_an_error_naming_it(engine, sql: str,
 def test_count_star_is_named_as_duckdb_names_it(engine, duck) -> None:
     sql = "select count(*), count(age) from people"
     assert engine.execute(sql).table.schema.names == duck.sql(sql).columns == ["count_star()", "count(age)"]
+
+
+@pytest.mark.parametrize(
+    "spark_sql, code",
+    [
+        ("select nope from range(1)", "planner_error"),  # a checked query's columns all resolve
+        ("select __e0, count(*) from (select id as __e0, id % 2 as g from range(3)) group by g", "planner_error"),
+        ("select id, count(*) from range(3) group by id % 2", "invalid_query"),  # the user's own mistake
+    ],
+)
+def test_a_failure_of_the_sql_written_for_spark_is_the_services_error(spark, spark_sql: str, code: str) -> None:
+    from gateway.sql.engine import _execution_error
+
+    with pytest.raises(Exception) as failed:  # Spark's own AnalysisException
+        spark.sql(spark_sql).collect()
+    error = _execution_error(failed.value)
+    assert error.code == code and error.status == (500 if code == "planner_error" else 400), error

@@ -4,6 +4,7 @@ nodes or on Spark, and answer with an Arrow table."""
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 import uuid
@@ -23,6 +24,7 @@ from gateway.sql.errors import (
     NodeUnavailable,
     NumericOutOfRange,
     OutOfMemory,
+    PlannerError,
     QueryCancelled,
     ResultTooLarge,
     SparkUnavailable,
@@ -205,8 +207,24 @@ def _execution_error(error: Exception) -> SqlError:
     if sqlstate and sqlstate.startswith("54"):  # program limit exceeded: too complex for Spark's parser
         return TooComplex(message)
     if sqlstate and sqlstate.startswith(USER_ERROR_CLASSES):
+        if _planners_fault(error, text):
+            return PlannerError(f"the SQL written for Spark failed, not the query: {message} (please report it)")
         return InvalidQuery(message, sqlstate)
     return ExecutionError(message)
+
+
+# Spark's analysis errors that a checked query cannot cause: every column it names was resolved
+# against the catalog before planning
+_UNRESOLVABLE = ("UNRESOLVED_COLUMN", "AMBIGUOUS_REFERENCE", "UNRESOLVED_ATTRIBUTE")
+_GENERATED_NAME = re.compile(r"\b__[eagk]\d+\b")  # the columns the planner computes in sub-queries
+
+
+def _planners_fault(error: Exception, text: str) -> bool:
+    """Whether a Spark analysis error is of the SQL the planner wrote rather than of the user's
+    query: a name a checked query cannot leave unresolved, or one of the planner's own names."""
+    condition = getattr(error, "getCondition", None) or getattr(error, "getErrorClass", None)
+    name = condition() if callable(condition) else ""
+    return bool(name and name.startswith(_UNRESOLVABLE)) or bool(_GENERATED_NAME.search(text.splitlines()[0]))
 
 
 def _spark_gone(error: Exception) -> bool:

@@ -88,6 +88,13 @@ class ExecutionError(SqlError):
     sqlstate = "XX000"
 
 
+class PlannerError(ExecutionError):
+    """The SQL the planner wrote for Spark failed where the user's query is fine: a defect of the
+    planner, the service's fault (500), never the user's."""
+
+    code = "planner_error"
+
+
 class QueryCancelled(SqlError):
     status = 499
     code = "cancelled"
