@@ -51,6 +51,24 @@ QUERIES = [
     "select stddev(l_quantity) as s, variance(l_extendedprice) as v, corr(l_quantity, l_extendedprice) as c "
     "from lineitem where l_shipdate < date '1993-01-01'",
     "select bool_and(age > 20) as a, bool_or(age > 50) as o from people",
+    "select city, median(age) as m, quantile_cont(age, 0.25) as q, string_agg(name, ',' order by name) as s "
+    "from people group by city order by city nulls first",
+    "select approx_count_distinct(city) as n from people",
+    # scalar functions Spark evaluates
+    "select id, date_trunc('month', joined) as m, date_diff('day', joined, date '2024-01-01') as d, "
+    "strftime(joined, '%Y/%m') as f from people order by id",
+    "select id, regexp_matches(name, '^Z') as z, regexp_extract(name, '[a-z]+') as e, "
+    "regexp_replace(name, '[aeiou]', '_') as r, regexp_replace(name, '([a-z])([a-z])', '\\2\\1', 'g') as g, "
+    "regexp_replace(city, '(L|l)', '[\\1$]') as b from people order by id",
+    "select id, split_part(city, 'l', 1) as p, lpad(name, 8, '*') as l, concat_ws('-', name, city) as c, "
+    "greatest(age, 40) as g, least(age, 40) as s from people order by id",
+    "select id, name from people where name ilike 'z%' order by id",
+    # VALUES, FETCH FIRST, QUALIFY
+    "select t.x, t.y, p.name from (values (1, 'a'), (3, 'b'), (9, 'c')) t(x, y) left join people p on p.id = t.x "
+    "order by t.x",
+    "select name from people order by id offset 2 rows fetch first 3 rows only",
+    "select city, name from people qualify row_number() over (partition by city order by id) = 1 "
+    "order by city nulls first",
 ]
 
 

@@ -36,7 +36,7 @@ def plan_one_table(query: CheckedQuery, catalog: RegionCatalog) -> Plan | None:
     tree = query.tree
     if not isinstance(tree, exp.Select) or tree.args.get("joins") or tree.args.get("with_"):
         return None
-    if tree.find(exp.Window, exp.Rollup, exp.Cube, exp.GroupingSets, *SPARK_AGGREGATES):
+    if tree.find(exp.Window, exp.Qualify, exp.Rollup, exp.Cube, exp.GroupingSets, *SPARK_AGGREGATES):
         return None  # only Spark finishes these; the nodes still filter and project for it
     scopes = traverse_scope(tree)
     if len(scopes) != 1 or len(scopes[0].sources) != 1:

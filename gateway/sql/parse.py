@@ -119,6 +119,10 @@ CLAUSES = (
     exp.Rollup,
     exp.Cube,
     exp.GroupingSets,
+    exp.Qualify,
+    exp.Values,
+    exp.Fetch,
+    exp.LimitOptions,
 )
 SET_OPERATIONS = (exp.Union, exp.Intersect, exp.Except)
 WINDOW_FUNCTIONS = (
@@ -147,6 +151,24 @@ SPARK_AGGREGATES = (
     exp.LogicalOr,
     exp.ApproxDistinct,
     exp.Grouping,
+    exp.Median,
+    exp.PercentileCont,
+    exp.GroupConcat,
+)
+# scalar functions the nodes lack: Spark evaluates them
+SPARK_FUNCTIONS = (
+    exp.DateTrunc,
+    exp.TimestampTrunc,
+    exp.DateDiff,
+    exp.TimeToStr,
+    exp.RegexpLike,
+    exp.RegexpExtract,
+    exp.RegexpReplace,
+    exp.SplitPart,
+    exp.Pad,
+    exp.ConcatWs,
+    exp.Greatest,
+    exp.Least,
 )
 FUNCTIONS = (
     exp.Sum,
@@ -173,6 +195,7 @@ FUNCTIONS = (
     exp.Interval,
     *WINDOW_FUNCTIONS,
     *SPARK_AGGREGATES,
+    *SPARK_FUNCTIONS,
 )
 # The messages for constructs refused often; any other is named by its SQL keyword.
 UNSUPPORTED: dict[type, str] = {
@@ -182,12 +205,9 @@ UNSUPPORTED: dict[type, str] = {
     exp.Pivot: "PIVOT is not supported",
     exp.TableSample: "TABLESAMPLE is not supported",
     exp.Lock: "FOR UPDATE is not supported",
-    exp.Values: "VALUES lists are not supported",
-    exp.Qualify: "QUALIFY is not supported",
     exp.Collate: "COLLATE is not supported",
     exp.SimilarTo: "SIMILAR TO is not supported",
     exp.Glob: "GLOB is not supported",
-    exp.RegexpLike: "regular expressions are not supported",
     exp.Any: "ANY / SOME comparisons are not supported",
     exp.All: "ALL comparisons are not supported",
     exp.Bracket: "subscripts ([...]) are not supported",
@@ -261,6 +281,11 @@ def parse(sql: str) -> tuple[exp.Expression, bool]:
     statement = statements[0]
     if is_metadata(statement):
         return statement, explain
+    if isinstance(statement, exp.Command) and statement.name.upper() in ("SHOW", "DESCRIBE"):
+        what = f"{statement.name} {statement.expression}".split()
+        raise UnsupportedSql(
+            f"{' '.join(what[:2]).upper()} is not supported (SHOW TABLES, DESCRIBE t and SHOW COLUMNS FROM t are)"
+        )
     refuse_writes(statement)
     if not isinstance(statement, (exp.Select, *SET_OPERATIONS)):
         raise UnsupportedSql(f"only SELECT queries are supported, not {statement.key.upper()}")

@@ -3,23 +3,65 @@ DuckDB and the nodes divide (a DOUBLE, NULL for a zero divisor), and a sort with
 
 from __future__ import annotations
 
+import re
+
 from sqlglot import exp
+
+from gateway.sql.errors import UnsupportedSql
 
 
 def _spark_node(node: exp.Expression) -> exp.Expression:
     """`node` as Spark needs it where sqlglot's translation keeps DuckDB's meaning apart: division
     and modulo, GROUPING of several columns (DuckDB's bit mask is Spark's GROUPING_ID), COUNT_IF
-    (DuckDB's is a sum of the condition as 0 or 1: NULL where it is never known), the ORDER BY of
-    a SELECT DISTINCT (`_order_by_output`)."""
+    (DuckDB's is a sum of the condition as 0 or 1: NULL where it is never known), REGEXP_EXTRACT
+    without a group (DuckDB's is the whole match, Spark's the first group), QUANTILE_CONT (Spark's
+    PERCENTILE), the ORDER BY of a SELECT DISTINCT (`_order_by_output`)."""
     if isinstance(node, exp.Grouping) and len(node.expressions) > 1:
         return exp.Anonymous(this="GROUPING_ID", expressions=node.expressions)
     if isinstance(node, exp.CountIf):
         return exp.Sum(this=exp.cast(node.this, "bigint"))
+    if isinstance(node, exp.RegexpExtract) and node.args.get("group") is None:
+        whole = node.copy()
+        whole.set("group", exp.Literal.number(0))  # DuckDB's default: the whole match
+        return whole
+    if isinstance(node, exp.RegexpReplace):
+        return _regexp_replace(node)
+    if isinstance(node, (exp.DateTrunc, exp.TimestampTrunc)) and not isinstance(node.parent, exp.Cast):
+        return exp.cast(node.copy(), "timestamp_ntz")  # DuckDB's is a TIMESTAMP without time zone
+    if isinstance(node, exp.PercentileCont) and node.args.get("expression") is not None:
+        return exp.Anonymous(this="PERCENTILE", expressions=[node.this, node.expression])
     if isinstance(node, exp.Paren) and isinstance(node.this, exp.Column):
         return node.this
     if isinstance(node, exp.Select) and node.args.get("distinct") and node.args.get("order"):
         return _order_by_output(node)
     return _division(node)
+
+
+def _regexp_replace(node: exp.RegexpReplace) -> exp.Expression:
+    """DuckDB's REGEXP_REPLACE in Spark: without the 'g' option only the first match is replaced
+    (Spark's replaces every one: the pattern becomes the shortest prefix and the first match), and
+    the replacement's groups \\1 are Java's $1."""
+    pattern, replacement = node.expression, node.args.get("replacement")
+    options = node.args.get("modifiers")
+    options = options.name if isinstance(options, exp.Literal) else ""
+    if not all(isinstance(a, exp.Literal) and a.is_string for a in (pattern, replacement)) or set(options) - set("gi"):
+        raise UnsupportedSql("REGEXP_REPLACE needs a literal pattern and replacement, and options g or i only")
+    flags = "(?s)" + ("(?i)" if "i" in options else "")
+    java = re.sub(r"\\(\d)|\\\\|\$", lambda m: _java_group(m, "g" in options), replacement.name)
+    if "g" in options:
+        return exp.RegexpReplace(
+            this=node.this, expression=exp.Literal.string(flags + pattern.name), replacement=exp.Literal.string(java)
+        )
+    first = f"{flags}^(.*?)(?:{pattern.name})"
+    return exp.RegexpReplace(
+        this=node.this, expression=exp.Literal.string(first), replacement=exp.Literal.string("$1" + java)
+    )
+
+
+def _java_group(match: re.Match, every: bool) -> str:
+    if match[1] is not None:  # a group: one more where the prefix is group 1
+        return f"${int(match[1]) + (0 if every else 1)}"
+    return "\\\\" if match[0].startswith("\\") else "\\$"
 
 
 def _order_by_output(select: exp.Select) -> exp.Select:
