@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from gpu_kernels import expr as E
 from gpu_kernels.backend import Array
@@ -86,7 +85,7 @@ class BlockEvaluator(BlockDecoder):
                 return Truth(within - decided, inner.unknown)
             if e.op in ("is_null", "is_not_null"):
                 return self._null_test(e, within)
-            if e.op in (*E.COMPARISONS, "between", "in", "like", "not_like"):
+            if e.op in (*E.COMPARISONS, "between", "in", *E.PATTERNS):
                 column_level = self._column_predicate(e, within)
                 if column_level is not None:
                     return column_level
@@ -293,11 +292,12 @@ class BlockEvaluator(BlockDecoder):
             equalities = tuple(Call("=", (e.args[0], v)) for v in e.args[1:])
             return self._or(equalities, within) if len(equalities) > 1 else self.truth(equalities[0], within)
         left = self.vec(e.args[0], within)
-        if e.op in ("like", "not_like"):
+        if e.op in E.PATTERNS:
             pattern = e.args[1].value
             if left.is_scalar:
-                matched = None if left.scalar is None else pc.match_like(pa.array([left.scalar]), pattern)[0].as_py()
-                result = Vec(Type(Kind.BOOL), scalar=None if matched is None else matched == (e.op == "like"))
+                matches = string_predicate(e.op, [pattern])
+                matched = None if left.scalar is None else bool(matches(pa.array([left.scalar]))[0])
+                result = Vec(Type(Kind.BOOL), scalar=matched)
             else:
                 result = string_flags(self.backend, left, e.op, [pattern])
             return self._truth_of(result, within)

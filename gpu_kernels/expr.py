@@ -101,7 +101,8 @@ Expr = Col | Lit | Values | Call
 
 COMPARISONS = ("=", "<>", "<", "<=", ">", ">=")
 ARITHMETIC = ("+", "-", "*", "/")
-PREDICATES = (*COMPARISONS, "between", "in", "is_null", "is_not_null", "like", "not_like", "and", "or", "not")
+PATTERNS = ("like", "not_like", "ilike", "not_ilike")  # ilike: LIKE ignoring case
+PREDICATES = (*COMPARISONS, "between", "in", "is_null", "is_not_null", *PATTERNS, "and", "or", "not")
 FUNCTIONS = ("neg", "case", "extract_year", "extract_month", "extract_day", "substring")
 OPS = (*PREDICATES, *ARITHMETIC, *FUNCTIONS)
 INTERVALS = {"interval_day": 0, "interval_month": 1, "interval_year": 12}
@@ -308,7 +309,7 @@ def check(expr: Expr, columns: dict[str, Type]) -> Type:
     if op in ("is_null", "is_not_null"):
         _arity(expr, 1)
         return Type(Kind.BOOL)
-    if op in ("like", "not_like"):
+    if op in PATTERNS:
         _arity(expr, 2)
         if types[0].kind is not Kind.STR or not isinstance(expr.args[1], Lit) or types[1].kind is not Kind.STR:
             raise ExprError(f"{op} needs a string expression and a string literal pattern")

@@ -54,9 +54,9 @@ def string_predicate(op: str, values: list[str]) -> ValuePredicate:
             result = pc.and_(pc.greater_equal(strings, values[0]), pc.less_equal(strings, values[1]))
         elif op == "in":
             result = pc.is_in(strings, value_set=pa.array(values, pa.string()))
-        elif op in ("like", "not_like"):
-            result = pc.match_like(strings, values[0])
-            if op == "not_like":
+        elif op in E.PATTERNS:
+            result = pc.match_like(strings, values[0], ignore_case=op.endswith("ilike"))
+            if op.startswith("not_"):
                 result = pc.invert(result)
         else:
             raise E.ExprError(f"{op} is not a string predicate")

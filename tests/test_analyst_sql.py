@@ -167,3 +167,10 @@ def test_a_failure_of_the_sql_written_for_spark_is_the_services_error(spark, spa
         spark.sql(spark_sql).collect()
     error = _execution_error(failed.value)
     assert error.code == code and error.status == (500 if code == "planner_error" else 400), error
+
+
+def test_ilike_on_one_table_is_evaluated_on_the_nodes_once_per_distinct_string(engine, duck) -> None:
+    sql = "select id, name from people where name ilike 'z%' or city not ilike '%LIN' order by id"
+    plan = engine.plan(sql)
+    assert plan.engine == "nodes", "\n".join(plan.explain())
+    assert rows_match(rows(engine.execute(sql).table), duck.sql(sql).fetchall(), ordered=True)

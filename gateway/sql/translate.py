@@ -103,17 +103,18 @@ def to_ir(node: exp.Expression, column: ColumnMap) -> Expr:
         return call("in", left, *items)
     if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
         return call("is_null", to_ir(node.this, column))
-    if isinstance(node, exp.Like):
-        pattern = node.expression
+    if isinstance(node, (exp.Like, exp.ILike)):
+        pattern, op = node.expression, "like" if isinstance(node, exp.Like) else "ilike"
         if not (isinstance(pattern, exp.Literal) and pattern.is_string) or node.args.get("escape"):
-            raise NotTranslatable(f"LIKE {pattern.sql()}")
-        return call("not_like" if node.args.get("negate") else "like", to_ir(node.this, column), literal(pattern))
+            raise NotTranslatable(f"{op.upper()} {pattern.sql()}")
+        return call(f"not_{op}" if node.args.get("negate") else op, to_ir(node.this, column), literal(pattern))
     if isinstance(node, exp.Not):
         inner = node.this.unnest() if isinstance(node.this, exp.Paren) else node.this
         if isinstance(inner, exp.Is) and isinstance(inner.expression, exp.Null):
             return call("is_not_null", to_ir(inner.this, column))
-        if isinstance(inner, exp.Like) and not inner.args.get("negate"):
-            return call("not_like", to_ir(inner.this, column), literal(inner.expression))
+        if isinstance(inner, (exp.Like, exp.ILike)) and not inner.args.get("negate"):
+            op = "not_like" if isinstance(inner, exp.Like) else "not_ilike"
+            return call(op, to_ir(inner.this, column), literal(inner.expression))
         return call("not", to_ir(node.this, column))
     if isinstance(node, exp.And):
         return call("and", to_ir(node.this, column), to_ir(node.expression, column))
