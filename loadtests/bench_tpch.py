@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,55 +88,78 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
+def measure(
+    work: Path,
+    files: dict[str, Path],
+    queries: dict[int, str],
+    schema_for: Callable[[str, Any], Any],
+    repeat: int,
+    adaptive: bool = False,
+    floor: bool = True,
+) -> tuple[list[dict[str, Any]], dict[str, str], float]:
+    """Every query on this engine (one storage node, a process of its own), on plain Spark SQL over
+    the Parquet files (the same session and settings) and on DuckDB, best of `repeat` warm runs,
+    each answer checked against DuckDB's: (per-query figures, the Spark options both ran with, the
+    seconds the load took)."""
+    store = Store(work / "node-0", node="node-0")
+    started = time.perf_counter()
+    with console.status("loading the storage node"):
+        for name, path in files.items():
+            source = read_parquet([path])
+            load_table([store], schema_for(name, source.schema), source)
+    load_s = time.perf_counter() - started
+    port = free_port()
+    node = _start_node(store.root, port)
+    try:
+        settings = SparkSettings(master=f"local[{os.cpu_count() or 2}]", adaptive=adaptive)
+        spark = spark_session(settings)
+        for name, path in files.items():
+            spark.read.parquet(str(path)).createOrReplaceTempView(name)
+        engine = Engine({"node-0": f"http://127.0.0.1:{port}"}, settings, session_factory(settings))
+        duck = duckdb.connect()
+        duck.execute("SET ieee_floating_point_ops = false")  # x / 0 is NULL, as in this engine (docs/sql.md)
+        duck.execute("SET error_on_division_by_zero = false")
+        for name, path in files.items():
+            duck.execute(f"CREATE TABLE {name} AS SELECT * FROM read_parquet('{path}')")
+        results = []
+        for number, sql in queries.items():
+            with console.status(f"Q{number}"):
+                spark_sql = sqlglot.transpile(sql, read="duckdb", write="spark")[0]
+                ours_s, ours = _best(lambda q=sql: engine.execute(q), repeat)
+                spark_s, _ = _best(lambda q=spark_sql: spark.sql(q).toArrow(), repeat)
+                duck_s, expected = _best(lambda q=sql: duck.sql(q).fetchall(), repeat)
+                correct = rows_match(rows(ours.table), expected, ordered="order by" in sql.lower())
+                results.append(
+                    {
+                        "query": number,
+                        "engine": ours.engine,
+                        "ours_s": ours_s,
+                        "spark_s": spark_s,
+                        "duckdb_s": duck_s,
+                        "spark_floor_s": spark_floor(engine, sql, repeat) if floor else None,
+                        "correct": correct,
+                    }
+                )
+                if not correct:
+                    console.print(f"[red]Q{number}: the answer differs from DuckDB's[/]")
+    finally:
+        node.terminate()
+        node.wait(timeout=30)
+    # the options both Spark runs shared (the plain-Spark peer runs in the same session)
+    shared = {
+        k: v
+        for k, v in spark_options(settings).items()
+        if not k.startswith(("spark.ui", "spark.app", "spark.driver.extraJava"))
+    }
+    return results, shared, load_s
+
+
 def run(sf: float, repeat: int, adaptive: bool = False) -> dict[str, Any]:
-    queries = all_queries()
     with tempfile.TemporaryDirectory(prefix="cxg-bench-tpch-") as tmp:
         work = Path(tmp)
         with console.status(f"generating TPC-H SF {sf:g}"):
             files = tpch.generate(sf, work / "tpch")
-        store = Store(work / "node-0", node="node-0")
-        started = time.perf_counter()
-        with console.status("loading the storage node"):
-            for name, path in files.items():
-                source = read_parquet([path])
-                load_table([store], tpch.schema_for(name, source.schema), source)
-        load_s = time.perf_counter() - started
-        port = free_port()
-        node = _start_node(store.root, port)
-        try:
-            settings = SparkSettings(master=f"local[{os.cpu_count() or 2}]", adaptive=adaptive)
-            spark = spark_session(settings)
-            for name, path in files.items():
-                spark.read.parquet(str(path)).createOrReplaceTempView(name)
-            engine = Engine({"node-0": f"http://127.0.0.1:{port}"}, settings, session_factory(settings))
-            duck = duckdb.connect()
-            for name, path in files.items():
-                duck.execute(f"CREATE TABLE {name} AS SELECT * FROM read_parquet('{path}')")
-            results = []
-            for number, sql in queries.items():
-                with console.status(f"Q{number}"):
-                    spark_sql = sqlglot.transpile(sql, read="duckdb", write="spark")[0]
-                    ours_s, ours = _best(lambda q=sql: engine.execute(q), repeat)
-                    spark_s, _ = _best(lambda q=spark_sql: spark.sql(q).toArrow(), repeat)
-                    duck_s, expected = _best(lambda q=sql: duck.sql(q).fetchall(), repeat)
-                    floor_s = spark_floor(engine, sql, repeat)
-                    correct = rows_match(rows(ours.table), expected, ordered="order by" in sql.lower())
-                    results.append(
-                        {
-                            "query": number,
-                            "engine": ours.engine,
-                            "ours_s": ours_s,
-                            "spark_s": spark_s,
-                            "duckdb_s": duck_s,
-                            "spark_floor_s": floor_s,
-                            "correct": correct,
-                        }
-                    )
-                    if not correct:
-                        console.print(f"[red]Q{number}: the answer differs from DuckDB's[/]")
-        finally:
-            node.terminate()
-            node.wait(timeout=30)
+        results, spark_settings, load_s = measure(work, files, all_queries(), tpch.schema_for, repeat, adaptive)
     summary = {
         "geomean_ours_s": geomean([r["ours_s"] for r in results]),
         "geomean_spark_s": geomean([r["spark_s"] for r in results]),
@@ -150,12 +174,6 @@ def run(sf: float, repeat: int, adaptive: bool = False) -> dict[str, Any]:
     bound = geomean([r["spark_floor_s"] if r["spark_floor_s"] is not None else r["ours_s"] for r in results])
     summary["floor_bound_speedup_vs_spark"] = summary["geomean_spark_s"] / bound
     summary["ratio_to_duckdb"] = summary["geomean_ours_s"] / summary["geomean_duckdb_s"]
-    # the options both Spark runs shared (the plain-Spark peer runs in the same session)
-    spark_settings = {
-        k: v
-        for k, v in spark_options(settings).items()
-        if not k.startswith(("spark.ui", "spark.app", "spark.driver.extraJava"))
-    }
     return {
         "benchmark": "tpch",
         "sf": sf,
