@@ -5,6 +5,8 @@
   timestamps, non-ASCII text) and mutations of the 22 TPC-H queries (literals changed,
   comparisons turned, conjuncts dropped, orders reversed): each answer equals DuckDB's, or the
   query is refused with a 4xx whose code the README lists.
+* Window functions, set operations and grouping sets drawn over the same tables: each answer
+  equals DuckDB's.
 * The HTTP API fuzzed against its own OpenAPI document with Schemathesis: wrong methods, content
   types, bodies, numbers; no 5xx, and every error in the JSON error format.
 
@@ -172,6 +174,56 @@ def queries(draw) -> str:
     return sql
 
 
+@st.composite
+def analyst_queries(draw) -> str:
+    """A window function, a set operation or grouping sets over one of the small tables (NULLs in
+    keys and values). Windows order by a column whose ties every function here treats alike
+    (ranks, sums over the default RANGE frame), or by people's unique id."""
+    kind = draw(st.sampled_from(["window", "set", "grouping"]))
+    if kind == "set":
+        column_kind = draw(st.sampled_from(["int", "text"]))
+        branches = []
+        for _ in range(2):
+            table = draw(st.sampled_from([t for t in TABLES if _columns([t], {column_kind})]))
+            column = draw(st.sampled_from(_columns([table], {column_kind})))
+            where = draw(st.none() | predicates([table], 1))
+            branches.append(
+                f"select {column} as c from {table} {TABLES[table][0]}" + (f" where {where}" if where else "")
+            )
+        operation = draw(st.sampled_from(["union", "union all", "intersect", "except"]))
+        return f" {operation} ".join(branches)
+    table = draw(st.sampled_from(list(TABLES)))
+    keys = _columns([table], {"int", "text", "date", "bool"})
+    values = _columns([table], {"int", "num"})
+    if kind == "grouping":
+        k1, k2 = draw(st.lists(st.sampled_from(keys), min_size=2, max_size=2, unique=True))
+        grouping = draw(
+            st.sampled_from([f"rollup ({k1}, {k2})", f"cube ({k1}, {k2})", f"grouping sets (({k1}), ({k2}), ())"])
+        )
+        value = draw(st.sampled_from(values))
+        return (
+            f"select {k1} as k1, {k2} as k2, count(*) as n, sum({value}) as s, grouping({k1}, {k2}) as g "
+            f"from {table} {TABLES[table][0]} group by {grouping}"
+        )
+    partition = draw(st.lists(st.sampled_from(keys), max_size=1))
+    over = f"partition by {partition[0]} " if partition else ""
+    order = draw(st.sampled_from(keys + values))
+    value = draw(st.sampled_from(values))
+    functions = [
+        f"rank() over ({over}order by {order})",
+        f"dense_rank() over ({over}order by {order} desc)",
+        f"count(*) over ({over.strip()})",
+        f"sum({value}) over ({over}order by {order})",
+        f"max({value}) over ({over.strip()})",
+    ]
+    if table == "people":
+        functions += [f"row_number() over ({over}order by p.id)", f"lag({value}) over ({over}order by p.id)"]
+    chosen = draw(st.lists(st.sampled_from(functions), min_size=1, max_size=2, unique=True))
+    items = ", ".join(f"{f} as w{i}" for i, f in enumerate(chosen))
+    where = draw(st.none() | predicates([table], 1))
+    return f"select {order} as o, {items} from {table} {TABLES[table][0]}" + (f" where {where}" if where else "")
+
+
 def _mutate(tree: exp.Expression, choice: int, number: int) -> exp.Expression:
     """One small change to a TPC-H query: a literal changed, a comparison turned, a conjunct of
     the WHERE dropped, or the order reversed. Without its LIMIT: a mutation can leave ties at the
@@ -228,6 +280,20 @@ def test_generated_sql_is_answered_as_duckdb_answers_or_refused_with_a_4xx(nativ
     @given(queries())
     def run(sql: str) -> None:
         _check(native_gateway, duck, sql, ordered=" order by " in sql)
+
+    run()
+    _no_slot_busy(native_gateway)
+
+
+def test_generated_windows_set_operations_and_grouping_sets_answer_as_duckdb(native_gateway, duck, request) -> None:
+    @settings(
+        max_examples=_examples(request, 40, 600),
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(analyst_queries())
+    def run(sql: str) -> None:
+        _check(native_gateway, duck, sql, ordered=False)
 
     run()
     _no_slot_busy(native_gateway)
