@@ -63,6 +63,7 @@ QUERIES = [
     "select id, split_part(city, 'l', 1) as p, lpad(name, 8, '*') as l, concat_ws('-', name, city) as c, "
     "greatest(age, 40) as g, least(age, 40) as s from people order by id",
     "select id, name from people where name ilike 'z%' order by id",
+    "select date_part('year', joined) as y, count(*) as n from people group by 1 order by 1 nulls first",
     # VALUES, FETCH FIRST, QUALIFY
     "select t.x, t.y, p.name from (values (1, 'a'), (3, 'b'), (9, 'c')) t(x, y) left join people p on p.id = t.x "
     "order by t.x",

@@ -369,6 +369,7 @@ def prepare(sql: str, schema: dict[str, dict[str, str]], params: dict[str, Any] 
         statement = as_select(statement, schema)
     else:
         bind(statement, params or {})
+        statement = statement.transform(_known_spelling)
         check_constructs(statement)
         inline_information_schema(statement, schema)
     ctes = {cte.alias_or_name for cte in statement.find_all(exp.CTE)}
@@ -388,6 +389,20 @@ def prepare(sql: str, schema: dict[str, dict[str, str]], params: dict[str, Any] 
         names = list(tree.named_selects)
     read_text_as_dates(tree, schema)
     return CheckedQuery(tree, names, explain, sql)
+
+
+def _known_spelling(node: exp.Expression) -> exp.Expression:
+    """DuckDB's spellings sqlglot leaves as unknown functions, as the construct they stand for:
+    date_part('year', d) is EXTRACT(year FROM d)."""
+    if (
+        isinstance(node, exp.Anonymous)
+        and node.name.upper() in ("DATE_PART", "DATEPART")
+        and len(node.expressions) == 2
+    ):
+        part, value = node.expressions
+        if isinstance(part, exp.Literal) and part.is_string:
+            return exp.Extract(this=exp.var(part.name.upper()), expression=value)
+    return node
 
 
 def expand_all(tree: exp.Expression) -> None:
