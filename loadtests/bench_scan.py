@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from gpu_kernels import NumpyBackend, final_aggregate, get_backend
 from gpu_kernels import expr as kernel_expr
-from loadtests.common import console, parser, print_table, write_json
+from loadtests.common import bench_main, console, print_table
 from storage import LoadOptions, Store, TableCache, load_table, read_parquet, scan_table, tpch
 
 
@@ -247,12 +247,7 @@ def report(figures: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = parser(__doc__.splitlines()[0])
-    p.add_argument("--repeat", type=int, default=7, help="timed runs per query (default 7)")
-    args = p.parse_args(argv)
-    figures = run(args.sf, args.repeat)
-    report(figures)
-    write_json(args.json, figures)
+    bench_main(argv, __doc__, run, report, repeat=7)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from loadtests import tpcds
-from loadtests.bench_tpch import geomean, measure
-from loadtests.common import console, parser, print_table, write_json
+from loadtests.bench_tpch import measure, summarize
+from loadtests.common import bench_main, console, print_table
 
 
 def run(sf: float, repeat: int) -> dict[str, Any]:
@@ -25,24 +25,10 @@ def run(sf: float, repeat: int) -> dict[str, Any]:
         work = Path(tmp)
         with console.status(f"generating TPC-DS SF {sf:g}"):
             files, queries = tpcds.generate(sf, work / "tpcds")
-        results, spark_settings, load_s = measure(work, files, queries, tpcds.schema_for, repeat, floor=False)
-    summary = {
-        "geomean_ours_s": geomean([r["ours_s"] for r in results]),
-        "geomean_spark_s": geomean([r["spark_s"] for r in results]),
-        "geomean_duckdb_s": geomean([r["duckdb_s"] for r in results]),
-        "correct": sum(r["correct"] for r in results),
-        "on_the_nodes_only": sum(r["engine"] == "nodes" for r in results),
-    }
-    summary["speedup_vs_spark"] = summary["geomean_spark_s"] / summary["geomean_ours_s"]
-    summary["ratio_to_duckdb"] = summary["geomean_ours_s"] / summary["geomean_duckdb_s"]
-    return {
-        "benchmark": "tpcds",
-        "sf": sf,
-        "load_s": load_s,
-        "spark": spark_settings,
-        "queries": results,
-        "summary": summary,
-    }
+        measured = measure(work, files, queries, tpcds.schema_for, repeat, floor=False)
+    summary = summarize(measured["queries"])
+    summary["on_the_nodes_only"] = sum(r["engine"] == "nodes" for r in measured["queries"])
+    return {"benchmark": "tpcds", "sf": sf, **measured, "summary": summary}
 
 
 def report(figures: dict[str, Any]) -> None:
@@ -83,12 +69,7 @@ def report(figures: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = parser(__doc__.splitlines()[0])
-    p.add_argument("--repeat", type=int, default=1, help="timed runs per query and system (default 1)")
-    args = p.parse_args(argv)
-    figures = run(args.sf, args.repeat)
-    report(figures)
-    write_json(args.json, figures)
+    bench_main(argv, __doc__, run, report, repeat=1)
 
 
 if __name__ == "__main__":

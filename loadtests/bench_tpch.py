@@ -88,6 +88,19 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
+def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Geometric means of each system's times, answers right, and the ratios between them."""
+    summary = {
+        "geomean_ours_s": geomean([r["ours_s"] for r in results]),
+        "geomean_spark_s": geomean([r["spark_s"] for r in results]),
+        "geomean_duckdb_s": geomean([r["duckdb_s"] for r in results]),
+        "correct": sum(r["correct"] for r in results),
+    }
+    summary["speedup_vs_spark"] = summary["geomean_spark_s"] / summary["geomean_ours_s"]
+    summary["ratio_to_duckdb"] = summary["geomean_ours_s"] / summary["geomean_duckdb_s"]
+    return summary
+
+
 def measure(
     work: Path,
     files: dict[str, Path],
@@ -96,11 +109,11 @@ def measure(
     repeat: int,
     adaptive: bool = False,
     floor: bool = True,
-) -> tuple[list[dict[str, Any]], dict[str, str], float]:
+) -> dict[str, Any]:
     """Every query on this engine (one storage node, a process of its own), on plain Spark SQL over
     the Parquet files (the same session and settings) and on DuckDB, best of `repeat` warm runs,
-    each answer checked against DuckDB's: (per-query figures, the Spark options both ran with, the
-    seconds the load took)."""
+    each answer checked against DuckDB's: the per-query figures (`queries`), the Spark options both
+    ran with (`spark`) and the seconds the load took (`load_s`)."""
     store = Store(work / "node-0", node="node-0")
     started = time.perf_counter()
     with console.status("loading the storage node"):
@@ -151,7 +164,7 @@ def measure(
         for k, v in spark_options(settings).items()
         if not k.startswith(("spark.ui", "spark.app", "spark.driver.extraJava"))
     }
-    return results, shared, load_s
+    return {"load_s": load_s, "spark": shared, "queries": results}
 
 
 def run(sf: float, repeat: int, adaptive: bool = False) -> dict[str, Any]:
@@ -159,29 +172,16 @@ def run(sf: float, repeat: int, adaptive: bool = False) -> dict[str, Any]:
         work = Path(tmp)
         with console.status(f"generating TPC-H SF {sf:g}"):
             files = tpch.generate(sf, work / "tpch")
-        results, spark_settings, load_s = measure(work, files, all_queries(), tpch.schema_for, repeat, adaptive)
-    summary = {
-        "geomean_ours_s": geomean([r["ours_s"] for r in results]),
-        "geomean_spark_s": geomean([r["spark_s"] for r in results]),
-        "geomean_duckdb_s": geomean([r["duckdb_s"] for r in results]),
-        "correct": sum(r["correct"] for r in results),
-        "single_table_speedup_vs_spark": {
-            r["query"]: r["spark_s"] / r["ours_s"] for r in results if r["query"] in SINGLE_TABLE
-        },
+        measured = measure(work, files, all_queries(), tpch.schema_for, repeat, adaptive)
+    results = measured["queries"]
+    summary = summarize(results)
+    summary["single_table_speedup_vs_spark"] = {
+        r["query"]: r["spark_s"] / r["ours_s"] for r in results if r["query"] in SINGLE_TABLE
     }
-    summary["speedup_vs_spark"] = summary["geomean_spark_s"] / summary["geomean_ours_s"]
     # what the geometric mean would be if every join query cost only its Spark floor
     bound = geomean([r["spark_floor_s"] if r["spark_floor_s"] is not None else r["ours_s"] for r in results])
     summary["floor_bound_speedup_vs_spark"] = summary["geomean_spark_s"] / bound
-    summary["ratio_to_duckdb"] = summary["geomean_ours_s"] / summary["geomean_duckdb_s"]
-    return {
-        "benchmark": "tpch",
-        "sf": sf,
-        "load_s": load_s,
-        "spark": spark_settings,
-        "queries": results,
-        "summary": summary,
-    }
+    return {"benchmark": "tpch", "sf": sf, **measured, "summary": summary}
 
 
 def report(figures: dict[str, Any]) -> None:

@@ -28,6 +28,17 @@ def parser(description: str, default_sf: float = 1.0) -> argparse.ArgumentParser
     return p
 
 
+def bench_main(argv: list[str] | None, doc: str, run: Any, report: Any, repeat: int) -> None:
+    """The command line of a benchmark that takes a scale factor and a number of timed runs: run,
+    print the report, write the JSON figures."""
+    p = parser(doc.splitlines()[0])
+    p.add_argument("--repeat", type=int, default=repeat, help=f"timed runs per query and system (default {repeat})")
+    args = p.parse_args(argv)
+    figures = run(args.sf, args.repeat)
+    report(figures)
+    write_json(args.json, figures)
+
+
 @contextmanager
 def timed() -> Iterator[dict[str, float]]:
     """`with timed() as t: ...` then t["s"] holds the elapsed seconds."""
