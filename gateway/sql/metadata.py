@@ -105,7 +105,8 @@ def _values_select(
     typed = ", ".join(f'CAST("{n}" AS {kind}) AS "{n}"' for n, kind in columns)
     if rows:
         values = ", ".join("(" + ", ".join(_literal(v) for v in row) + ")" for row in rows)
-        source = f"(VALUES {values}) AS {alias}({', '.join(f'{chr(34)}{n}{chr(34)}' for n in names)})"
+        quoted = ", ".join(f'"{n}"' for n in names)
+        source = f"(VALUES {values}) AS {alias}({quoted})"
         sql = f"SELECT {typed} FROM {source}"
     else:
         nulls = ", ".join(f'CAST(NULL AS {kind}) AS "{n}"' for n, kind in columns)

@@ -30,8 +30,6 @@ def _spark_node(node: exp.Expression) -> exp.Expression:
         return exp.cast(node.copy(), "timestamp_ntz")  # DuckDB's is a TIMESTAMP without time zone
     if isinstance(node, exp.PercentileCont) and node.args.get("expression") is not None:
         return exp.Anonymous(this="PERCENTILE", expressions=[node.this, node.expression])
-    if isinstance(node, exp.Paren) and isinstance(node.this, exp.Column):
-        return node.this
     if isinstance(node, exp.Select) and node.args.get("distinct") and node.args.get("order"):
         return _order_by_output(node)
     return _division(node)
