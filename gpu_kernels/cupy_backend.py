@@ -135,8 +135,9 @@ class CupyBackend(NumpyBackend):
         return _sorted_extreme(out, gid, values, last=True)
 
 
-# the dtypes cupyx.scatter_min and scatter_max take (no 64-bit signed integers, no narrow ones)
-_SCATTER_EXTREMES = {np.dtype(t) for t in ("int32", "uint32", "uint64", "float32", "float64")}
+# the dtypes cupyx.scatter_min and scatter_max take exactly: no 64-bit signed integers and no narrow
+# ones (refused), no floats (taken, but a float64 comes back rounded to float32's precision on a GPU)
+_SCATTER_EXTREMES = {np.dtype(t) for t in ("int32", "uint32", "uint64")}
 
 
 def _sorted_extreme(out: Array, gid: Array, values: Array, last: bool) -> Array:

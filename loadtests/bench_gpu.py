@@ -28,16 +28,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 
+from gateway.config import parse_size
 from gpu_kernels import block_parts, cuda_available, final_aggregate, get_backend
 from loadtests import gpu_timing, kernel_checks
 from loadtests.bench_scan import QUERIES, decoded_bytes
@@ -122,29 +124,69 @@ def report(figures: dict[str, Any]) -> None:
     )
 
 
-def timed_run(sf: float, data: Path | None, repeat: int, small: bool = False) -> dict[str, Any]:
-    """The timed run on the device CuPy finds (or, `small`, on the stand-in at small sizes)."""
+def timed_run(
+    sf: float,
+    data: Path | None,
+    repeat: int,
+    small: bool = False,
+    json: Path | None = None,
+    block_budget: int | None = None,
+) -> dict[str, Any]:
+    """The timed run on the device CuPy finds (or, `small`, on the stand-in at small sizes). The
+    figures go to `json` after every stage, so a run cut short keeps what it measured; the stages
+    on generated data come first, the lineitem scans (which generate and load the table) last.
+    lineitem is loaded in blocks of `block_budget` bytes, by default what `cxg load` takes where
+    scans run on GPUs (seed 004's rule from the device, one scan slot a core)."""
     import cupy
     import cupyx
 
     device = cupy.cuda.runtime.getDeviceProperties(0)["name"] if not small else "stand-in (host times)"
     device = device.decode() if isinstance(device, bytes) else device
-    figures: dict[str, Any] = {"benchmark": "gpu", "device": device, "sf": sf, "machine": machine()}
-    with console.status("checking every CuPy kernel against NumPy's"):
-        figures["checks"] = {
+    if block_budget is None and small:
+        block_budget = LoadOptions().block_budget
+    elif block_budget is None:
+        from gpu_kernels.device_pipeline import block_budget as device_rule
+
+        block_budget = device_rule(None, os.cpu_count() or 1)
+    figures: dict[str, Any] = {
+        "benchmark": "gpu",
+        "device": device,
+        "sf": sf,
+        "block_budget": block_budget,
+        "machine": machine(),
+    }
+
+    def stage(key: str, status: str | None, measure: Callable[[], Any]) -> None:
+        started = time.perf_counter()
+        with console.status(status) if status else contextlib.nullcontext():
+            figures[key] = measure()
+        figures.setdefault("stage_seconds", {})[key] = seconds = round(time.perf_counter() - started, 1)
+        console.print(f"{key}: {seconds} s")
+        write_json(json, figures)
+
+    stage(
+        "checks",
+        "checking every CuPy kernel against NumPy's",
+        lambda: {
             "operations": kernel_checks.check_operations(sizes=(0, 1, 7, 1000, 70_000) if small else CHECK_SIZES),
             "fused_scans": kernel_checks.compare_fused(40 if small else 400, sizes=(1, 257, 3000) if small else FUSED),
-        }
-    with console.status("copy ceilings"):
-        figures["ceilings"] = gpu_timing.ceilings(cupy, cupyx, (8 << 20) if small else (1 << 30), repeat)
-    with _lineitem(sf, data) as cache:
-        figures["scans"] = _timed_scans(cupy, cache, figures["ceilings"], repeat)
-    with console.status("Tables 5.1/5.2: compressed transfer and decoding against plain transfer"):
-        blocks = (0.4, 1) if small else gpu_timing.BLOCK_MB
-        figures["compressed_transfer"] = gpu_timing.compressed_transfer(cupy, cupyx, repeat, blocks)
-    with console.status("hash partitioning"):
-        rows = 100_000 if small else 16 << 20
-        figures["partitioning"] = gpu_timing.hash_partitioning(cupy, rows, (16, 256), repeat)
+        },
+    )
+    stage(
+        "ceilings", "copy ceilings", lambda: gpu_timing.ceilings(cupy, cupyx, (8 << 20) if small else (1 << 30), repeat)
+    )
+    stage(
+        "compressed_transfer",
+        "Tables 5.1/5.2: compressed transfer and decoding against plain transfer",
+        lambda: gpu_timing.compressed_transfer(cupy, cupyx, repeat, (0.4, 1) if small else gpu_timing.BLOCK_MB),
+    )
+    stage(
+        "partitioning",
+        "hash partitioning",
+        lambda: gpu_timing.hash_partitioning(cupy, 100_000 if small else 16 << 20, (16, 256), repeat),
+    )
+    with _lineitem(sf, data, block_budget) as cache:
+        stage("scans", None, lambda: _timed_scans(cupy, cache, figures["ceilings"], repeat))
     return figures
 
 
@@ -153,16 +195,18 @@ FUSED = (1, 7, 255, 256, 257, 3000, 1 << 20)
 
 
 @contextlib.contextmanager
-def _lineitem(sf: float, data: Path | None) -> Iterator[TableCache]:
+def _lineitem(sf: float, data: Path | None, block_budget: int) -> Iterator[TableCache]:
     """lineitem at `sf` loaded into a store (kept in `data` for the next run when given)."""
     with tempfile.TemporaryDirectory(prefix="cxg-gpu-") as tmp:
         root = data or Path(tmp)
-        store = Store(root / f"store-sf{sf:g}")
+        store = Store(root / f"store-sf{sf:g}-bs{block_budget}")
         if "lineitem" not in store.tables():
             with console.status(f"generating and loading lineitem SF {sf:g}"):
                 files = tpch.generate(sf, root / f"tpch-sf{sf:g}", ["lineitem"])
                 source = read_parquet([files["lineitem"]])
-                load_table([store], tpch.schema_for("lineitem", source.schema), source, LoadOptions())
+                load_table(
+                    [store], tpch.schema_for("lineitem", source.schema), source, LoadOptions(block_budget=block_budget)
+                )
         cache = TableCache(store)
         cache.get("lineitem")
         yield cache
@@ -289,6 +333,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sf", type=float, help="TPC-H scale factor (default 10 on a GPU, 0.01 otherwise)")
     p.add_argument("--data", type=Path, metavar="DIR", help="keep the generated and loaded data here")
     p.add_argument("--block-rows", type=int, default=16_384, help="--dry-run: rows a block (default 16384)")
+    p.add_argument(
+        "--block-budget",
+        type=parse_size,
+        metavar="SIZE",
+        help="BS of lineitem's blocks (default: as cxg load takes it from the GPU, one scan slot a core)",
+    )
     p.add_argument("--repeat", type=int, default=5, help="timed runs of each measurement (default 5)")
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the figures as JSON")
     args = p.parse_args(argv)
@@ -297,18 +347,20 @@ def main(argv: list[str] | None = None) -> None:
         with console.status(f"running the scans of lineitem SF {sf:g} on the stand-in"):
             figures = dry_run(sf, args.block_rows)
         report(figures)
+        write_json(args.json, figures)
     elif args.standin:
         from tests.cupy_standin import installed
 
         with installed():
-            figures = timed_run(args.sf or 0.01, args.data, args.repeat, small=True)
-        timed_report(figures)
+            timed_report(
+                timed_run(
+                    args.sf or 0.01, args.data, args.repeat, small=True, json=args.json, block_budget=args.block_budget
+                )
+            )
+    elif not cuda_available():
+        raise SystemExit("no CUDA device here: --dry-run counts on the stand-in, --standin runs this on it")
     else:
-        if not cuda_available():
-            raise SystemExit("no CUDA device here: --dry-run counts on the stand-in, --standin runs this on it")
-        figures = timed_run(args.sf or 10, args.data, args.repeat)
-        timed_report(figures)
-    write_json(args.json, figures)
+        timed_report(timed_run(args.sf or 10, args.data, args.repeat, json=args.json, block_budget=args.block_budget))
 
 
 if __name__ == "__main__":

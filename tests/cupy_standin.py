@@ -141,6 +141,11 @@ class StreamOrderError(AssertionError):
     """A read that no wait orders after its write, or a host buffer released under a copy."""
 
 
+class InexactOnDevice(AssertionError):
+    """An operation the real CuPy takes but answers inexactly on a GPU (seen on one), refused here
+    so that no code comes to rely on it."""
+
+
 # ---- streams, events, devices, pools ----------------------------------------------------------------
 
 
@@ -638,6 +643,7 @@ class Counts:
 class StandIn:
     def __init__(self, devices: int = 1, memory: int = 1 << 30, sanitize: bool = False):
         self.devices, self.memory, self.sanitize = devices, memory, sanitize
+        self.atomic_order = np.random.default_rng(0)  # the order of a float sum's atomic adds (seeded)
         self.counts = Counts()
         self.host_seen: dict[int, int] = {}
         self.pending_copies: dict[int, list[tuple[Any, _Stream, int, str]]] = {}  # id(pinned) -> in-flight copies
@@ -900,6 +906,8 @@ class StandIn:
             return allocate
         if isinstance(real, _REAL_UFUNC_TYPES):
             return _Ufunc(self, name, target)
+        if name == "bincount":
+            target = self._bincount
 
         def call(*args: Any, **kwargs: Any) -> Any:
             _check_keywords(f"{space}.{name}", kwargs)
@@ -936,6 +944,21 @@ class StandIn:
         module.cuda = cuda
         return module
 
+    def _bincount(self, x: np.ndarray, weights: np.ndarray | None = None, minlength: int = 0) -> np.ndarray:
+        """NumPy's bincount, float weights added in an order of their own at each call, as a GPU's
+        atomic adds do: a float sum is not the same to the last bit as NumPy's."""
+        if weights is not None and weights.dtype.kind == "f":
+            order = self.atomic_order.permutation(len(x))
+            x, weights = x[order], weights[order]
+        return np.bincount(x, weights=weights, minlength=minlength)
+
+    def _in_atomic_order(self, array: ndarray, slices: Any, value: Any) -> tuple[Any, Any]:
+        """A float scatter's indices and values in an order of their own, as atomic adds land."""
+        if array.dtype.kind == "f" and isinstance(slices, np.ndarray) and np.ndim(value) == 1 and slices.ndim == 1:
+            order = self.atomic_order.permutation(len(slices))
+            return slices[order], value[order]
+        return slices, value
+
     def _cupyx_module(self) -> types.ModuleType:
         module = _StrictModule("cupyx", "cupyx", self)
 
@@ -943,7 +966,9 @@ class StandIn:
             def scatter_op(a: ndarray, slices: Any, value: Any) -> None:
                 if a.dtype not in _SCATTER_DTYPES[name]:
                     raise TypeError(f"cupyx.{name} does not support dtype {a.dtype}")
-                self.write(a, lambda s, v: ufunc.at(a._data, s, v), slices, value)
+                if name != "scatter_add" and a.dtype.kind == "f":
+                    raise InexactOnDevice(f"cupyx.{name} on {a.dtype} rounds through float32 on a GPU")
+                self.write(a, lambda s, v: ufunc.at(a._data, *self._in_atomic_order(a, s, v)), slices, value)
 
             return scatter_op
 

@@ -7,6 +7,7 @@ refuses (NULLs, floats, keys that are neither dictionaries nor runs) left to the
 from __future__ import annotations
 
 import decimal
+import math
 import re
 
 import numpy as np
@@ -118,7 +119,11 @@ def test_what_the_fused_kernel_leaves_to_the_general_kernels(why: str) -> None:
     numpy = get_backend("numpy")
     expected = final_rows(run_block(task, block, numpy, ScanStats(), None)[0][0], task)
     got = final_rows(run_block(task, block, get_backend("cupy"), ScanStats(), None)[0][0], task)
-    assert got == expected
+    assert [row.keys() for row in got] == [row.keys() for row in expected]
+    for row, want in zip(got, expected, strict=True):  # a float sum's order is the device's: not exact
+        assert all(
+            math.isclose(v, want[k], rel_tol=1e-12) if isinstance(v, float) else v == want[k] for k, v in row.items()
+        )
 
 
 def benchmark_kernels() -> dict[str, str]:
