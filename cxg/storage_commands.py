@@ -10,21 +10,14 @@ from rich.table import Table as RichTable
 from cxg.console import console
 from cxg.data_dirs import add_data_option, stores_of
 from gateway import Config
+from gateway.config import format_size
 from storage import CHAIN_PREFERENCE, TableSummary, summarize
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1000
-    raise AssertionError("unreachable")
 
 
 def render_summary(summary: TableSummary) -> RichTable:
     title = (
         f"{summary.name}: {summary.rows:,} rows in {summary.blocks} blocks of RC={summary.block_rows:,} rows "
-        f"(BS={human_bytes(summary.budget_bytes)}, RS={summary.record_bytes} B), {summary.placement}, "
+        f"(BS={format_size(summary.budget_bytes)}, RS={summary.record_bytes} B), {summary.placement}, "
         f"sorted by ({', '.join(summary.sort_key)}), version {summary.version}"
     )
     table = RichTable(title=title, title_justify="left")
@@ -51,8 +44,8 @@ def render_summary(summary: TableSummary) -> RichTable:
             f"{c.runs:,}",
             f"{c.max_distinct:,}",
             f"{c.null_count:,}",
-            human_bytes(c.encoded_bytes),
-            human_bytes(c.plain_bytes),
+            format_size(c.encoded_bytes),
+            format_size(c.plain_bytes),
             f"{c.ratio:.1f}x",
         )
     ratio = summary.plain_bytes / summary.encoded_bytes if summary.encoded_bytes else 0
@@ -60,13 +53,13 @@ def render_summary(summary: TableSummary) -> RichTable:
     table.add_row(
         "total",
         "",
-        f"on disk {human_bytes(summary.disk_bytes)}",
+        f"on disk {format_size(summary.disk_bytes)}",
         "",
         "",
         "",
         "",
-        human_bytes(summary.encoded_bytes),
-        human_bytes(summary.plain_bytes),
+        format_size(summary.encoded_bytes),
+        format_size(summary.plain_bytes),
         f"{ratio:.1f}x",
     )
     return table
@@ -81,7 +74,7 @@ def render_candidates(summary: TableSummary) -> RichTable:
         cells = []
         for chain in chains:
             size = c.candidates.get(chain)
-            text = "" if size is None else human_bytes(size)
+            text = "" if size is None else format_size(size)
             cells.append(f"[bold green]{text}[/]" if size is not None and size == smallest else text)
         table.add_row(c.name, *cells)
     return table
@@ -107,8 +100,8 @@ def cmd_tables(args: argparse.Namespace, config: Config) -> int:
                 f"{s.rows:,}",
                 str(s.blocks),
                 s.placement,
-                human_bytes(s.encoded_bytes),
-                human_bytes(s.disk_bytes),
+                format_size(s.encoded_bytes),
+                format_size(s.disk_bytes),
                 str(s.version),
             )
     console.print(table)

@@ -40,6 +40,15 @@ def parse_size(text: str | int) -> int:
     return int(float(m[1]) * base**power)
 
 
+def format_size(n: float) -> str:
+    """`n` bytes as people read them: 950 B, 1.25 MB (powers of 1000, as `parse_size` reads them)."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
 DEFAULT_DATA = ["data/node-0", "data/node-1"]  # where `cxg load`, `cxg storage`, `cxg up` and `cxg demo` meet
 
 

@@ -15,7 +15,7 @@ from gpu_kernels.evaluate import BlockEvaluator
 from gpu_kernels.expr import Call, Lit
 from gpu_kernels.vectors import scalar_literal
 
-_FOLDABLE = (*E.ARITHMETIC, "neg", "extract_year", "extract_month", "extract_day")
+_FOLDABLE = (*E.ARITHMETIC, "neg", "extract_year", "extract_month", "extract_day", *E.TRUNCATIONS)
 _SCALARS = BlockEvaluator(EncodedBlock(0, {}), NumpyBackend())
 
 

@@ -35,6 +35,7 @@ from gpu_kernels.value_predicates import (
 from gpu_kernels.vector_functions import (
     arithmetic,
     compare,
+    date_trunc,
     extract,
     materialize,
     string_flags,
@@ -334,6 +335,8 @@ class BlockEvaluator(BlockDecoder):
             return self._case(e, sel)
         if op.startswith("extract_"):
             return extract(self.backend, op, self.vec(e.args[0], sel))
+        if op in E.TRUNCATIONS:
+            return date_trunc(self.backend, op, self.vec(e.args[0], sel))
         if op == "substring":
             length = e.args[2].value if len(e.args) == 3 else None
             return substring(self.vec(e.args[0], sel), e.args[1].value, length)

@@ -103,7 +103,8 @@ COMPARISONS = ("=", "<>", "<", "<=", ">", ">=")
 ARITHMETIC = ("+", "-", "*", "/")
 PATTERNS = ("like", "not_like", "ilike", "not_ilike")  # ilike: LIKE ignoring case
 PREDICATES = (*COMPARISONS, "between", "in", "is_null", "is_not_null", *PATTERNS, "and", "or", "not")
-FUNCTIONS = ("neg", "case", "extract_year", "extract_month", "extract_day", "substring")
+TRUNCATIONS = ("date_trunc_year", "date_trunc_quarter", "date_trunc_month", "date_trunc_week", "date_trunc_day")
+FUNCTIONS = ("neg", "case", "extract_year", "extract_month", "extract_day", *TRUNCATIONS, "substring")
 OPS = (*PREDICATES, *ARITHMETIC, *FUNCTIONS)
 INTERVALS = {"interval_day": 0, "interval_month": 1, "interval_year": 12}
 
@@ -348,6 +349,11 @@ def check(expr: Expr, columns: dict[str, Type]) -> Type:
         if types[0].kind not in (Kind.DATE, Kind.TS):
             raise ExprError(f"{op} needs a date, not {types[0].kind.value}")
         return Type(Kind.INT)
+    if op in TRUNCATIONS:  # DuckDB's date_trunc: a TIMESTAMP (without time zone) at the part's start
+        _arity(expr, 1)
+        if types[0].kind not in (Kind.DATE, Kind.TS):
+            raise ExprError(f"{op} needs a date, not {types[0].kind.value}")
+        return Type(Kind.TS, unit="us")
     if op == "substring":
         _arity(expr, 2, 3)
         bounds_ok = all(isinstance(a, Lit) and a.type.kind is Kind.INT for a in expr.args[1:])

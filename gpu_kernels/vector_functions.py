@@ -28,6 +28,7 @@ from gpu_kernels.vectors import (
     and_valid,
     civil_from_days,
     coerce,
+    days_from_civil,
     strings_of,
     to_float,
 )
@@ -196,6 +197,38 @@ def extract(backend: NumpyBackend, op: str, v: Vec) -> Vec:
         return Vec(t, scalar=int(civil_from_days(xp, days)[part][0]))
     days = v.data // UNITS_PER_DAY[v.type.unit] if v.type.kind is Kind.TS else v.data
     return Vec(t, civil_from_days(xp, days)[part].astype(xp.int64), v.valid, bound=1 << 40)
+
+
+def date_trunc(backend: NumpyBackend, op: str, v: Vec) -> Vec:
+    """DATE_TRUNC(part, v) of a date or timestamp, as DuckDB gives it: a TIMESTAMP in microseconds
+    at the start of the year, quarter, month, ISO week (a Monday) or day."""
+    xp = backend.xp
+    t = Type(Kind.TS, unit="us")
+    if v.is_scalar:
+        if v.scalar is None:
+            return Vec(t, scalar=None)
+        return Vec(t, scalar=int(_truncated(xp, op, _days(v, xp.asarray([v.scalar])))[0]) * UNITS_PER_DAY["us"])
+    micros = _truncated(xp, op, _days(v, v.data)).astype(xp.int64) * UNITS_PER_DAY["us"]
+    return Vec(t, micros, v.valid)
+
+
+def _days(v: Vec, data: Array) -> Array:
+    return data // UNITS_PER_DAY[v.type.unit] if v.type.kind is Kind.TS else data.astype(np.int64)
+
+
+def _truncated(xp: Any, op: str, days: Array) -> Array:
+    """The day number at which the part of each day starts."""
+    part = op.removeprefix("date_trunc_")
+    if part == "day":
+        return days
+    if part == "week":  # day 0 (1970-01-01) was a Thursday: 3 days after a Monday
+        return days - (days + 3) % 7
+    year, month, _ = civil_from_days(xp, days)
+    if part == "year":
+        month = xp.ones_like(month)
+    elif part == "quarter":
+        month = (month - 1) // 3 * 3 + 1
+    return days_from_civil(xp, year, month, xp.ones_like(month))
 
 
 def substring(v: Vec, start: int, length: int | None) -> Vec:

@@ -30,7 +30,7 @@ _FACE: dict[str, tuple[str, ...]] = {
     "mysql_load": ("create_database", "load_mysql"),
     "mysql_urls": ("mysql_url",),
     "node": ("Node",),
-    "node_client": ("NodeClient", "NodeError", "ScanCancelled"),
+    "node_client": ("NodeClient", "NodeError", "ScanCancelled", "ScanStream"),
     "redistribution": ("TableMove", "moved", "plan_move"),
     "scan": ("TableCache", "scan_table"),
     "scan_protocol": (

@@ -49,6 +49,8 @@ class ScanStream:
     node: str
     reader: pa.ipc.RecordBatchStreamReader
     stats: dict[str, Any] = field(default_factory=dict)
+    rows: int = 0  # what arrived so far
+    bytes: int = 0
 
     @property
     def schema(self) -> pa.Schema:
@@ -75,7 +77,19 @@ class ScanStream:
                 self.stats = json.loads(meta[METADATA_STATS])
                 trailer = True
                 continue
+            self.rows += batch.num_rows
+            self.bytes += batch.nbytes
             yield batch, {k.decode(): v.decode() for k, v in meta.items()}
+
+    def read_all(self, cancelled: threading.Event | None = None) -> pa.Table:
+        """Every batch as one table. Setting `cancelled` ends the scan at the next batch (the node
+        stops when the connection closes) with ScanCancelled."""
+        batches = []
+        for batch, _ in self:
+            if cancelled is not None and cancelled.is_set():
+                raise ScanCancelled("scan cancelled")
+            batches.append(batch)
+        return pa.Table.from_batches(batches, schema=self.schema)
 
     def close(self) -> None:
         self.response.close()
@@ -140,12 +154,6 @@ class NodeClient:
     def scan_table(
         self, request: ScanRequest | dict[str, Any], cancelled: threading.Event | None = None
     ) -> tuple[pa.Table, dict[str, Any]]:
-        """The whole result of a scan, and its statistics. Setting `cancelled` ends the scan at
-        the next batch (the node stops when the connection closes) with ScanCancelled."""
+        """The whole result of a scan, and its statistics (`ScanStream.read_all`)."""
         with self.scan(request) as stream:
-            batches = []
-            for batch, _ in stream:
-                if cancelled is not None and cancelled.is_set():
-                    raise ScanCancelled("scan cancelled")
-                batches.append(batch)
-            return pa.Table.from_batches(batches, schema=stream.schema), stream.stats
+            return stream.read_all(cancelled), stream.stats

@@ -64,6 +64,37 @@ QUERIES = [
     "greatest(age, 40) as g, least(age, 40) as s from people order by id",
     "select id, name from people where name ilike 'z%' order by id",
     "select date_part('year', joined) as y, count(*) as n from people group by 1 order by 1 nulls first",
+    "select date_trunc('year', joined) as y, date_trunc('quarter', joined) as q, date_trunc('week', joined) as w, "
+    "date_trunc('day', joined) as d from people order by 1 nulls first, 2, 3, 4",
+    "select date_trunc('month', \"at\") as m, date_trunc('week', \"at\") as w from events order by 1 nulls first, 2",
+    "select count(*) as n from lineitem where date_trunc('year', l_shipdate) = timestamp '1995-01-01'",
+    "select id, sqrt(age) as r, ln(age) as l, exp(age / 100) as e, power(age, 2) as p, log10(age) as t, "
+    "log(age) as g, log2(age) as b, sign(score) as s, round(pi(), 4) as pi, cbrt(age) as c from people order by id",
+    "select id, round(sin(age), 6) as s, round(cos(age), 6) as c, round(atan2(age, 2), 6) as a, "
+    "round(degrees(1), 6) as d, round(radians(180), 6) as r from people order by id",
+    "select id, replace(name, 'o', '0') as r, reverse(name) as v, repeat(city, 2) as t, strpos(city, 'l') as p, "
+    "starts_with(city, 'Be') as s, ends_with(city, 'in') as e, left(name, 2) as lft, right(city, 3) as rgt "
+    "from people order by id",
+    "select id, md5(city) as m, ascii(name) as a, chr(65 + id::integer) as c, "
+    "translate(city, 'ei', 'EI') as t from people order by id",
+    "select id, year(joined) as y, month(joined) as m, day(joined) as d, quarter(joined) as q, "
+    "last_day(joined) as l, dayname(joined) as dn, monthname(joined) as mn, make_date(2024, id, 1) as md "
+    "from people order by id",
+    "select city, covar_pop(age, score) as cp, covar_samp(age, score) as cs, arg_max(name, age) as oldest, "
+    "arg_min(name, id) as first from people group by city order by city nulls first",
+    # LATERAL and UNNEST, on Spark
+    "select p.name, x.total from people p, lateral (select sum(v.amount) as total from visits v "
+    "where v.person_id = p.id) x order by p.name",
+    "select p.name, x.total from people p left join lateral (select sum(v.amount) as total from visits v "
+    "where v.person_id = p.id having count(*) > 0) x on true order by p.name",
+    "select c_name, o.o_orderkey from customer c cross join lateral (select o_orderkey from orders "
+    "where o_custkey = c.c_custkey order by o_totalprice desc limit 1) o where c.c_custkey < 20 order by 1",
+    "select id, unnest(string_split(city, 'l')) as part from people order by id, part",
+    "select p.id, t.part from people p, unnest(string_split(p.city, 'l')) as t(part) order by 1, 2",
+    "select t.c, count(*) as n from people p, unnest(string_split(p.name, '')) as t(c) group by 1 "
+    "order by 2 desc, 1 limit 3",
+    "select x, count(*) as n from unnest([1, 2, 3]) as t(x), people p where t.x <= p.id group by x order by x",
+    "select unnest([1, 2]) as x, name from people order by name, x",
     # VALUES, FETCH FIRST, QUALIFY
     "select t.x, t.y, p.name from (values (1, 'a'), (3, 'b'), (9, 'c')) t(x, y) left join people p on p.id = t.x "
     "order by t.x",
@@ -175,3 +206,27 @@ def test_ilike_on_one_table_is_evaluated_on_the_nodes_once_per_distinct_string(e
     plan = engine.plan(sql)
     assert plan.engine == "nodes", "\n".join(plan.explain())
     assert rows_match(rows(engine.execute(sql).table), duck.sql(sql).fetchall(), ordered=True)
+
+
+def test_date_trunc_and_year_over_one_table_stay_on_the_nodes(engine, duck) -> None:
+    sql = (
+        "select date_trunc('month', l_shipdate) as m, year(l_shipdate) as y, count(*) as n, sum(l_quantity) as q "
+        "from lineitem group by 1, 2 order by 1"
+    )
+    result = engine.execute(sql)
+    assert result.plan.engine == "nodes", "\n".join(result.plan.explain())
+    assert rows_match(rows(result.table), duck.sql(sql).fetchall(), ordered=True)
+
+
+def test_a_cte_referenced_twice_is_read_once_from_the_nodes(engine, duck) -> None:
+    sql = (
+        "with spend as (select o_custkey, sum(o_totalprice) as total from orders group by o_custkey) "
+        "select a.o_custkey, a.total, b.total as next from spend a join spend b on b.o_custkey = a.o_custkey + 1 "
+        "order by a.total desc, a.o_custkey limit 5"
+    )
+    assert rows_match(rows(engine.execute(sql).table), duck.sql(sql).fetchall(), ordered=True)
+    lines = engine.execute("explain analyze " + sql).table.column("plan").to_pylist()
+    executed = lines[lines.index("scans on the nodes (as the coordinator received them):") :]
+    steps = [line.strip() for line in executed if line.startswith("  [")]
+    scans = [line.strip().split(":")[0] for line in executed if line.startswith("    node-")]
+    assert len(steps) == 1 and sorted(scans) == ["node-0", "node-1"], lines  # one scan of orders per node

@@ -63,6 +63,9 @@ def test_constant_queries_and_explain(native_gateway) -> None:
     table, _ = _arrow(native_gateway, "explain " + query(3))
     text = "\n".join(table.column("plan").to_pylist())
     assert "spark" in text.lower() and "lineitem" in text
+    table, _ = _arrow(native_gateway, "explain analyze " + query(3))  # run, with what each part did
+    text = "\n".join(table.column("plan").to_pylist())
+    assert "executed in" in text and ": 10 row(s)" in text and "fetched first" in text and "\nSpark: " in text
 
 
 def test_metadata_windows_and_set_operations_over_http(native_gateway, duck) -> None:

@@ -471,3 +471,41 @@ def test_cpu_block_pipeline_keeps_block_order_on_one_thread_or_several(monkeypat
     assert [next(results) for _ in range(3)] == [0, 2, 4]
     cancel.set()
     assert list(results) == [], "a cancelled scan stops at the next block"
+
+
+@pytest.mark.parametrize("backend_name", BACKENDS)
+def test_date_trunc_gives_the_timestamp_at_the_parts_start(tmp_path: Path, backend_name: str) -> None:
+    days = [dt.date(2024, 2, 29), dt.date(2023, 1, 1), dt.date(1969, 12, 31), dt.date(1970, 1, 5), None]
+    source = pa.table(
+        {
+            "rid": pa.array(range(5), pa.int64()),
+            "d": pa.array(days),
+            "ts": pa.array([None, dt.datetime(2021, 7, 4, 23, 59, 59), dt.datetime(1969, 12, 31, 12), None, None]),
+        }
+    )
+    cache = load_simple(tmp_path, source)
+    parts = ("year", "quarter", "month", "week", "day")
+    select = [{"name": p, "expr": call(f"date_trunc_{p}", col("d"))} for p in parts]
+    select.append({"name": "ts_month", "expr": call("date_trunc_month", col("ts"))})
+    result = run_scan(cache, {"columns": ["rid"], "select": select}, get_backend(backend_name)).sort_by("rid")
+    at = dt.datetime
+    assert result.column("year").to_pylist() == [at(2024, 1, 1), at(2023, 1, 1), at(1969, 1, 1), at(1970, 1, 1), None]
+    assert result.column("quarter").to_pylist() == [
+        at(2024, 1, 1),
+        at(2023, 1, 1),
+        at(1969, 10, 1),
+        at(1970, 1, 1),
+        None,
+    ]
+    assert result.column("month").to_pylist() == [at(2024, 2, 1), at(2023, 1, 1), at(1969, 12, 1), at(1970, 1, 1), None]
+    # ISO weeks start on Monday: 2024-02-26, 2022-12-26, 1969-12-29, 1970-01-05 (itself a Monday)
+    assert result.column("week").to_pylist() == [
+        at(2024, 2, 26),
+        at(2022, 12, 26),
+        at(1969, 12, 29),
+        at(1970, 1, 5),
+        None,
+    ]
+    assert result.column("day").to_pylist() == [at(2024, 2, 29), at(2023, 1, 1), at(1969, 12, 31), at(1970, 1, 5), None]
+    assert result.column("ts_month").to_pylist() == [None, at(2021, 7, 1), at(1969, 12, 1), None, None]
+    assert result.schema.field("year").type == pa.timestamp("us")

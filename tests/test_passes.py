@@ -329,7 +329,7 @@ def answers(monkeypatch):
     made_up: dict[str, pa.Table] = {}
     runs: list[str] = []
 
-    def run_local(plan, catalog):
+    def run_local(plan, catalog, step="the query"):
         table = plan.scans[0].table
         runs.append(table)
         return made_up[table]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from gateway.sql.errors import SqlError
@@ -70,6 +71,39 @@ def test_each_refusal_is_the_same_on_both_paths(engine, duck, rule: str, source:
     assert (refused.value.status, refused.value.code) == (400, code), refused.value
     with pytest.raises(Exception):  # noqa: B017 - DuckDB refuses it too (its own error classes)
         duck.sql(sql).fetchall()
+
+
+# (select list, group by) over lineitem l: the documented type of each output, whichever path answers
+TYPED = (
+    "l.l_returnflag, sum(l.l_extendedprice) as s, avg(l.l_extendedprice) as a, min(l.l_discount) as lo, "
+    "max(l.l_extendedprice) as hi, sum(l.l_quantity * l.l_extendedprice) as p, count(*) as n",
+    "l.l_returnflag",
+)
+EXPECTED_TYPES = {
+    "l_returnflag": pa.string(),
+    "s": pa.decimal128(38, 2),  # a SUM of DECIMAL(15, 2), as DuckDB gives it
+    "a": pa.float64(),  # an AVG is a DOUBLE (Spark's own is DECIMAL(19, 6))
+    "lo": pa.decimal128(15, 2),  # MIN / MAX keep the column's type
+    "hi": pa.decimal128(15, 2),
+    "p": pa.decimal128(38, 4),
+    "n": pa.int64(),
+}
+ROW_TYPED = (
+    "l.l_orderkey, l.l_extendedprice, l.l_extendedprice * 2 as twice, l.l_discount - 0.05 as d, l.l_tax + 1 as t"
+)
+
+
+@pytest.mark.parametrize(
+    "source", ["lineitem l", "lineitem l join orders o on l.l_orderkey = o.o_orderkey"], ids=["nodes", "spark"]
+)
+def test_result_types_are_the_same_on_both_paths(engine, duck, source: str) -> None:
+    grouped = engine.execute(f"select {TYPED[0]} from {source} group by {TYPED[1]} order by 1")
+    assert grouped.plan.engine == ("nodes" if source == "lineitem l" else "spark")
+    assert dict(zip(grouped.table.column_names, grouped.table.schema.types, strict=True)) == EXPECTED_TYPES
+    expected = duck.sql(f"select {TYPED[0]} from {source} group by {TYPED[1]} order by 1").fetchall()
+    assert rows_match(rows(grouped.table), expected, ordered=True)
+    arithmetic = engine.execute(f"select {ROW_TYPED} from {source} order by 1, 2 limit 5")
+    assert arithmetic.table.schema.types == [pa.int64(), pa.decimal128(15, 2), *[pa.decimal128(38, 2)] * 3]
 
 
 def test_a_query_without_a_table_is_answered_whatever_it_calls(engine) -> None:

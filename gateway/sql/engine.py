@@ -34,6 +34,8 @@ from gateway.sql.errors import (
 from gateway.sql.local import CANCELLED, run_local
 from gateway.sql.parse import CheckedQuery, prepare
 from gateway.sql.plan import Plan
+from gateway.sql.profile import PROFILE, Profile
+from gateway.sql.result_types import stable_types, type_rules
 from gateway.sql.run import run_on_spark, staged_plan
 from gateway.sql.staged import Staged
 from storage import OUT_OF_MEMORY, DiskFullError, NodeError, StorageError, allow_deep_expressions
@@ -120,9 +122,12 @@ class Engine:
         with self._lock:
             self._running[query_id] = cancelled
         token = CANCELLED.set(cancelled)
+        profile = Profile() if query.explain == "analyze" else None
+        profiled = PROFILE.set(profile)
+        rules = type_rules(query.tree)  # of the query as written: planning may rewrite it
         try:
             plan = self._plan(query, catalog, copy)
-            if query.explain:
+            if query.explain == "plan":
                 return Result(pa.table({"plan": plan.explain()}), plan, time.perf_counter() - started)
             table = self._run_spark(plan, query_id, catalog) if plan.engine == "spark" else run_local(plan, catalog)
         except SqlError:
@@ -133,10 +138,14 @@ class Engine:
             raise _execution_error(e) from e
         finally:
             CANCELLED.reset(token)
+            PROFILE.reset(profiled)
             with self._lock:  # a run of the same query started since (a retry) keeps its own entry
                 if self._running.get(query_id) is cancelled:
                     del self._running[query_id]
-        table = table.rename_columns(query.names)
+        if profile is not None:  # EXPLAIN ANALYZE: the plan as it ran, and what each part did
+            seconds = time.perf_counter() - started
+            return Result(pa.table({"plan": plan.explain() + profile.lines(table.num_rows, seconds)}), plan, seconds)
+        table = stable_types(table, rules).rename_columns(query.names)
         return Result(table, plan, time.perf_counter() - started)
 
     def _run_spark(self, plan: Staged, query_id: str, catalog: RegionCatalog) -> pa.Table:

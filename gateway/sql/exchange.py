@@ -40,6 +40,7 @@ from sqlglot import exp
 from gateway.sql.catalog import RegionCatalog
 from gateway.sql.local import CANCELLED
 from gateway.sql.plan import TableQuery
+from gateway.sql.profile import node_scan
 from gateway.sql.spark_dialect import spark_text
 from gateway.sql.staged import Staged
 from storage import NodeClient, ScanCancelled, ScanRequest, output_schema, spark_schema
@@ -154,10 +155,12 @@ class Exchange:
 
             def one(i: int) -> None:
                 url, routed = routes[i]
-                write_scan(NodeClient(url), routed, paths[i], schema, cancelled)
+                step = f"[{scan.index}] {scan.table} AS {scan.alias}, written for Spark"
+                write_scan(NodeClient(url), routed, paths[i], schema, cancelled, step)
 
+            contexts = [contextvars.copy_context() for _ in routes]  # the query's profile
             with ThreadPoolExecutor(len(routes)) as pool:
-                list(pool.map(one, range(len(routes))))
+                list(pool.map(lambda c, i: c.run(one, i), contexts, range(len(routes))))
         return self.spark.read.schema(spark_schema(schema)).parquet(*map(str, paths))
 
     def _source(self, scan: TableQuery, request: ScanRequest, schema: pa.Schema):
@@ -252,12 +255,20 @@ def describe(mode: str, scan: TableQuery, fetched: pa.Table | None) -> str:
     return "streamed to Spark through the cxg data source"
 
 
-def write_scan(client: NodeClient, request: ScanRequest, path: Path, schema: pa.Schema, cancelled=None) -> int:
+def write_scan(
+    client: NodeClient,
+    request: ScanRequest,
+    path: Path,
+    schema: pa.Schema,
+    cancelled=None,
+    step: str = "written to a file",
+) -> int:
     """Stream one node's scan into a Parquet file (row groups of up to ROW_GROUP rows); the rows
-    written. Setting `cancelled` stops it at the next batch with ScanCancelled."""
+    written. Setting `cancelled` stops it at the next batch with ScanCancelled; `step` names the
+    scan in EXPLAIN ANALYZE."""
     pending: list[pa.RecordBatch] = []
     rows = 0
-    with client.scan(request) as stream, pq.ParquetWriter(path, schema, **PARQUET) as writer:
+    with node_scan(client, request, step) as stream, pq.ParquetWriter(path, schema, **PARQUET) as writer:
         for batch, _ in stream:
             if cancelled is not None and cancelled.is_set():
                 raise ScanCancelled("scan cancelled")

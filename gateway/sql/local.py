@@ -4,6 +4,7 @@ ORDER BY and LIMIT are evaluated over the merged result with the same kernels th
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
@@ -13,6 +14,7 @@ import pyarrow.compute as pc
 
 from gateway.sql.catalog import RegionCatalog, TableInfo
 from gateway.sql.plan import Plan
+from gateway.sql.profile import node_scan
 from gpu_kernels import BlockEvaluator, NumpyBackend, final_aggregate, fold, to_arrow
 from storage import Expr, NodeClient, ScanRequest, kernel_expr, plain_block, type_scan, typed_output
 
@@ -35,30 +37,33 @@ def evaluate(table: pa.Table, outputs: list[tuple[str, Expr]], predicate: Expr |
     return pa.Table.from_arrays(arrays, names=names)
 
 
-def scan_nodes(catalog: RegionCatalog, info: TableInfo, request: ScanRequest) -> pa.Table:
+def scan_nodes(catalog: RegionCatalog, info: TableInfo, request: ScanRequest, step: str = "a scan") -> pa.Table:
     """A scan on every node holding the table (one node for a replicated table), at the version the
-    catalog serves, results concatenated."""
+    catalog serves, results concatenated; `step` says what it is for (EXPLAIN ANALYZE)."""
     routes = catalog.routes(info, request)
     cancelled = CANCELLED.get()
 
     def one(route: tuple[str, ScanRequest]) -> pa.Table:
         url, routed = route
-        return NodeClient(url).scan_table(routed, cancelled)[0]
+        with node_scan(NodeClient(url), routed, step) as stream:
+            return stream.read_all(cancelled)
 
     if len(routes) == 1:
         return one(routes[0])
+    contexts = [contextvars.copy_context() for _ in routes]  # the query's profile
     with ThreadPoolExecutor(len(routes)) as pool:
-        return pa.concat_tables(list(pool.map(one, routes)))
+        return pa.concat_tables(list(pool.map(lambda c, route: c.run(one, route), contexts, routes)))
 
 
-def run_local(plan: Plan, catalog: RegionCatalog) -> pa.Table:
-    """Run a "nodes" or "coordinator" plan; the result columns are the query's output names."""
+def run_local(plan: Plan, catalog: RegionCatalog, step: str = "the query") -> pa.Table:
+    """Run a "nodes" or "coordinator" plan; the result columns are the query's output names. Its
+    scan is named `step` in EXPLAIN ANALYZE."""
     query = plan.local
     if plan.engine == "coordinator":
         return evaluate(pa.table({"_": [0]}), query.outputs)
     info = query.scan.info
     request = query.request
-    merged = scan_nodes(catalog, info, request)
+    merged = scan_nodes(catalog, info, request, f"{step}: {query.scan.table}")
     if query.aggregating:
         merged = final_aggregate(merged, query.keys, list(type_scan(request, info.schema).task.aggregates))
     sort_keys = [(f"__k{i}", key) for i, (key, _, _) in enumerate(query.order)]

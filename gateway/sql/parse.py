@@ -16,7 +16,7 @@ from typing import Any
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import OptimizeError, ParseError
+from sqlglot.errors import ErrorLevel, OptimizeError, ParseError
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 
@@ -31,11 +31,12 @@ from gateway.sql.errors import (
 )
 from gateway.sql.limits import check_tree, checked_text
 from gateway.sql.metadata import as_select, inline_information_schema, is_metadata
+from gateway.sql.names import duckdb_name
 from gateway.sql.params import bind
 
 # DuckDB's dialect: standard SQL, and NULLs sort last unless NULLS FIRST is written.
 DIALECT = "duckdb"
-_EXPLAIN = re.compile(r"^\s*(?:--[^\n]*\n\s*|/\*.*?\*/\s*)*explain\b", re.IGNORECASE | re.DOTALL)
+_EXPLAIN = re.compile(r"^\s*(?:--[^\n]*\n\s*|/\*.*?\*/\s*)*explain\b(\s+analyze\b)?", re.IGNORECASE | re.DOTALL)
 
 WRITES: dict[type, str] = {
     exp.Insert: "INSERT",
@@ -123,6 +124,10 @@ CLAUSES = (
     exp.Values,
     exp.Fetch,
     exp.LimitOptions,
+    exp.Lateral,
+    exp.Unnest,
+    exp.Explode,
+    exp.Array,
 )
 SET_OPERATIONS = (exp.Union, exp.Intersect, exp.Except)
 WINDOW_FUNCTIONS = (
@@ -140,6 +145,10 @@ WINDOW_FUNCTIONS = (
 )
 # aggregates the nodes do not take partially: Spark computes them over the rows the nodes return
 SPARK_AGGREGATES = (
+    exp.CovarPop,
+    exp.CovarSamp,
+    exp.ArgMax,
+    exp.ArgMin,
     exp.Stddev,
     exp.StddevSamp,
     exp.StddevPop,
@@ -157,6 +166,37 @@ SPARK_AGGREGATES = (
 )
 # scalar functions the nodes lack: Spark evaluates them
 SPARK_FUNCTIONS = (
+    exp.Split,
+    exp.Sqrt,
+    exp.Cbrt,
+    exp.Ln,
+    exp.Exp,
+    exp.Pow,
+    exp.Log,
+    exp.Sign,
+    exp.Pi,
+    exp.Sin,
+    exp.Cos,
+    exp.Tan,
+    exp.Atan2,
+    exp.Degrees,
+    exp.Radians,
+    exp.Replace,
+    exp.Reverse,
+    exp.Repeat,
+    exp.StrPosition,
+    exp.StartsWith,
+    exp.EndsWith,
+    exp.Left,
+    exp.Right,
+    exp.MD5,
+    exp.Ascii,
+    exp.Chr,
+    exp.Translate,
+    exp.LastDay,
+    exp.Dayname,
+    exp.Monthname,
+    exp.DateFromParts,
     exp.DateTrunc,
     exp.TimestampTrunc,
     exp.DateDiff,
@@ -199,9 +239,6 @@ FUNCTIONS = (
 )
 # The messages for constructs refused often; any other is named by its SQL keyword.
 UNSUPPORTED: dict[type, str] = {
-    exp.Lateral: "LATERAL is not supported",
-    exp.Unnest: "UNNEST is not supported",
-    exp.Explode: "UNNEST is not supported",
     exp.Pivot: "PIVOT is not supported",
     exp.TableSample: "TABLESAMPLE is not supported",
     exp.Lock: "FOR UPDATE is not supported",
@@ -214,6 +251,8 @@ UNSUPPORTED: dict[type, str] = {
     exp.Dot: "field access (a.b.c) is not supported",
 }
 _ALLOWED = (*CLAUSES, *FUNCTIONS)
+_LISTS = (exp.Array, exp.Split)  # list values: the results carry no lists
+_UNNESTS = (exp.Unnest, exp.Explode)
 INT64_MAX = (1 << 63) - 1
 _JOIN_KINDS = {"", "INNER", "OUTER", "CROSS"}
 _JOIN_SIDES = {"", "LEFT", "RIGHT", "FULL"}
@@ -222,11 +261,12 @@ _JOIN_METHODS = {"", "NATURAL"}
 
 @dataclass
 class CheckedQuery:
-    """A checked query: its tree (columns qualified), output names, and whether it is EXPLAIN."""
+    """A checked query: its tree (columns qualified), output names, and whether it is EXPLAIN
+    ("plan": the plan only; "analyze": the plan run, with what each part did)."""
 
     tree: exp.Query  # a SELECT, or a set operation of them
     names: list[str]
-    explain: bool
+    explain: str  # "", "plan" or "analyze"
     text: str
 
     def copy(self) -> CheckedQuery:
@@ -263,9 +303,11 @@ def syntax_error(e: ParseError) -> SqlSyntaxError:
     )
 
 
-def parse(sql: str) -> tuple[exp.Expression, bool]:
-    """The single statement of `sql` and whether it was prefixed by EXPLAIN."""
-    explain = bool(_EXPLAIN.match(sql))
+def parse(sql: str) -> tuple[exp.Expression, str]:
+    """The single statement of `sql` and whether it was prefixed by EXPLAIN ("plan") or EXPLAIN
+    ANALYZE ("analyze")."""
+    prefix = _EXPLAIN.match(sql)
+    explain = "" if prefix is None else "analyze" if prefix.group(1) else "plan"
     text = checked_text(_EXPLAIN.sub("", sql, count=1) if explain else sql)
     try:
         statements = [s for s in sqlglot.parse(text, read=DIALECT) if s is not None]
@@ -314,13 +356,36 @@ def check_constructs(tree: exp.Expression) -> None:
         if type(node) in UNSUPPORTED:
             raise UnsupportedSql(UNSUPPORTED[type(node)])
         if not isinstance(node, _ALLOWED):
-            what = f"function {node.sql_name()}" if isinstance(node, exp.Func) else node.key.upper()
+            what = f"function {_spelled(node)}" if isinstance(node, exp.Func) else node.key.upper()
             raise UnsupportedSql(f"{what} is not supported")
         _check_clause(node)
 
 
+def _groups(select: exp.Select | None) -> bool:
+    """Whether a SELECT groups or aggregates (an UNNEST in its select list would expand after)."""
+    if select is None:
+        return False
+    aggregates = (a for p in select.expressions for a in p.find_all(exp.AggFunc) if not a.find_ancestor(exp.Window))
+    return select.args.get("group") is not None or next(aggregates, None) is not None
+
+
+def _spelled(function: exp.Func) -> str:
+    """A function's name as the query's dialect writes it: sqlglot's own name may be another's
+    (DuckDB's epoch(d) parses as TIME_TO_UNIX)."""
+    text = function.sql(dialect=DIALECT, unsupported_level=ErrorLevel.IGNORE)
+    head, parenthesis, _ = text.partition("(")
+    return head.upper() if parenthesis and head.replace("_", "").isalnum() else function.sql_name()
+
+
 def _check_clause(node: exp.Expression) -> None:
     """The arguments of an allowed clause that the engine does not run."""
+    if isinstance(node, _LISTS) and not isinstance(node.find_ancestor(*_UNNESTS, exp.Query), _UNNESTS):
+        raise UnsupportedSql(f"a list ({node.sql(dialect=DIALECT)}) is supported only as what UNNEST expands")
+    if isinstance(node, exp.Explode) and _groups(node.find_ancestor(exp.Select)):
+        raise UnsupportedSql(
+            "UNNEST in the select list of a query that groups or aggregates is not supported: unnest in FROM "
+            "(FROM t, unnest(...) AS u(x)) and group by u.x"
+        )
     if isinstance(node, exp.With) and node.args.get("recursive"):
         raise UnsupportedSql("recursive WITH is not supported")
     if isinstance(node, exp.Distinct) and node.args.get("on") is not None:
@@ -339,8 +404,8 @@ def _check_clause(node: exp.Expression) -> None:
 
 
 def output_names(query: exp.Query) -> list[str]:
-    """The result's column names: aliases, column names, or the expression's text (of a set
-    operation, its first SELECT's)."""
+    """The result's column names: aliases, column names, or the expression's text as DuckDB writes
+    it (`gateway.sql.names`; of a set operation, its first SELECT's)."""
     select = query
     while isinstance(select, SET_OPERATIONS):
         select = select.this
@@ -354,10 +419,8 @@ def output_names(query: exp.Query) -> list[str]:
             names.append(projection.name)
         elif isinstance(projection, exp.Star):
             names.append("*")
-        elif isinstance(projection, exp.Count) and isinstance(projection.this, exp.Star):
-            names.append("count_star()")  # as DuckDB names it
         else:
-            names.append(projection.sql().lower())
+            names.append(duckdb_name(projection))
     return names
 
 
@@ -367,8 +430,10 @@ def prepare(sql: str, schema: dict[str, dict[str, str]], params: dict[str, Any] 
     statement, explain = parse(sql)
     if is_metadata(statement):  # SHOW TABLES, DESCRIBE t ...: a SELECT of the engine's own making
         statement = as_select(statement, schema)
+        names = output_names(statement)
     else:
         bind(statement, params or {})
+        names = output_names(statement)  # as written, before the spellings below change
         statement = statement.transform(_known_spelling)
         check_constructs(statement)
         inline_information_schema(statement, schema)
@@ -376,7 +441,6 @@ def prepare(sql: str, schema: dict[str, dict[str, str]], params: dict[str, Any] 
     for table in statement.find_all(exp.Table):
         if table.name and table.name not in ctes and table.name.lower() not in schema:
             raise UndefinedTable(f"table {table.name!r} does not exist")
-    names = output_names(statement)
     expand_all(statement)
     try:
         tree = qualify(statement, schema=schema, dialect=DIALECT, quote_identifiers=False, identify=False)
@@ -402,7 +466,12 @@ def _known_spelling(node: exp.Expression) -> exp.Expression:
         part, value = node.expressions
         if isinstance(part, exp.Literal) and part.is_string:
             return exp.Extract(this=exp.var(part.name.upper()), expression=value)
+    if type(node) in _PARTS:  # year(d) is EXTRACT(year FROM d), which the nodes evaluate
+        return exp.Extract(this=exp.var(_PARTS[type(node)]), expression=node.this)
     return node
+
+
+_PARTS = {exp.Year: "YEAR", exp.Quarter: "QUARTER", exp.Month: "MONTH", exp.Day: "DAY"}
 
 
 def expand_all(tree: exp.Expression) -> None:

@@ -44,7 +44,7 @@ def _probe(
     if not scan.group_by:
         request = dataclasses.replace(request, limit=limit + 1)
     if request not in seen:
-        data = scan_nodes(catalog, scan.info, request)
+        data = scan_nodes(catalog, scan.info, request, f"[{scan.index}] {scan.table} AS {scan.alias}, fetched first")
         if scan.group_by:
             task = type_scan(request, scan.info.schema)
             keys = [k.name for k in scan.group_by]

@@ -32,6 +32,7 @@ from gateway.sql.local import run_local
 from gateway.sql.parse import CheckedQuery
 from gateway.sql.plan import Plan
 from gateway.sql.planner import Planner
+from gateway.sql.profile import PROFILE, spark_lines
 from gateway.sql.reduce import reduce_and_fetch
 from gateway.sql.staged import Staged
 from gateway.sql.tree import literal, node_at, path_to
@@ -70,7 +71,7 @@ def answer_subqueries_first(
         first = next(found, None)
         if first is None:
             return query, notes
-        answer = run_local(first.plan, catalog)
+        answer = run_local(first.plan, catalog, "a subquery answered first")
         holder = first.select.parent  # exp.Subquery, or the IN / EXISTS node itself
         user = holder.parent if isinstance(holder, exp.Subquery) else holder
         replacement = _replacement(holder, user, answer)
@@ -168,7 +169,12 @@ def run_on_spark(
         context.setLocalProperty("spark.scheduler.pool", pool)  # this thread's jobs
         handover = Exchange(spark, catalog, mode, directory)
         try:
-            return spark.sql(handover.spark_sql(plan)).toArrow()
+            frame = spark.sql(handover.spark_sql(plan))
+            table = frame.toArrow()
+            profile = PROFILE.get()
+            if profile is not None:
+                profile.spark = spark_lines(spark, frame, job)
+            return table
         finally:
             handover.close()
             context.setLocalProperty("spark.scheduler.pool", None)

@@ -15,7 +15,9 @@ def _spark_node(node: exp.Expression) -> exp.Expression:
     and modulo, GROUPING of several columns (DuckDB's bit mask is Spark's GROUPING_ID), COUNT_IF
     (DuckDB's is a sum of the condition as 0 or 1: NULL where it is never known), REGEXP_EXTRACT
     without a group (DuckDB's is the whole match, Spark's the first group), QUANTILE_CONT (Spark's
-    PERCENTILE), the ORDER BY of a SELECT DISTINCT (`_order_by_output`)."""
+    PERCENTILE), LOG of one argument (DuckDB's is base 10, Spark's natural), DAYNAME and MONTHNAME
+    (DuckDB's are whole names), STRING_SPLIT (at the text, not a regex), the ORDER BY of a SELECT
+    DISTINCT (`_order_by_output`)."""
     if isinstance(node, exp.Grouping) and len(node.expressions) > 1:
         return exp.Anonymous(this="GROUPING_ID", expressions=node.expressions)
     if isinstance(node, exp.CountIf):
@@ -28,6 +30,18 @@ def _spark_node(node: exp.Expression) -> exp.Expression:
         return _regexp_replace(node)
     if isinstance(node, (exp.DateTrunc, exp.TimestampTrunc)) and not isinstance(node.parent, exp.Cast):
         return exp.cast(node.copy(), "timestamp_ntz")  # DuckDB's is a TIMESTAMP without time zone
+    if isinstance(node, exp.Split) and isinstance(node.expression, exp.Literal) and "\\E" not in node.expression.name:
+        separator = node.expression.name  # DuckDB's string_split splits at the text, Spark's SPLIT at a regex
+        if not separator:  # into characters
+            every = [node.this, exp.Literal.string("(?s)."), exp.Literal.number(0)]
+            return exp.Anonymous(this="REGEXP_EXTRACT_ALL", expressions=every)
+        pattern = exp.Literal.string(f"\\Q{separator}\\E")
+        return exp.Anonymous(this="SPLIT", expressions=[node.this, pattern])
+    if isinstance(node, exp.Log) and node.args.get("expression") is None:  # DuckDB's LOG(x) is base 10
+        return exp.Log(this=exp.Literal.number(10), expression=node.this)
+    if isinstance(node, (exp.Dayname, exp.Monthname)):  # DuckDB's are whole names, Spark's abbreviated
+        pattern = "EEEE" if isinstance(node, exp.Dayname) else "MMMM"
+        return exp.Anonymous(this="DATE_FORMAT", expressions=[node.this, exp.Literal.string(pattern)])
     if isinstance(node, exp.PercentileCont) and node.args.get("expression") is not None:
         return exp.Anonymous(this="PERCENTILE", expressions=[node.this, node.expression])
     if isinstance(node, exp.Select) and node.args.get("distinct") and node.args.get("order"):

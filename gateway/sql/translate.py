@@ -32,6 +32,7 @@ _COMPARISONS = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: 
 _ARITHMETIC = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/"}
 _INTERVAL_UNITS = {"DAY": "interval_day", "MONTH": "interval_month", "YEAR": "interval_year"}
 _EXTRACT = {"YEAR": "extract_year", "MONTH": "extract_month", "DAY": "extract_day"}
+_TRUNCATED = {"YEAR", "QUARTER", "MONTH", "WEEK", "DAY"}  # date_trunc's parts the nodes take
 
 
 def literal(node: exp.Literal) -> Literal:
@@ -135,6 +136,11 @@ def to_ir(node: exp.Expression, column: ColumnMap) -> Expr:
         if part not in _EXTRACT:
             raise NotTranslatable(f"EXTRACT({part})")
         return call(_EXTRACT[part], to_ir(node.expression, column))
+    if isinstance(node, (exp.DateTrunc, exp.TimestampTrunc)):
+        unit = node.unit.name.upper() if node.unit is not None else ""
+        if unit not in _TRUNCATED:
+            raise NotTranslatable(f"DATE_TRUNC({unit})")
+        return call(f"date_trunc_{unit.lower()}", to_ir(node.this, column))
     if isinstance(node, exp.Substring):
         start, length = node.args.get("start"), node.args.get("length")
         args = [to_ir(node.this, column), to_ir(start, column)] if start is not None else None

@@ -36,8 +36,9 @@ class Draft:
 
 
 def owner(scope: Scope | None, column: exp.Column) -> Scope | None:
-    """The scope (this one or an enclosing one) whose FROM names the column's table."""
-    while scope is not None and column.table not in scope.sources:
+    """The scope (this one or an enclosing one) whose FROM names the column's table (a LATERAL's
+    or an UNNEST's scope sees the tables of the FROM it follows, which are its parent's)."""
+    while scope is not None and (scope.is_udtf or column.table not in scope.sources):
         scope = scope.parent
     return scope
 

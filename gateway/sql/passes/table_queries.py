@@ -19,6 +19,8 @@ def table_queries(draft: Draft) -> Draft:
     draft.scopes = traverse_scope(draft.tree)
     ctes = {c.alias_or_name for c in draft.tree.find_all(exp.CTE)}
     for scope in draft.scopes:
+        if scope.is_udtf:  # a LATERAL or UNNEST sees the FROM it follows: those tables are its parent's
+            continue
         for alias, source in scope.sources.items():
             if isinstance(source, exp.Table) and source.name not in ctes:
                 info = draft.catalog.table(source.name)
