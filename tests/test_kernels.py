@@ -489,23 +489,14 @@ def test_date_trunc_gives_the_timestamp_at_the_parts_start(tmp_path: Path, backe
     select.append({"name": "ts_month", "expr": call("date_trunc_month", col("ts"))})
     result = run_scan(cache, {"columns": ["rid"], "select": select}, get_backend(backend_name)).sort_by("rid")
     at = dt.datetime
-    assert result.column("year").to_pylist() == [at(2024, 1, 1), at(2023, 1, 1), at(1969, 1, 1), at(1970, 1, 1), None]
-    assert result.column("quarter").to_pylist() == [
-        at(2024, 1, 1),
-        at(2023, 1, 1),
-        at(1969, 10, 1),
-        at(1970, 1, 1),
-        None,
-    ]
-    assert result.column("month").to_pylist() == [at(2024, 2, 1), at(2023, 1, 1), at(1969, 12, 1), at(1970, 1, 1), None]
-    # ISO weeks start on Monday: 2024-02-26, 2022-12-26, 1969-12-29, 1970-01-05 (itself a Monday)
-    assert result.column("week").to_pylist() == [
-        at(2024, 2, 26),
-        at(2022, 12, 26),
-        at(1969, 12, 29),
-        at(1970, 1, 5),
-        None,
-    ]
-    assert result.column("day").to_pylist() == [at(2024, 2, 29), at(2023, 1, 1), at(1969, 12, 31), at(1970, 1, 5), None]
-    assert result.column("ts_month").to_pylist() == [None, at(2021, 7, 1), at(1969, 12, 1), None, None]
+    expected = {
+        "year": [at(2024, 1, 1), at(2023, 1, 1), at(1969, 1, 1), at(1970, 1, 1), None],
+        "quarter": [at(2024, 1, 1), at(2023, 1, 1), at(1969, 10, 1), at(1970, 1, 1), None],
+        "month": [at(2024, 2, 1), at(2023, 1, 1), at(1969, 12, 1), at(1970, 1, 1), None],
+        # ISO weeks start on Monday: 2024-02-26, 2022-12-26, 1969-12-29, 1970-01-05 (itself a Monday)
+        "week": [at(2024, 2, 26), at(2022, 12, 26), at(1969, 12, 29), at(1970, 1, 5), None],
+        "day": [at(2024, 2, 29), at(2023, 1, 1), at(1969, 12, 31), at(1970, 1, 5), None],
+        "ts_month": [None, at(2021, 7, 1), at(1969, 12, 1), None, None],
+    }
+    assert {name: result.column(name).to_pylist() for name in expected} == expected
     assert result.schema.field("year").type == pa.timestamp("us")

@@ -22,13 +22,11 @@ reads the outer query's tables with the same filters) are handed over once, unde
 
 from __future__ import annotations
 
-import contextvars
 import datetime as dt
 import json
 import math
 import shutil
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -38,7 +36,7 @@ import pyarrow.parquet as pq
 from sqlglot import exp
 
 from gateway.sql.catalog import RegionCatalog
-from gateway.sql.local import CANCELLED
+from gateway.sql.local import CANCELLED, in_threads
 from gateway.sql.plan import TableQuery
 from gateway.sql.profile import node_scan
 from gateway.sql.spark_dialect import spark_text
@@ -116,9 +114,7 @@ class Exchange:
             for key, group in groups.items():
                 one(key, group)
             return
-        contexts = [contextvars.copy_context() for _ in groups]  # the query's cancellation event
-        with ThreadPoolExecutor(min(HANDOVER_THREADS, len(groups))) as pool:
-            list(pool.map(lambda c, item: c.run(one, *item), contexts, groups.items()))
+        in_threads(lambda item: one(*item), list(groups.items()), min(HANDOVER_THREADS, len(groups)))
 
     def _key(self, scan: TableQuery, rows: pa.Table | None) -> tuple:
         return scan.request(), id(rows) if rows is not None else None
@@ -158,9 +154,7 @@ class Exchange:
                 step = f"[{scan.index}] {scan.table} AS {scan.alias}, written for Spark"
                 write_scan(NodeClient(url), routed, paths[i], schema, cancelled, step)
 
-            contexts = [contextvars.copy_context() for _ in routes]  # the query's profile
-            with ThreadPoolExecutor(len(routes)) as pool:
-                list(pool.map(lambda c, i: c.run(one, i), contexts, range(len(routes))))
+            in_threads(one, range(len(routes)))
         return self.spark.read.schema(spark_schema(schema)).parquet(*map(str, paths))
 
     def _source(self, scan: TableQuery, request: ScanRequest, schema: pa.Schema):

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import contextvars
 import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -19,8 +21,18 @@ from gpu_kernels import BlockEvaluator, NumpyBackend, final_aggregate, fold, to_
 from storage import Expr, NodeClient, ScanRequest, kernel_expr, plain_block, type_scan, typed_output
 
 _BACKEND = NumpyBackend()
+T = TypeVar("T")
+R = TypeVar("R")
 # set while a query runs; `Engine.cancel` sets the event and the query's scans stop at the next batch
 CANCELLED: ContextVar[threading.Event | None] = ContextVar("cxg_cancelled", default=None)
+
+
+def in_threads(work: Callable[[T], R], items: Sequence[T], threads: int | None = None) -> list[R]:
+    """`work` on each of `items`, on a pool of `threads` (default: one an item), each call in a copy
+    of the caller's context: the query's cancellation event and profile go with it."""
+    contexts = [contextvars.copy_context() for _ in items]
+    with ThreadPoolExecutor(threads or len(items)) as pool:
+        return list(pool.map(lambda context, item: context.run(work, item), contexts, items))
 
 
 def evaluate(table: pa.Table, outputs: list[tuple[str, Expr]], predicate: Expr | None = None) -> pa.Table:
@@ -50,9 +62,7 @@ def scan_nodes(catalog: RegionCatalog, info: TableInfo, request: ScanRequest, st
 
     if len(routes) == 1:
         return one(routes[0])
-    contexts = [contextvars.copy_context() for _ in routes]  # the query's profile
-    with ThreadPoolExecutor(len(routes)) as pool:
-        return pa.concat_tables(list(pool.map(lambda c, route: c.run(one, route), contexts, routes)))
+    return pa.concat_tables(in_threads(one, routes))
 
 
 def run_local(plan: Plan, catalog: RegionCatalog, step: str = "the query") -> pa.Table:
