@@ -948,15 +948,18 @@ class StandIn:
         """NumPy's bincount, float weights added in an order of their own at each call, as a GPU's
         atomic adds do: a float sum is not the same to the last bit as NumPy's."""
         if weights is not None and weights.dtype.kind == "f":
-            order = self.atomic_order.permutation(len(x))
-            x, weights = x[order], weights[order]
+            x, weights = self._shuffled(x, weights)
         return np.bincount(x, weights=weights, minlength=minlength)
+
+    def _shuffled(self, keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Keys and values in an order of their own (seeded): the order a GPU's atomic adds land in."""
+        order = self.atomic_order.permutation(len(keys))
+        return keys[order], values[order]
 
     def _in_atomic_order(self, array: ndarray, slices: Any, value: Any) -> tuple[Any, Any]:
         """A float scatter's indices and values in an order of their own, as atomic adds land."""
         if array.dtype.kind == "f" and isinstance(slices, np.ndarray) and np.ndim(value) == 1 and slices.ndim == 1:
-            order = self.atomic_order.permutation(len(slices))
-            return slices[order], value[order]
+            return self._shuffled(slices, value)
         return slices, value
 
     def _cupyx_module(self) -> types.ModuleType:

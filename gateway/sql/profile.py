@@ -26,7 +26,7 @@ from storage import NodeClient, ScanRequest, ScanStream
 class NodeScan:
     """One scan on one node, as the coordinator saw it."""
 
-    step: str  # what it was for: "[1] orders AS o, fetched before Spark", ...
+    step: str  # what it was for: "[1] orders AS o, fetched first", ...
     node: str
     rows: int
     bytes: int
