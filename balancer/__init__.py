@@ -11,7 +11,7 @@ from balancer.packets import Answer, NodeInfo, Request, arrow_payload, read_payl
 from balancer.region_balancer import DispatchFailed, HandedOver, Overloaded, RegionBalancer, Ticket, query_id
 from balancer.router import Router
 from balancer.server import Backend, NodeServer
-from balancer.service import serve
+from balancer.service import serve, settled
 
 __all__ = [
     "Answer",
@@ -30,4 +30,5 @@ __all__ = [
     "query_id",
     "read_payload",
     "serve",
+    "settled",
 ]

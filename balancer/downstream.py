@@ -36,11 +36,6 @@ class Downstream:
     def ready(self) -> bool:
         return self.current and self.status.ready
 
-    @property
-    def free_slot(self) -> bool:
-        """A slot is free on one of its nodes (a query sent now starts at once)."""
-        return self.current and any(s.running < s.slots for s in self.status.nodes.values())
-
     def node_ready(self, node: str) -> bool:
         if not self.current:
             return False
@@ -55,11 +50,13 @@ class Downstream:
 
 @dataclass
 class Pool:
-    """Downstreams in connection order, with the round-robin position k of the algorithms."""
+    """Downstreams in connection order, with the round-robin position k of the algorithms, and the
+    nodes below drained by the operator (no new query goes to them)."""
 
     members: list[Downstream] = field(default_factory=list)
     k: int = -1
     free_slot_first: bool = False  # skip members whose slots are all busy while another has one free
+    drained: set[str] = field(default_factory=set)
 
     def add(self, member: Downstream) -> None:
         self.remove(member.name)
@@ -83,13 +80,20 @@ class Pool:
         would only buffer the query."""
         count = len(self.members)
         order = [(self.k + step) % count for step in range(1, count + 1)]
-        tests = ("free_slot", "ready") if self.free_slot_first else ("ready",)
-        for test in tests:
+        for free_slot in (True, False) if self.free_slot_first else (False,):
             for i in order:
-                if getattr(self.members[i], test):
+                if self._takes(self.members[i], free_slot):
                     self.k = i
                     return self.members[i]
         return None
+
+    def _takes(self, member: Downstream, free_slot: bool) -> bool:
+        """Whether `member` takes a query now on a node that is not drained (with `free_slot`: into
+        a free slot, where it starts at once, not the buffer)."""
+        return member.ready and any(
+            state.ready and name not in self.drained and (not free_slot or state.running < state.slots)
+            for name, state in member.status.nodes.items()
+        )
 
     def owner(self, node: str) -> Downstream | None:
         """The member that is `node` or routes to it."""
@@ -111,6 +115,7 @@ class Pool:
                     slots=state.slots,
                     running=state.running,
                     buffered=state.buffered,
+                    draining=state.draining or info.name in self.drained,
                 )
         return states
 

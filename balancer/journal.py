@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import IO
 
+from balancer.logs import formatter
+
 QUERY_FIELDS = ["time", "id", "client", "tag", "seconds", "wait_seconds", "answer_bytes", "queue_length", "node", "ok"]
 QUEUE_FIELDS = ["time", "client", "queue_length"]
 
@@ -20,9 +22,10 @@ def client_of(query_id: int) -> int:
 
 
 class Journal:
-    """The CSV logs of one role; without a directory it keeps nothing."""
+    """The CSV logs of one role, and its general log in `log_format` (json or text); without a
+    directory it keeps nothing."""
 
-    def __init__(self, directory: str | Path | None, role: str, name: str):
+    def __init__(self, directory: str | Path | None, role: str, name: str, log_format: str = "json"):
         self._files: list[IO[str]] = []
         self._queries = self._queue = None
         if directory is None:
@@ -31,7 +34,7 @@ class Journal:
         root.mkdir(parents=True, exist_ok=True)
         stem = f"{role}-{name}"
         handler = logging.FileHandler(root / f"{stem}.log")
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(formatter(log_format))
         logging.getLogger("cxg").addHandler(handler)
         self._handler = handler
         self._queries = self._open(root / f"{stem}-queries.csv", QUERY_FIELDS)

@@ -5,7 +5,8 @@ node holds), DbRequestPacket (balancer -> server: a query), DbAnswerPacket (serv
 balancer: its result) and ServerStatusPacket (server -> router/balancer: ready or refuse).
 They are `Hello`, `Request`, `Answer` and `Status` here; `Started` (a query left the buffer for
 a slot), `Release` (the coordinator finished a query that holds slots as a lease) and `Cancel`
-are the additions a service with cancellation and multi-node queries needs.
+are the additions a service with cancellation and multi-node queries needs, and `Drain` takes a
+node out of rotation (or back into it) while what it runs goes on.
 
 Each packet is one WebSocket binary message: a 4-byte big-endian header length, the header as
 JSON (it names the packet's `type`), then an optional payload (an answer's Arrow IPC stream).
@@ -64,12 +65,14 @@ class Hello(Packet):
 
 @dataclass
 class NodeState:
-    """One node's admission state: ready iff a slot is free or the buffer is empty."""
+    """One node's admission state: ready iff it is not draining and a slot is free or the buffer is
+    empty."""
 
     ready: bool
     slots: int
     running: int = 0
     buffered: int = 0
+    draining: bool = False  # it takes no new query; the running and buffered ones go on
 
 
 @dataclass
@@ -134,6 +137,15 @@ class Cancel(Packet):
     id: int
 
 
+@dataclass
+class Drain(Packet):
+    """Take `node` out of rotation (`on`) or back into it: drained, it refuses every new query."""
+
+    type: ClassVar[str] = "drain"
+    node: str
+    on: bool = True
+
+
 @functools.cache
 def _names(kind: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(kind) if f.name != "payload")
@@ -149,7 +161,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
-PACKETS: dict[str, type[Packet]] = {p.type: p for p in (Hello, Status, Request, Started, Answer, Release, Cancel)}
+PACKETS: dict[str, type[Packet]] = {
+    p.type: p for p in (Hello, Status, Request, Started, Answer, Release, Cancel, Drain)
+}
 
 
 def encode(packet: Packet) -> bytes:

@@ -8,6 +8,12 @@ A query that must read a hash-partitioned table takes a slot on every node holdi
 waits at the head until each of those nodes is ready, then goes to all of them at once (as a
 lease: the region's engine runs it and then releases the slots). A query on replicated data
 goes to one node, like every PerformSys query.
+
+Draining takes the region, or one node, out of rotation: a drained region admits no new query
+(`check_open`: 503 `draining`) while its queued and running ones go on; a drained node is skipped
+when dispatching and refuses new queries itself, while its running and buffered ones go on. A query
+that must hold a slot on a drained node fails at once with `node_draining` rather than wait at
+the head of the queue.
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ from aiohttp import web
 from balancer.downstream import Downstream, Pool
 from balancer.journal import Journal, client_of
 from balancer.link import Link, accept
-from balancer.packets import Answer, Cancel, Hello, NodeInfo, Packet, Release, Request, Started, Status
+from balancer.packets import Answer, Cancel, Drain, Hello, NodeInfo, Packet, Release, Request, Started, Status
+from balancer.service import settled
 from balancer.serving import serve_member
 
 log = logging.getLogger("cxg.balancer")
@@ -89,6 +96,7 @@ class Ticket:
 
 
 QUEUE_PER_SLOT = 8  # the default bound of the queue: this many waiting queries per slot of the region
+DRAIN_CONFIRM_S = 2.0  # how long draining (or undraining) a node waits for its status to say so
 
 
 class RegionBalancer:
@@ -116,6 +124,8 @@ class RegionBalancer:
         self._pump: asyncio.Task | None = None
         self._membership = asyncio.Event()
         self._background: set[asyncio.Task] = set()
+        self.draining = False  # the region admits no new query
+        self._leaving = False  # the gateway stops once its statements have finished: drained for good
 
     # ---- the client side ------------------------------------------------------------------------
 
@@ -144,6 +154,15 @@ class RegionBalancer:
         self.journal.queue(client, len(self.queue))
         self._kick()
         return ticket
+
+    def check_open(self) -> None:
+        """Overloaded (`draining`) while the region is drained: it admits no new query; those it
+        admitted before go on."""
+        if self.draining:
+            self.reject("draining")
+            raise Overloaded(
+                "draining", f"region {self.region} is draining: it admits no new query (retry later or elsewhere)"
+            )
 
     def check_admission(self) -> None:
         """Overloaded when a query submitted now would be turned away (nothing connected, or a full
@@ -207,6 +226,41 @@ class RegionBalancer:
         """The queue, head first."""
         return list(self.queue)
 
+    # ---- draining -------------------------------------------------------------------------------
+
+    async def drain(self, on: bool = True, node: str | None = None) -> None:
+        """Take the region (or `node`) out of rotation (`on`), or back into it: a node that is
+        connected is told, and its status saying so awaited (`DRAIN_CONFIRM_S` at most). KeyError
+        for a node that is neither connected nor drained. A region that is leaving stays drained."""
+        if node is None:
+            self.draining = on or self._leaving
+            return
+        if node not in self.pool.drained and all(info.name != node for info in self.pool.node_infos()):
+            raise KeyError(node)
+        if on:
+            self.pool.drained.add(node)
+        else:
+            self.pool.drained.discard(node)
+        member = self.pool.owner(node)
+        if member is not None:
+            await member.send(Drain(node=node, on=on))
+            await settled(lambda: self.pool.node_states()[node].draining == on, DRAIN_CONFIRM_S)
+        self._kick()
+
+    def leave(self) -> None:
+        """Drain the region for good: its gateway stops once what it admitted has finished."""
+        self._leaving = self.draining = True
+
+    def draining_nodes(self) -> list[str]:
+        """The nodes that take no new query: drained here, or draining themselves (stopping)."""
+        return sorted(self.pool.drained | {name for name, s in self.pool.node_states().items() if s.draining})
+
+    async def _tell_drained(self, member: Downstream) -> None:
+        """Tell a member which of its nodes are drained (a node that comes back stays so)."""
+        for info in member.nodes:
+            if info.name in self.pool.drained:
+                await member.send(Drain(node=info.name))
+
     def hand_over(self, ticket: Ticket, region: str) -> None:
         """Take a queued query out of the queue: it runs in `region`; its `started` raises HandedOver."""
         self.queue.remove(ticket)
@@ -249,6 +303,13 @@ class RegionBalancer:
                     self.queue.popleft()
                     self._finish(ticket, DispatchFailed("node_lost", f"node(s) {', '.join(lost)} went away"))
                     continue
+                states = self.pool.node_states()
+                drained = [node for node in owners if states[node].draining]
+                if drained:
+                    self.queue.popleft()
+                    message = f"node(s) {', '.join(drained)} are draining: they take no new query"
+                    self._finish(ticket, DispatchFailed("node_draining", message))
+                    continue
                 if not all(owner.node_ready(node) for node, owner in owners.items()):
                     return  # FIFO: the head waits for all its nodes
                 targets = owners
@@ -275,6 +336,7 @@ class RegionBalancer:
         elif isinstance(packet, Hello):
             member.hello = packet
             self._membership.set()
+            await self._tell_drained(member)
             self._kick()
         elif isinstance(packet, Started):
             ticket = self.in_flight.get(packet.id)
@@ -354,6 +416,7 @@ class RegionBalancer:
         self._membership.set()
         hello = member.hello
         log.info("region %s: %s %s joined (%d node(s))", self.region, hello.role, hello.name, len(hello.nodes))
+        await self._tell_drained(member)
 
     async def _left(self, member: Downstream) -> None:
         """Queries sent to a member that went away: requeued when nothing had started them and
@@ -394,6 +457,7 @@ class RegionBalancer:
         states = self.pool.node_states()
         return {
             "region": self.region,
+            "draining": self.draining,
             "queue": len(self.queue),
             "queue_bound": self.queue_bound,
             "in_flight": len(self.in_flight),

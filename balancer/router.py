@@ -2,10 +2,12 @@
 above. It keeps each node's ready flag from the nodes' own status packets, forwards every query
 round-robin to the next ready node, and reports "ready" upstream iff one of its nodes is; the
 nodes' status packets themselves never travel further. A request pinned to one node (a
-multi-node query) goes to that node."""
+multi-node query) goes to that node, and so does a `Drain` for it. A router that is leaving (its
+process told to stop) refuses every new query and waits until those it forwarded have ended."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -14,7 +16,8 @@ from aiohttp import web
 from balancer.downstream import Downstream, Pool
 from balancer.journal import Journal
 from balancer.link import Dialler, Link, accept
-from balancer.packets import Answer, Cancel, Hello, Packet, Release, Request, Started, Status
+from balancer.packets import Answer, Cancel, Drain, Hello, Packet, Release, Request, Started, Status
+from balancer.service import settled
 from balancer.serving import serve_link, serve_member
 
 log = logging.getLogger("cxg.router")
@@ -32,6 +35,7 @@ class Router(Dialler):
         self.received = 0
         self._owners: dict[int, tuple[Downstream, Request, float]] = {}
         self._last: Status | None = None
+        self.leaving = False  # the process stops once what it forwarded has ended
 
     def hello(self) -> Hello:
         self.received = 0
@@ -39,7 +43,18 @@ class Router(Dialler):
         return Hello(name=self.name, role="router", nodes=self.pool.node_infos())
 
     def status(self) -> Status:
-        return Status(ready=self.pool.ready, received=self.received, nodes=self.pool.node_states())
+        nodes = self.pool.node_states()
+        if self.leaving:  # its nodes go out of rotation with it
+            nodes = {name: dataclasses.replace(s, ready=False, draining=True) for name, s in nodes.items()}
+        return Status(ready=self.pool.ready and not self.leaving, received=self.received, nodes=nodes)
+
+    async def leave(self, timeout: float) -> None:
+        """Refuse every new query and wait, `timeout` seconds at most, until those forwarded have
+        ended (the process is told to stop)."""
+        self.leaving = True
+        await self._report(force=True)
+        if not await settled(lambda: not self._owners, timeout):
+            log.warning("%s: %d queries still running after %g s", self.name, len(self._owners), timeout)
 
     async def _report(self, force: bool = False) -> None:
         status = self.status()
@@ -58,14 +73,20 @@ class Router(Dialler):
             owner = self._owners.get(packet.id)
             if owner is not None:
                 await owner[0].send(packet)
+        elif isinstance(packet, Drain):
+            member = self.pool.owner(packet.node)
+            if member is not None:
+                await member.send(packet)
 
     async def _forward(self, request: Request) -> None:
-        if request.node:
+        if self.leaving:
+            target = None
+        elif request.node:
             target = self.pool.owner(request.node)
             target = target if target is not None and target.node_ready(request.node) else None
         else:
             target = self.pool.next_ready()
-        if target is None:  # a stale "ready" upstream: let the balancer send it again
+        if target is None:  # a stale "ready" upstream, or leaving: let the balancer send it again
             busy = Answer(id=request.id, node=self.name, ok=False, code="busy", message="no ready node")
             await self.upstream.send(busy)
             return

@@ -11,6 +11,10 @@ backend runs the SQL unchanged on one of its K connections, the simulation backe
 answers random rows. A `lease` request runs nothing: the slot is held until the coordinator
 sends `Release`, which is how queries executed by the region's engine on native storage nodes
 take a slot on every node they read.
+
+A drained node (`Drain` from upstream, or `leave` when the process is told to stop) refuses every
+new query (status "refuse", and `busy` to a request already on its way), while its running and
+buffered queries go on to their end.
 """
 
 from __future__ import annotations
@@ -24,7 +28,21 @@ from aiohttp import web
 
 from balancer.journal import Journal, client_of
 from balancer.link import Dialler, Link
-from balancer.packets import Answer, Cancel, Hello, NodeInfo, NodeState, Packet, Release, Request, Started, Status
+from balancer.logs import logged_as
+from balancer.packets import (
+    Answer,
+    Cancel,
+    Drain,
+    Hello,
+    NodeInfo,
+    NodeState,
+    Packet,
+    Release,
+    Request,
+    Started,
+    Status,
+)
+from balancer.service import settled
 from balancer.serving import serve_link
 
 log = logging.getLogger("cxg.server")
@@ -64,6 +82,8 @@ class NodeServer(Dialler):
         self._tasks: dict[int, asyncio.Task] = {}
         self._leases: dict[int, asyncio.Event] = {}
         self._last: Status | None = None
+        self.draining = False  # takes no new query
+        self._leaving = False  # the process stops once idle: drained for good
 
     # ---- state ----------------------------------------------------------------------------------
 
@@ -73,11 +93,19 @@ class NodeServer(Dialler):
 
     @property
     def ready(self) -> bool:
-        return self.running < len(self.slots) or self.buffer is None
+        return not self.draining and (self.running < len(self.slots) or self.buffer is None)
+
+    @property
+    def idle(self) -> bool:
+        return self.running == 0 and self.buffer is None
 
     def state(self) -> NodeState:
         return NodeState(
-            ready=self.ready, slots=len(self.slots), running=self.running, buffered=int(self.buffer is not None)
+            ready=self.ready,
+            slots=len(self.slots),
+            running=self.running,
+            buffered=int(self.buffer is not None),
+            draining=self.draining,
         )
 
     def info(self) -> NodeInfo:
@@ -115,9 +143,27 @@ class NodeServer(Dialler):
             lease = self._leases.get(packet.id)
             if lease is not None:
                 lease.set()
+        elif isinstance(packet, Drain):
+            await self.drain(packet.on)
+
+    async def drain(self, on: bool = True) -> None:
+        """Take no new query (`on`), or take them again; the running and buffered ones go on either
+        way. A node that is leaving stays drained."""
+        self.draining = on or self._leaving
+        await self._status(force=True)
+
+    async def leave(self, timeout: float) -> None:
+        """Drain for good and wait, `timeout` seconds at most, until the running and buffered
+        queries have ended (the process is told to stop)."""
+        self._leaving = True
+        await self.drain()
+        if not await settled(lambda: self.idle, timeout):
+            log.warning("node %s: %d queries still running after %g s", self.name, self.running, timeout)
 
     async def _admit(self, request: Request) -> None:
-        if self._free:
+        if self.draining:
+            await self._send(Answer(id=request.id, node=self.name, ok=False, code="busy", message="node is draining"))
+        elif self._free:
             await self._start(self._free.pop(), request)
         elif self.buffer is None:
             self.buffer = request
@@ -130,7 +176,8 @@ class NodeServer(Dialler):
         self.slots[slot] = request
         if request.lease:
             self._leases[request.id] = asyncio.Event()
-        self._tasks[request.id] = asyncio.create_task(self._execute(slot, request))
+        with logged_as(request.id):
+            self._tasks[request.id] = asyncio.create_task(self._execute(slot, request))
         await self._send(Started(id=request.id, node=self.name))
 
     async def _execute(self, slot: int, request: Request) -> None:
@@ -174,7 +221,7 @@ class NodeServer(Dialler):
             return
         task = self._tasks.get(query_id)
         if task is not None:
-            task.cancel()
+            _stop(task)
 
     async def _send(self, packet: Packet) -> None:
         if self.link is not None:
@@ -199,6 +246,12 @@ class NodeServer(Dialler):
             self.link = None
             self.buffer = None
             for task in list(self._tasks.values()):
-                task.cancel()
+                _stop(task)
 
         await serve_link(link, self.handle, opened, closed)
+
+
+def _stop(task: asyncio.Task) -> None:
+    """Cancel a query's task once it has taken its first step: cancelled before, it would never run
+    the clean-up that frees its slot (a `Cancel` right behind its `Request`)."""
+    asyncio.get_running_loop().call_soon(task.cancel)

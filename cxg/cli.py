@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from cxg import client_commands, demo, load, redistribute, serve, simulate, storage_commands
+from cxg import client_commands, demo, load, redistribute, serve, simulate, spark_commands, storage_commands
 from gateway import ConfigError, GatewayError, load_config
 from gpu_kernels import BackendUnavailable
 from loadtests import cli as loadtest_cli
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     redistribute.register(sub)
     storage_commands.register(sub)
     simulate.register(sub)
+    spark_commands.register(sub)
     return parser
 
 

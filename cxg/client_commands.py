@@ -1,4 +1,5 @@
-"""`cxg status` and `cxg query`: clients of a running gateway, over its HTTP API."""
+"""`cxg status`, `cxg query`, `cxg drain` and `cxg undrain`: clients of a running gateway, over its
+HTTP API."""
 
 from __future__ import annotations
 
@@ -21,17 +22,37 @@ def client_of(config: Config, url: str | None = None, token: str | None = None) 
     return Client(url or config.gateway.url, token, ca=config.gateway.tls_ca or None)
 
 
-def _client(args: argparse.Namespace, config: Config) -> Client:
-    return client_of(config, args.url or os.environ.get("CXG_URL"), args.token)
+def _client(args: argparse.Namespace, config: Config, token: str | None = None) -> Client:
+    """The gateway of `--url` with `--token`, else `token`, else the configuration's first token."""
+    return client_of(config, args.url or os.environ.get("CXG_URL"), args.token or token)
+
+
+def spark_line(spark: dict) -> str:
+    """The region's Spark in one line: master, session, executors, a standalone master's workers."""
+    line = f"spark: {spark['master']}, session {spark['state']}"
+    if "executors" in spark:
+        line += f", executors {spark['executors'] if spark['executors'] is not None else '-'}"
+    if "workers" in spark:
+        workers = spark["workers"]
+        alive = sum(w["state"] == "ALIVE" for w in workers)
+        shown = ", ".join(f"{w['host']} {w['state'].lower()} {w['coresused']}/{w['cores']} cores" for w in workers)
+        line += f"; workers {alive} alive of {len(workers)}" + (f" ({shown})" if shown else "")
+    elif "workers_error" in spark:
+        line += f"; workers unknown ({spark['workers_error']})"
+    return line
 
 
 def show_status(doc: dict) -> None:
     counters = doc["counters"]
+    draining = ", DRAINING: no new statements" if doc["draining"] else ""
     console.print(
-        f"region {doc['region']} ({doc['backend']}): queue {doc['queue']}, in flight {doc['in_flight']}, "
+        f"region {doc['region']} ({doc['backend']}{draining}): queue {doc['queue']}, in flight {doc['in_flight']}, "
         f"admitted {counters['admitted']}, completed {counters['completed']}, failed {counters['failed']}, "
         f"cancelled {counters['cancelled']}, rejected {counters['rejected']}"
     )
+    console.print("gateway: " + ", ".join(f"{name} {version or '-'}" for name, version in doc["versions"].items()))
+    if doc.get("spark"):
+        console.print(spark_line(doc["spark"]), highlight=False)
     table = RichTable("member", "role", "node", "slots", "running", "buffered", "ready", "tables")
     for member in doc["members"]:
         for node in member["nodes"]:
@@ -42,7 +63,7 @@ def show_status(doc: dict) -> None:
                 str(node["slots"]),
                 str(node["running"]),
                 str(node["buffered"]),
-                "yes" if node["ready"] else "refuse",
+                "draining" if node["draining"] else "yes" if node["ready"] else "refuse",
                 str(node["tables"]),
             )
     console.print(table)
@@ -54,6 +75,20 @@ def cmd_status(args: argparse.Namespace, config: Config) -> int:
         print(json.dumps(doc, indent=2))
     else:
         show_status(doc)
+    return 0
+
+
+def cmd_drain(args: argparse.Namespace, config: Config) -> int:
+    """Drain (`cxg drain`) or undrain (`cxg undrain`) the region or one node, with the cluster token
+    when one is configured."""
+    doc = _client(args, config, config.gateway.cluster_token or None).drain(args.node, args.on)
+    target = f"node {args.node}" if args.node else f"region {doc['region']}"
+    if args.on:
+        console.print(f"{target} drained: it takes no new query; what it runs or holds goes on to its end")
+    else:
+        console.print(f"{target} is back in rotation")
+    draining = ", ".join(doc["draining_nodes"]) or "none"
+    console.print(f"region {doc['region']}: {'draining' if doc['draining'] else 'open'}; nodes draining: {draining}")
     return 0
 
 
@@ -88,9 +123,9 @@ def cmd_query(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def _connection(p: argparse.ArgumentParser) -> None:
+def _connection(p: argparse.ArgumentParser, token: str = "the first configured") -> None:
     p.add_argument("--url", help="the gateway (default: $CXG_URL, else gateway.host:gateway.port)")
-    p.add_argument("--token", help="bearer token (default: the first configured, or $CXG_TOKEN)")
+    p.add_argument("--token", help=f"bearer token (default: {token}, or $CXG_TOKEN)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -98,6 +133,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     _connection(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
+
+    for name, on, what in (("drain", True, "out of rotation"), ("undrain", False, "back into rotation")):
+        p = sub.add_parser(
+            name, help=f"take the region (or one node) {what}: running and queued queries finish either way"
+        )
+        p.add_argument("node", nargs="?", help="the node (default: the whole region)")
+        _connection(p, "gateway.cluster_token, else the first configured")
+        p.set_defaults(func=cmd_drain, on=on)
 
     p = sub.add_parser("query", help="run one query through the gateway and print the result")
     p.add_argument("sql", help="the query, or - to read it from stdin")

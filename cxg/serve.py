@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import os
 import threading
@@ -16,14 +17,15 @@ from pathlib import Path
 from aiohttp import web
 
 from balancer import Journal, NodeServer, Router, serve
+from balancer.logs import configure as configure_logs
 from balancer.mysql_backend import MysqlBackend
 from balancer.native_backend import NativeBackend
 from balancer.simulation import SimulationBackend
 from cxg.client_commands import show_status
 from cxg.console import console
-from gateway import Client, Config, ConfigError, Gateway, SparkFactory, load_config, parse_size
+from gateway import Client, Config, ConfigError, Gateway, SparkFactory, load_config, parse_size, reachable
 from gpu_kernels import get_backend
-from regions import LocalRegion, interrupt_on_sigterm, node_memory_budget, session_factory
+from regions import LocalRegion, check_master, interrupt_on_sigterm, node_memory_budget, session_factory
 from regions.central_balancer import CentralBalancer
 from regions.interregional import gateway_app
 from regions.memory_budgets import NODE_SHARES
@@ -32,10 +34,9 @@ from storage import Node, Store, limit_private_memory
 log = logging.getLogger("cxg.gateway")
 
 
-def _logging(verbose: bool = False) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+def _logging(config: Config, verbose: bool = False) -> None:
+    """The process's log lines to stderr in `gateway.log_format`, each carrying the query it was logged for."""
+    configure_logs(config.gateway.log_format, logging.DEBUG if verbose else logging.INFO)
 
 
 def _upstream(args: argparse.Namespace, config: Config) -> str:
@@ -58,9 +59,11 @@ def warm_spark(spark: SparkFactory, master: str) -> threading.Thread:
 
 
 def cmd_gateway(args: argparse.Namespace, config: Config) -> int:
-    _logging()
+    _logging(config)
     g = config.gateway
     tls = g.server_tls()
+    if config.region.backend == "native":
+        check_master(config.spark.settings())
     spark = session_factory(config.spark.settings(), f"region-{g.region}")
     gateway = Gateway(config, spark)
     auth = f"{len(g.tokens)} token(s)" if g.tokens else "no authentication"
@@ -70,7 +73,8 @@ def cmd_gateway(args: argparse.Namespace, config: Config) -> int:
     )
     if config.region.backend == "native" and config.spark.warm_up:
         warm_spark(spark, config.spark.master)
-    asyncio.run(serve(gateway_app(gateway), g.host, g.port, tls=tls))
+    drain = functools.partial(gateway.leave, g.drain_timeout)
+    asyncio.run(serve(gateway_app(gateway), g.host, g.port, tls=tls, drain=drain))
     return 0
 
 
@@ -84,11 +88,11 @@ def _status_app(name: str) -> web.Application:
 
 
 def cmd_node(args: argparse.Namespace, config: Config) -> int:
-    _logging(args.verbose)
+    _logging(config, args.verbose)
     kind = args.kind or config.region.backend
     slots = args.slots or config.region.slots or os.cpu_count() or 1
-    journal = Journal(config.gateway.log_dir or None, "node", args.name)
-    url = f"http://{args.host}:{args.port}"
+    journal = Journal(config.gateway.log_dir or None, "node", args.name, config.gateway.log_format)
+    url = f"http://{reachable(args.host, args.advertise or '')}:{args.port}"
     if args.memory is not None:
         config.storage.node_memory = args.memory
     budget = node_memory_budget(config, nodes=1, with_spark=False)  # alone: `cxg up` says what it shares
@@ -122,19 +126,23 @@ def cmd_node(args: argparse.Namespace, config: Config) -> int:
     held = f"{budget / 2**30:.2f} GiB of memory" if budget else "no memory budget"
     print(f"node {args.name}: {kind}, {slots} slots + 1, {held}, {url}, upstream {upstream} ({detail})", flush=True)
     token, tls = config.gateway.cluster_token or None, config.gateway.client_tls()
-    asyncio.run(serve(app, args.host, args.port, lambda stop: server.run(upstream, token, stop, tls)))
+    drain = functools.partial(server.leave, config.gateway.drain_timeout)
+    asyncio.run(serve(app, args.host, args.port, lambda stop: server.run(upstream, token, stop, tls), drain=drain))
     journal.close()
     return 0
 
 
 def cmd_router(args: argparse.Namespace, config: Config) -> int:
-    _logging(args.verbose)
+    _logging(config, args.verbose)
     token, tls = config.gateway.cluster_token or None, config.gateway.client_tls()
-    journal = Journal(config.gateway.log_dir or None, "router", args.name)
+    journal = Journal(config.gateway.log_dir or None, "router", args.name, config.gateway.log_format)
     router = Router(args.name, token, journal, free_slot_first=config.region.dispatch == "free-slot-first")
     upstream = _upstream(args, config)
     print(f"router {args.name}: http://{args.host}:{args.port}, upstream {upstream}", flush=True)
-    asyncio.run(serve(router.app(), args.host, args.port, lambda stop: router.run(upstream, token, stop, tls)))
+    drain = functools.partial(router.leave, config.gateway.drain_timeout)
+    asyncio.run(
+        serve(router.app(), args.host, args.port, lambda stop: router.run(upstream, token, stop, tls), drain=drain)
+    )
     journal.close()
     return 0
 
@@ -212,7 +220,7 @@ def _started(region: LocalRegion, name: str) -> None:
 
 
 def cmd_balance_regions(args: argparse.Namespace, config: Config) -> int:
-    _logging(args.verbose)
+    _logging(config, args.verbose)
     if not config.regions:
         raise ConfigError("cxg balance-regions needs a file of several regions ([regions.NAME] tables)")
     balancer = CentralBalancer(config)
@@ -246,7 +254,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("node", help="run a node: K slots + 1 buffered query, on storage, MariaDB or simulated")
     p.add_argument("--kind", choices=("native", "mysql", "simulation"), help="default region.backend")
     p.add_argument("--name", default="node-0", help="node name (default node-0)")
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    p.add_argument(
+        "--advertise",
+        metavar="HOST",
+        help="the address the gateway and Spark's executors reach it on (default --host; for 0.0.0.0 this host's name)",
+    )
     p.add_argument("--port", type=int, default=8101)
     p.add_argument("--upstream", metavar="URL", help="router or gateway to join (default: the configured gateway)")
     p.add_argument("--slots", type=int, help="K, queries at once (default region.slots, else the cores)")

@@ -18,7 +18,7 @@ import lazy_loader
 _FACE: dict[str, tuple[str, ...]] = {
     "background": ("free_port",),
     "client": ("Client", "GatewayError"),
-    "config": ("Config", "ConfigError", "SparkFactory", "SparkSettings", "load_config", "parse_size"),
+    "config": ("Config", "ConfigError", "SparkFactory", "SparkSettings", "load_config", "parse_size", "reachable"),
     "results": ("json_rows",),
     "server": ("Gateway",),
 }

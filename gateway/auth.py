@@ -1,5 +1,6 @@
 """Bearer tokens from the configuration, each with a limit on its queued and running queries.
-Without configured tokens the API is open (a local region)."""
+Without configured tokens the API is open (a local region). Operators' requests (draining) need
+the cluster token when one is configured, else what a query needs."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ ANONYMOUS = TokenConfig(name="", token="", max_concurrent=1_000_000)
 
 
 class Auth:
-    def __init__(self, tokens: list[TokenConfig]):
+    def __init__(self, tokens: list[TokenConfig], cluster_token: str = ""):
         self.tokens = list(tokens)
+        self.cluster_token = cluster_token
 
     @property
     def enabled(self) -> bool:
@@ -25,11 +27,24 @@ class Auth:
         """The token a request carries; 401 when authentication is on and it carries none we know."""
         if not self.tokens:
             return ANONYMOUS
-        header = request.headers.get("Authorization", "")
-        scheme, _, value = header.partition(" ")
-        if scheme.lower() != "bearer" or not value.strip():
-            raise ApiError(401, "unauthorized", "missing bearer token: send Authorization: Bearer <token>", "28000")
+        value = _bearer(request)
         for token in self.tokens:
-            if hmac.compare_digest(token.token.encode(), value.strip().encode()):
+            if hmac.compare_digest(token.token.encode(), value.encode()):
                 return token
         raise ApiError(401, "unauthorized", "unknown bearer token", "28000")
+
+    def operator(self, request: web.Request) -> None:
+        """Admit an operator's request: the cluster token when one is configured (401 otherwise),
+        else whatever `identify` admits."""
+        if not self.cluster_token:
+            self.identify(request)
+        elif not hmac.compare_digest(self.cluster_token.encode(), _bearer(request).encode()):
+            raise ApiError(401, "unauthorized", "this needs the cluster token (gateway.cluster_token)", "28000")
+
+
+def _bearer(request: web.Request) -> str:
+    """The bearer token of a request; 401 when it carries none."""
+    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        raise ApiError(401, "unauthorized", "missing bearer token: send Authorization: Bearer <token>", "28000")
+    return value.strip()

@@ -10,6 +10,7 @@ import os
 import ssl
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
@@ -126,6 +127,12 @@ class Client:
 
     def cluster(self) -> dict[str, Any]:
         return self.get("/v1/cluster")
+
+    def drain(self, node: str | None = None, on: bool = True) -> dict[str, Any]:
+        """Drain the region, or one node (`on` false: take it back into rotation); the drain state
+        after (`draining`, `draining_nodes`)."""
+        path = "/v1/cluster/drain" if node is None else f"/v1/cluster/nodes/{urllib.parse.quote(node, safe='')}/drain"
+        return json.loads(self._request("POST" if on else "DELETE", path)[2])
 
     def wait_ready(self, timeout: float = 60.0, nodes: int = 1) -> dict[str, Any]:
         """Wait until the gateway answers and at least `nodes` nodes have joined."""

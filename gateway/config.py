@@ -8,6 +8,7 @@ strange behaviour (a path given where a list is expected is a one-element list).
 from __future__ import annotations
 
 import re
+import socket
 import ssl
 import tomllib
 import types
@@ -17,6 +18,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from balancer.logs import FORMATS as LOG_FORMATS
 from balancer.simulation import QueryType, table_5_5
 
 DEFAULT_CONFIG = Path("cxg.toml")
@@ -25,6 +27,17 @@ _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*", re.IGNORECASE)
 
 class ConfigError(ValueError):
     code = "invalid_config"
+
+
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def reachable(host: str, advertise: str = "") -> str:
+    """The address a role listening on `host` gives others: `advertise` if set, else `host`, unless
+    that means every interface (0.0.0.0): then this host's name."""
+    if advertise:
+        return advertise
+    return socket.gethostname() if host in WILDCARDS else host
 
 
 def parse_size(text: str | int) -> int:
@@ -79,6 +92,11 @@ class SparkConfig:
     adaptive: bool = False  # spark.sql.adaptive.enabled
     exchange: str = "auto"  # sub-queries reach Spark as Parquet files, through the cxg data source, or auto
     exchange_dir: str | None = None  # where exchange files go (shared storage for a remote cluster)
+    inline: bool = True  # small fetched sub-queries as VALUES or local relations (false: all through the exchange)
+    executor_wait: float = 30.0  # a cluster: seconds a query waits for an executor before failing
+    executor_python: str = ""  # a cluster: the executors' Python (default: the driver's interpreter path)
+    log_level: str = "auto"  # Spark's driver log level: ERROR for a local master, WARN for a cluster
+    master_ui: str = ""  # a standalone master's web UI (its JSON lists the workers): default its host, port 8080
     conf: dict[str, str] = field(default_factory=dict)  # any other spark.* option
     warm_up: bool = True  # `cxg gateway` (native nodes) starts Spark in the background at start-up
 
@@ -93,6 +111,11 @@ class SparkConfig:
             conf=dict(self.conf),
             exchange=self.exchange,
             exchange_dir=self.exchange_dir or None,  # "" in a file: the temp dir
+            inline=self.inline,
+            executor_wait=self.executor_wait,
+            executor_python=self.executor_python,
+            log_level=self.log_level,
+            master_ui=self.master_ui,
         )
 
 
@@ -114,10 +137,20 @@ class SparkSettings:
     conf: dict[str, str] = field(default_factory=dict)  # any other spark.* option
     exchange: str = "auto"  # how sub-queries reach Spark: files, source, or auto (files with a local master)
     exchange_dir: str | None = None  # where "files" writes (default: the temp dir); shared storage for a cluster
+    inline: bool = True  # small fetched sub-queries as VALUES or local relations; false: all through the exchange
+    executor_wait: float = 30.0  # a cluster: seconds a query waits for an executor before failing (503, retry)
+    executor_python: str = ""  # a cluster: the executors' Python (default: the driver's interpreter path)
+    log_level: str = "auto"  # Spark's log level in the driver: auto is ERROR for a local master, WARN for a cluster
+    master_ui: str = ""  # a standalone master's web UI, whose JSON lists the workers (default: its host, port 8080)
+
+    @property
+    def local(self) -> bool:
+        """Whether the master is local (Spark embedded in the process), not a cluster."""
+        return self.master.strip().startswith("local")
 
     def exchange_mode(self) -> str:
         if self.exchange == "auto":
-            return "files" if self.master.startswith("local") else "source"
+            return "files" if self.local else "source"
         return self.exchange
 
 
@@ -135,6 +168,7 @@ class TokenConfig:
 @dataclass
 class GatewayConfig:
     host: str = "127.0.0.1"
+    advertise: str = ""  # the address `cxg up`'s nodes give Spark's executors (default: host; 0.0.0.0: host name)
     port: int = 8080
     region: int = 1  # region number, 0..99 (query ids are global·10^8 + region·10^6 + client)
     wait: float = 10.0  # seconds POST /v1/statements waits for the answer before returning an id
@@ -148,6 +182,8 @@ class GatewayConfig:
     result_memory: int = 1024 * 1024 * 1024  # bytes of results all finished statements keep (the oldest go first)
     cluster_token: str = ""  # shared secret of the links between balancer, routers and nodes
     log_dir: str = ""  # where the roles write their logs (empty: no files)
+    log_format: str = "json"  # every role's log lines: json (an object per line, with the query's id) or text
+    drain_timeout: float = 30.0  # seconds a gateway, router or node told to stop (SIGTERM) lets its queries finish
     tokens: list[TokenConfig] = field(default_factory=list)  # none: no authentication
     tls_cert: str = ""  # PEM certificate (chain) of the gateway: set with tls_key, it serves HTTPS only
     tls_key: str = ""  # PEM private key of tls_cert
@@ -156,6 +192,11 @@ class GatewayConfig:
     @property
     def url(self) -> str:
         return self.url_on(self.host)
+
+    @property
+    def advertised(self) -> str:
+        """The address other hosts reach this machine's roles on."""
+        return reachable(self.host, self.advertise)
 
     @property
     def result_bytes(self) -> int:
@@ -395,6 +436,11 @@ def load_config(path: Path | None, overrides: list[str] | None = None, region: s
             raise ConfigError(f"--region {region}: the configuration describes one region (no [regions.NAME] tables)")
         config = _config(data)
         _check(config)
+        if config.balancing.method != "none":
+            raise ConfigError(
+                f"balancing.method = {config.balancing.method!r} balances between regions, and the configuration "
+                "describes none: add a [regions.NAME] table per region"
+            )
         return config
     return _region_config(data, listed, region)
 
@@ -485,6 +531,9 @@ def _check_regions(peers: dict[str, Peer]) -> None:
         raise ConfigError(f"one region may be the default, not {', '.join(defaults)}")
 
 
+SPARK_LOG_LEVELS = ("AUTO", "ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
+
+
 def _check(config: Config) -> None:
     if config.region.backend not in ("native", "mysql", "simulation"):
         raise ConfigError(f"region.backend must be native, mysql or simulation, not {config.region.backend!r}")
@@ -498,6 +547,11 @@ def _check(config: Config) -> None:
             raise ConfigError(f"storage.device_memory must be auto or a size, not {setting!r}") from None
     if config.spark.exchange not in ("auto", "files", "source"):
         raise ConfigError(f"spark.exchange must be auto, files or source, not {config.spark.exchange!r}")
+    if config.spark.log_level.upper() not in SPARK_LOG_LEVELS:
+        levels = ", ".join(SPARK_LOG_LEVELS).lower()
+        raise ConfigError(f"spark.log_level must be one of {levels}, not {config.spark.log_level!r}")
+    if config.spark.executor_wait <= 0:
+        raise ConfigError(f"spark.executor_wait must be a positive number of seconds, not {config.spark.executor_wait}")
     if config.balancing.method not in BALANCING_METHODS:
         methods = ", ".join(BALANCING_METHODS)
         raise ConfigError(f"balancing.method must be one of {methods}, not {config.balancing.method!r}")
@@ -505,6 +559,10 @@ def _check(config: Config) -> None:
         raise ConfigError(f"balancing.weight must be printed or per-server, not {config.balancing.weight!r}")
     if not 0 <= config.gateway.region < 100:
         raise ConfigError(f"gateway.region must be in 0..99, not {config.gateway.region}")
+    if config.gateway.log_format not in LOG_FORMATS:
+        raise ConfigError(f"gateway.log_format must be json or text, not {config.gateway.log_format!r}")
+    if config.gateway.drain_timeout < 0:
+        raise ConfigError(f"gateway.drain_timeout must be 0 or more seconds, not {config.gateway.drain_timeout}")
     names = [t.name for t in config.gateway.tokens]
     if len(set(names)) != len(names) or len({t.token for t in config.gateway.tokens}) != len(names):
         raise ConfigError("[[gateway.tokens]] names and tokens must be unique")

@@ -26,12 +26,22 @@ NODE_CODES: dict[str, tuple[int, str]] = {
     "queue_full": (503, "53000"),
     "no_nodes": (503, "08006"),
     "node_lost": (503, "08006"),
+    "draining": (503, "57P03"),
+    "node_draining": (503, "57P03"),
     "timeout": (504, "57014"),
     "execution_error": (500, "XX000"),
 }
 _PATH = re.compile(r"(?<![\w/:.])(?:/[^\s'\"/:,;()]+){2,}")
 log = logging.getLogger("cxg.gateway")
-RETRY_AFTER = {"busy": 1, "queue_full": 5, "no_nodes": 5, "node_lost": 1, "too_many_queries": 1}
+RETRY_AFTER = {
+    "busy": 1,
+    "queue_full": 5,
+    "no_nodes": 5,
+    "node_lost": 1,
+    "too_many_queries": 1,
+    "draining": 5,
+    "node_draining": 5,
+}
 
 
 class ApiError(Exception):

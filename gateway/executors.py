@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
 import threading
@@ -27,6 +28,7 @@ from sqlglot.errors import ParseError
 
 from balancer import DispatchFailed, NodeInfo, RegionBalancer, Ticket, read_payload
 from gateway.config import SparkFactory, SparkSettings
+from gateway.spark_status import spark_status
 from gateway.sql import params as parameters
 from gateway.sql.catalog import Snapshot
 from gateway.sql.engine import Engine
@@ -66,10 +68,16 @@ class Prepared:
             self.catalog.close()
 
 
+def in_pool(pool: ThreadPoolExecutor | None, work: Callable[..., Any], *args: Any) -> asyncio.Future:
+    """`work(*args)` on a thread of `pool` (None: the loop's default), in a copy of the calling task's
+    context: what it logs carries the query's id."""
+    return asyncio.get_running_loop().run_in_executor(pool, contextvars.copy_context().run, work, *args)
+
+
 async def prepared_off_loop(pool: ThreadPoolExecutor | None, prepare: Callable[..., Prepared], *args: Any) -> Prepared:
     """`prepare(*args)` on a thread of `pool`. When the task awaiting it is cancelled (its client
     went away, its time ran out), the query it prepares is closed once ready, its versions released."""
-    future = asyncio.get_running_loop().run_in_executor(pool, prepare, *args)
+    future = in_pool(pool, prepare, *args)
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
@@ -99,6 +107,10 @@ class Executor(Protocol):
     def health(self) -> dict[str, Any]:
         """What keeps the region from answering every query (for /readyz): tables not fully served,
         an engine down. Empty when nothing does."""
+        ...
+
+    def spark(self) -> dict[str, Any] | None:
+        """The region's Spark (`gateway.spark_status`), None where queries never reach Spark."""
         ...
 
     def prepare(self, sql: str, params: dict[str, Any], tag: str) -> Prepared: ...
@@ -156,6 +168,10 @@ class NativeExecutor:
             if self._reviving.acquire(blocking=False):  # one at a time; a probe need not wait for a query
                 self.pool.submit(self._revive_spark)
         return problems
+
+    def spark(self) -> dict[str, Any] | None:
+        engine = self.engine
+        return spark_status(engine.spark_settings, engine.spark_state(), engine.executors())
 
     def _revive_spark(self) -> None:
         try:
@@ -219,13 +235,14 @@ class NativeExecutor:
         return self.prepare(prepared.sql, prepared.params, prepared.tag)
 
     async def _run(self, statement: Statement, prepared: Prepared, started: Started) -> pa.Table:
-        loop = asyncio.get_running_loop()
         key = str(statement.id)
         if prepared.local:
             started([])
             try:
-                run = functools.partial(self.engine.run, prepared.parsed, key, max_rows=statement.max_rows)
-                result = await loop.run_in_executor(self.pool, run)
+                run = functools.partial(
+                    self.engine.run, prepared.parsed, key, max_rows=statement.max_rows, waiting=statement.wait_for
+                )
+                result = await in_pool(self.pool, run)
             except asyncio.CancelledError:  # cancelled or timed out: its scans and Spark jobs stop too
                 self.engine.cancel(key)
                 raise
@@ -243,9 +260,15 @@ class NativeExecutor:
             granted = await ticket.started
             started(granted)
             run = functools.partial(
-                self.engine.run, prepared.parsed, key, granted, prepared.catalog, max_rows=statement.max_rows
+                self.engine.run,
+                prepared.parsed,
+                key,
+                granted,
+                prepared.catalog,
+                max_rows=statement.max_rows,
+                waiting=statement.wait_for,
             )
-            work = loop.run_in_executor(self.pool, run)
+            work = in_pool(self.pool, run)
             await asyncio.wait([work, ticket.done], return_when=asyncio.FIRST_COMPLETED)
             if not work.done():  # a node it holds went away: stop now, not when its scans time out
                 self.engine.cancel(key)
@@ -298,6 +321,9 @@ class PassThroughExecutor:
 
     def health(self) -> dict[str, Any]:
         return {}
+
+    def spark(self) -> dict[str, Any] | None:
+        return None
 
     def prepare(self, sql: str, params: dict[str, Any], tag: str) -> Prepared:
         if not sql.strip():

@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from balancer import HandedOver, RegionBalancer
+from balancer.logs import logged_as
 from gateway import results
 from gateway.config import GatewayConfig, TokenConfig
 from gateway.errors import ApiError, timeout
@@ -92,13 +93,16 @@ class StatementLifecycle:
         versions: Versions | None = None,
     ) -> Statement:
         """Admit, prepare and start one query; its statement, running. An ApiError when it is
-        refused (the token's limit, a full region, a query that does not prepare, or, for a query
-        moved here from region `origin`, tables not at the `versions` it reads there)."""
+        refused (a draining region, the token's limit, a full region, a query that does not prepare,
+        or, for a query moved here from region `origin`, tables not at the `versions` it reads
+        there). What is logged while it is prepared and run carries its id."""
         self._admit(token)
         statement = Statement(self.balancer.new_id(client), sql, token.name, tag, client, max_rows, origin=origin)
         prepared: Prepared | None = None
         try:
-            prepared = await self._prepare(sql, params, tag)
+            self.balancer.check_open()
+            with logged_as(statement.id):
+                prepared = await self._prepare(sql, params, tag)
             _check_tables(token, prepared)
             if versions is not None and prepared.versions() != versions:
                 raise ApiError(
@@ -120,7 +124,8 @@ class StatementLifecycle:
         self.statements.add(statement)
         self.metrics.admitted.inc()
         queued = _Queued(statement, prepared, params, time.monotonic() + limit_s)
-        statement.task = asyncio.create_task(self._execute(queued, limit_s, max_rows))
+        with logged_as(statement.id):
+            statement.task = asyncio.create_task(self._execute(queued, limit_s, max_rows))
         statement.task.add_done_callback(lambda _: prepared.close())  # however it ended, even unstarted
         return statement
 
@@ -161,6 +166,8 @@ class StatementLifecycle:
         self._away.pop(statement.id, None)
         statement.queue_length = self.balancer.queue_length
         statement.finish(state, error)
+        outcome = state if error is None else f"{state} ({error.code})"
+        log.info("statement %s %s in %.3f s", statement.key, outcome, statement.timings["total"])
         self.statements.finished(statement)
         self.metrics.finished.labels(state).inc()
         self.metrics.observe(statement.timings)

@@ -1,7 +1,7 @@
 """Prometheus metrics of a gateway (base units: seconds, bytes): what it admitted, refused as
 invalid and finished, how long each stage took, and, read from the region balancer at scrape time,
-its queue, node slots and rejections (its count is the only one: /v1/cluster shows the same), and
-the bytes of results kept."""
+its queue, node slots, drain state and rejections (its count is the only one: /v1/cluster shows
+the same), and the bytes of results kept. docs/metrics.md lists them all."""
 
 from __future__ import annotations
 
@@ -40,17 +40,22 @@ class RegionCollector:
         yield GaugeMetricFamily(
             "cxg_queries_in_flight", "Queries sent to nodes and not yet answered", value=snap["in_flight"]
         )
+        yield GaugeMetricFamily(
+            "cxg_region_draining", "1 while the region admits no new query (drained)", value=int(snap["draining"])
+        )
         slots = GaugeMetricFamily("cxg_node_slots", "Slots (K) of each node", labels=["node"])
         busy = GaugeMetricFamily("cxg_node_slots_busy", "Slots running a query", labels=["node"])
         buffered = GaugeMetricFamily("cxg_node_buffered", "Queries in the node's one-query buffer", labels=["node"])
         ready = GaugeMetricFamily("cxg_node_ready", "1 while the node accepts a query", labels=["node"])
+        draining = GaugeMetricFamily("cxg_node_draining", "1 while the node takes no new query", labels=["node"])
         for member in snap["members"]:
             for node in member["nodes"]:
                 slots.add_metric([node["name"]], node["slots"])
                 busy.add_metric([node["name"]], node["running"])
                 buffered.add_metric([node["name"]], node["buffered"])
                 ready.add_metric([node["name"]], int(node["ready"]))
-        yield from (slots, busy, buffered, ready)
+                draining.add_metric([node["name"]], int(node["draining"]))
+        yield from (slots, busy, buffered, ready, draining)
         rejected = CounterMetricFamily(
             "cxg_queries_rejected", "Queries refused for capacity (429, 503) before running", labels=["reason"]
         )

@@ -35,7 +35,8 @@ ERRORS = {
     "422": _error("A write statement, or valid SQL the engine does not run"),
     "429": _error("The token's limit of concurrent queries is reached (see Retry-After)"),
     "503": _error(
-        "The region is overloaded or has no node, a table misses buckets, a node went away mid-query, or Spark is "
+        "The region is overloaded, drained (draining) or has no node, a node it needs is drained (node_draining), a "
+        "table misses buckets, a node went away mid-query, or Spark is "
         "restarting, or a node's GPU had no room left for the scan (device_out_of_memory) (see Retry-After); or a "
         "scan needed more memory than a node process may hold (out_of_memory), "
         "or a node's disk is full (disk_full)"
@@ -90,6 +91,10 @@ def document() -> dict[str, Any]:
                         "chunks": {"type": "integer"},
                         "next": {"type": ["string", "null"]},
                         "timings_ms": {"type": "object"},
+                        "waiting_for": {
+                            "type": "string",
+                            "description": "what a running query waits for (a Spark cluster's executors)",
+                        },
                         "error": {"$ref": "#/components/schemas/ErrorBody"},
                     },
                 },

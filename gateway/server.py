@@ -9,7 +9,8 @@
     GET    /v1/statements/{id}/result     the whole result
     DELETE /v1/statements/{id}            cancel: out of the queue, or stopped on its nodes
     GET    /v1/tables                     tables, columns, placement
-    GET    /v1/cluster                    the region: queue, nodes, slots
+    GET    /v1/cluster                    the region: queue, nodes, slots, drain state, software versions
+    POST   /v1/cluster/drain              drain the region (DELETE: undrain); .../nodes/{node}/drain one node
     GET    /healthz /readyz /metrics /openapi.json
 
 This module is the composition root: it builds the region's balancer, the executor for its kind
@@ -21,10 +22,11 @@ of nodes, the statements and their lifecycle, and puts the handlers of `gateway.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from aiohttp import web
 
-from balancer import Journal, RegionBalancer
+from balancer import Journal, RegionBalancer, settled
 from gateway.auth import Auth
 from gateway.config import Config, SparkFactory
 from gateway.errors import error_middleware
@@ -37,6 +39,7 @@ from gateway.metrics import Metrics
 from gateway.statements import Statements
 
 MAX_REQUEST = 1024 * 1024  # bytes of a request body (the SQL and its parameters): more is 413
+log = logging.getLogger("cxg.gateway")
 
 
 class Gateway:
@@ -50,7 +53,7 @@ class Gateway:
             g.region,
             g.max_queue,
             g.cluster_token or None,
-            Journal(g.log_dir or None, "balancer", f"region-{g.region}"),
+            Journal(g.log_dir or None, "balancer", f"region-{g.region}", g.log_format),
             backend=config.region.backend,
             free_slot_first=config.region.dispatch == "free-slot-first",
         )
@@ -59,7 +62,7 @@ class Gateway:
             self.executor = NativeExecutor(self.balancer, config.spark.settings(), spark)
         else:
             self.executor = PassThroughExecutor(self.balancer, config.region.backend)
-        self.auth = Auth(g.tokens)
+        self.auth = Auth(g.tokens, g.cluster_token)
         self.statements = Statements(g.result_ttl, memory=g.result_memory)
         self.metrics = Metrics(self.balancer, self.statements)
         self.region = config.name or f"region-{g.region}"
@@ -87,6 +90,19 @@ class Gateway:
 
     async def _start(self, app: web.Application) -> None:
         self._watcher = asyncio.create_task(self._watch())
+
+    async def leave(self, timeout: float) -> None:
+        """Admit no new statement, for good, and wait, `timeout` seconds at most, until those
+        admitted (queued, running, moved to another region) have finished: the gateway is told to
+        stop. Those still unfinished then are cancelled when it stops."""
+        self.balancer.leave()
+        region, unfinished = self.balancer.region, len(self.statements.unfinished())
+        log.info("region %s drains: %d statement(s) to finish within %g s", region, unfinished, timeout)
+        if await settled(lambda: not self.statements.unfinished(), timeout):
+            log.info("region %s drained", region)
+        else:
+            unfinished = len(self.statements.unfinished())
+            log.warning("region %s: %d statement(s) unfinished after %g s are cancelled", region, unfinished, timeout)
 
     async def _stop(self, app: web.Application) -> None:
         await self.lifecycle.cancel_all()

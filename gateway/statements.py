@@ -57,6 +57,7 @@ class Statement:
     task: asyncio.Task | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
     run: str = ""  # the gateway run (`new_run`)
+    waiting: str = ""  # what the running query waits for (a Spark cluster's executors), "" when nothing
     _clock: float = field(default_factory=time.perf_counter)
 
     @property
@@ -70,6 +71,10 @@ class Statement:
         now = time.perf_counter()
         self.timings[stage] = now - self._clock
         self._clock = now
+
+    def wait_for(self, what: str) -> None:
+        """What the running query waits for now ("" when nothing); called from the thread that runs it."""
+        self.waiting = what
 
     def finish(self, state: str, error: ApiError | None = None) -> None:
         self.state = state
@@ -98,6 +103,8 @@ class Statement:
         }
         if self.state in (QUEUED, RUNNING):
             doc["next"] = f"{base}/v1/statements/{self.key}"
+        if self.state == RUNNING and self.waiting:
+            doc["waiting_for"] = self.waiting
         if self.error is not None:
             doc["error"] = self.error.body()
         if self.state == SUCCEEDED and self.result is not None:

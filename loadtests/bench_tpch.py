@@ -6,7 +6,12 @@ Spark SQL (same Spark version and settings, the same warm session) and loaded in
 answer of this engine is checked against DuckDB's. Times are the best of `--repeat` warm runs.
 "Spark floor" is Spark's time for the SQL this engine hands it, over one row per sub-query.
 
-    python -m loadtests.bench_tpch [--sf 1] [--json PATH] [--repeat 3]
+With `--cluster N`, Spark is a standalone cluster of N workers started here (`regions.standalone`,
+the machine's cores shared between them) instead of an embedded local one: this engine's
+sub-queries then reach the executors through the cxg data source (`spark.exchange` auto), and
+plain Spark reads the Parquet files with those same executors.
+
+    python -m loadtests.bench_tpch [--sf 1] [--json PATH] [--repeat 3] [--cluster 2]
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +38,7 @@ from loadtests.common import console, parser, print_table, write_json
 from loadtests.compare import rows, rows_match
 from loadtests.tpch_queries import SINGLE_TABLE, all_queries
 from regions import session_factory, spark_options, spark_session
+from regions.standalone import StandaloneCluster
 from storage import NodeClient, NodeError, Store, load_table, read_parquet, spark_schema, tpch
 
 
@@ -109,11 +116,13 @@ def measure(
     repeat: int,
     adaptive: bool = False,
     floor: bool = True,
+    master: str | None = None,
 ) -> dict[str, Any]:
     """Every query on this engine (one storage node, a process of its own), on plain Spark SQL over
     the Parquet files (the same session and settings) and on DuckDB, best of `repeat` warm runs,
     each answer checked against DuckDB's: the per-query figures (`queries`), the Spark options both
-    ran with (`spark`) and the seconds the load took (`load_s`)."""
+    ran with (`spark`) and the seconds the load took (`load_s`). Spark is local, or the cluster at
+    `master`."""
     store = Store(work / "node-0", node="node-0")
     started = time.perf_counter()
     with console.status("loading the storage node"):
@@ -125,6 +134,9 @@ def measure(
     node = _start_node(store.root, port)
     try:
         settings = SparkSettings(master=f"local[{os.cpu_count() or 2}]", adaptive=adaptive)
+        if master is not None:
+            conf = {"spark.executor.memory": EXECUTOR_MEMORY}
+            settings = dataclasses.replace(settings, master=master, executor_python=sys.executable, conf=conf)
         spark = spark_session(settings)
         for name, path in files.items():
             spark.read.parquet(str(path)).createOrReplaceTempView(name)
@@ -167,12 +179,23 @@ def measure(
     return {"load_s": load_s, "spark": shared, "queries": results}
 
 
-def run(sf: float, repeat: int, adaptive: bool = False) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="cxg-bench-tpch-") as tmp:
+EXECUTOR_MEMORY = "3g"  # --cluster: each worker's executor (its worker offers 1 GiB more)
+
+
+def run(sf: float, repeat: int, adaptive: bool = False, workers: int = 0) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="cxg-bench-tpch-") as tmp, ExitStack() as stack:
         work = Path(tmp)
         with console.status(f"generating TPC-H SF {sf:g}"):
             files = tpch.generate(sf, work / "tpch")
-        measured = measure(work, files, all_queries(), tpch.schema_for, repeat, adaptive)
+        master = None
+        if workers:
+            with console.status(f"starting a Spark standalone cluster of {workers} worker(s)"):
+                cluster = stack.enter_context(StandaloneCluster(work / "spark"))
+                cores = max(1, (os.cpu_count() or 2) // workers)
+                for _ in range(workers):
+                    cluster.add_worker(cores=cores, memory=f"{int(EXECUTOR_MEMORY[:-1]) + 1}g")
+                master = cluster.url
+        measured = measure(work, files, all_queries(), tpch.schema_for, repeat, adaptive, master=master)
     results = measured["queries"]
     summary = summarize(results)
     summary["single_table_speedup_vs_spark"] = {
@@ -181,7 +204,8 @@ def run(sf: float, repeat: int, adaptive: bool = False) -> dict[str, Any]:
     # what the geometric mean would be if every join query cost only its Spark floor
     bound = geomean([r["spark_floor_s"] if r["spark_floor_s"] is not None else r["ours_s"] for r in results])
     summary["floor_bound_speedup_vs_spark"] = summary["geomean_spark_s"] / bound
-    return {"benchmark": "tpch", "sf": sf, **measured, "summary": summary}
+    spark = {"cluster_workers": workers, "exchange": "source"} if workers else {"master": "local", "exchange": "files"}
+    return {"benchmark": "tpch", "sf": sf, **spark, **measured, "summary": summary}
 
 
 def report(figures: dict[str, Any]) -> None:
@@ -226,7 +250,8 @@ def report(figures: dict[str, Any]) -> None:
         "Spark floor s",
         "same answer",
     ]
-    print_table(f"TPC-H SF {figures['sf']:g}, best of warm runs", headers, rows_out)
+    where = f", Spark: a cluster of {figures['cluster_workers']} workers" if figures.get("cluster_workers") else ""
+    print_table(f"TPC-H SF {figures['sf']:g}, best of warm runs{where}", headers, rows_out)
     singles = ", ".join(f"Q{q}: {x:.1f}x" for q, x in s["single_table_speedup_vs_spark"].items())
     console.print(f"single-table queries vs plain Spark: {singles} (goal >= 10x)")
     console.print(f"geometric mean vs plain Spark: {s['speedup_vs_spark']:.2f}x faster (goal >= 3x)")
@@ -241,8 +266,15 @@ def main(argv: list[str] | None = None) -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--repeat", type=int, default=3, help="timed runs per query and system (default 3)")
     p.add_argument("--adaptive", action="store_true", help="run both with Spark adaptive query execution on")
+    p.add_argument(
+        "--cluster",
+        type=int,
+        default=0,
+        metavar="WORKERS",
+        help="Spark as a standalone cluster of this many workers started here (default: local, embedded)",
+    )
     args = p.parse_args(argv)
-    figures = run(args.sf, args.repeat, args.adaptive)
+    figures = run(args.sf, args.repeat, args.adaptive, args.cluster)
     report(figures)
     write_json(args.json, figures)
 

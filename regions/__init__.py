@@ -10,7 +10,14 @@ from regions.cross_simulation import Experiment, Outcome, simulate
 from regions.embedded import EmbeddedRegion
 from regions.launcher import LocalRegion, interrupt_on_sigterm
 from regions.memory_budgets import node_memory_budget
-from regions.spark_session import machine_memory, session_factory, spark_options, spark_session, stop_all
+from regions.spark_session import (
+    check_master,
+    machine_memory,
+    session_factory,
+    spark_options,
+    spark_session,
+    stop_all,
+)
 
 __all__ = [
     "Centralized",
@@ -21,6 +28,7 @@ __all__ = [
     "LocalRegion",
     "NoBalancing",
     "Outcome",
+    "check_master",
     "interrupt_on_sigterm",
     "machine_memory",
     "method",

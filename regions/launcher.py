@@ -11,9 +11,11 @@ comes back rejoins its gateway with its data; a gateway that comes back is rejoi
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +38,26 @@ def interrupt_on_sigterm() -> None:
 
 
 RESTART_PAUSE_S = (0.5, 30.0)  # the first pause before a restart, and the longest
+STOP_GRACE_S = 5.0  # how long past gateway.drain_timeout a process told to stop may take before it is killed
+
+
+class PortInUse(ConfigError):
+    code = "port_in_use"
+
+
+def check_free(host: str, port: int) -> None:
+    """PortInUse when another process listens on the gateway's host:port (any other failure to bind
+    there is the gateway's to report when it starts)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the gateway's server binds it
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise PortInUse(
+                    f"the gateway's port {host}:{port} is in use by another process: stop it or set another "
+                    "gateway.port"
+                ) from None
 
 
 @dataclass
@@ -95,6 +117,7 @@ class LocalRegion:
         for i, name in enumerate(names):
             port = next(ports)
             args = ["node", "--kind", region.backend, "--name", name, "--host", g.host, "--port", str(port)]
+            args += ["--advertise", g.advertised]
             args += ["--upstream", upstreams[i]]
             args += ["--memory", str(budget) if budget else "none"]
             if region.backend == "native":
@@ -110,6 +133,7 @@ class LocalRegion:
         self.run_dir = Path(self.run_dir or tempfile.mkdtemp(prefix="cxg-region-"))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.roles = self.layout()
+        check_free(self.config.gateway.host, self.config.gateway.port)  # else what answers there passes for it
         try:
             for role in self.roles:
                 role.log = self.run_dir / f"{role.name}.out"
@@ -191,19 +215,25 @@ class LocalRegion:
             return ""
         return "\n".join(role.log.read_text(errors="replace").splitlines()[-lines:])
 
-    def stop(self, grace: float = 10.0) -> None:
-        """SIGTERM to every process (nodes first), SIGKILL to what is left after `grace` seconds."""
-        running = [r.process for r in reversed(self.roles) if r.process is not None and r.process.poll() is None]
-        for process in running:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for process in running:
-            try:
-                process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+    def stop(self, grace: float | None = None) -> None:
+        """SIGTERM to the gateway (and the central balancer) first: it drains, its queries finishing
+        on the nodes, which still serve; then to the routers and nodes, which drain too. SIGKILL to a
+        process still there `grace` seconds (default gateway.drain_timeout + STOP_GRACE_S) after
+        its SIGTERM."""
+        grace = self.config.gateway.drain_timeout + STOP_GRACE_S if grace is None else grace
+        below = [r for r in reversed(self.roles) if r.name.startswith(("node-", "router-"))]
+        for wave in ([r for r in self.roles if r not in below], below):
+            running = [r.process for r in wave if r.process is not None and r.process.poll() is None]
+            for process in running:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            for process in running:
+                try:
+                    process.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
 
     def __enter__(self) -> LocalRegion:
         self.start()

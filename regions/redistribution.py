@@ -104,6 +104,29 @@ class RegionView:
         """The gateway's view of a table (version, stamp, whether available)."""
         return self.client.tables().get(table)
 
+    def wait_until(
+        self, table: str, done: Callable[[dict[str, Any] | None], bool], what: str, timeout: float = SERVED_TIMEOUT_S
+    ) -> dict[str, Any] | None:
+        """Wait until the gateway's view of `table` is `done`; that view. RedistributionError naming
+        `what` was awaited after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            served = self.served(table)
+            if done(served):
+                return served
+            if time.monotonic() > deadline:
+                raise RedistributionError(f"region {self.name}: {what} within {timeout:g} s (it serves {served})")
+            time.sleep(0.2)
+
+    def wait_stamp(self, table: str, stamp: str | None, timeout: float = SERVED_TIMEOUT_S) -> dict[str, Any]:
+        """Wait until the gateway serves `table` fully at the version of rows `stamp`."""
+        return self.wait_until(
+            table,
+            lambda served: served is not None and bool(served.get("available")) and served.get("stamp") == stamp,
+            f"the gateway did not serve {table} at its new version",
+            timeout,
+        )
+
 
 def _movable(info: TableInfo) -> bool:
     placement = info.schema.placement
@@ -220,18 +243,12 @@ def run(spark: Any, move: TableMove, source: RegionView, target: RegionView, opt
 def wait_served(target: RegionView, move: TableMove, timeout: float = SERVED_TIMEOUT_S) -> dict[str, Any]:
     """Wait until the target region's gateway serves the table at its new version (with the rows'
     identity kept); what it serves."""
-    deadline = time.monotonic() + timeout
-    while True:
-        served = target.served(move.table)
-        new = served is not None and (not move.local or served["version"] > move.base)
-        if new and served.get("available") and served.get("stamp") == move.data:
-            return served
-        if time.monotonic() > deadline:
-            raise RedistributionError(
-                f"region {target.name}: the gateway did not serve {move.table} at its new version within {timeout:g} s"
-                f" (it serves {served})"
-            )
-        time.sleep(0.2)
+
+    def new(served: dict[str, Any] | None) -> bool:
+        fresh = served is not None and (not move.local or served["version"] > move.base)
+        return fresh and bool(served.get("available")) and served.get("stamp") == move.data
+
+    return target.wait_until(move.table, new, f"the gateway did not serve {move.table} at its new version", timeout)
 
 
 def retire_everywhere(view: RegionView, table: str, timeout: float = SERVED_TIMEOUT_S) -> list[str]:
@@ -241,9 +258,5 @@ def retire_everywhere(view: RegionView, table: str, timeout: float = SERVED_TIME
     for node in view.holding(table):
         target(view.nodes[node]).retire(table)
         done.append(node)
-    deadline = time.monotonic() + timeout
-    while view.served(table) is not None:
-        if time.monotonic() > deadline:
-            raise RedistributionError(f"region {view.name}: the gateway still serves {table} after {timeout:g} s")
-        time.sleep(0.2)
+    view.wait_until(table, lambda served: served is None, f"the gateway still serves {table}", timeout)
     return done

@@ -25,6 +25,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily
 
+from balancer.packets import NodeState
 from gateway import Config, Gateway
 from regions.balancing import RegionQueue, Scale, Waiting, weight_per_server
 
@@ -62,8 +63,8 @@ class QueueView:
             "running": len(balancer.in_flight),
             "finished": balancer.counters["completed"],  # queries its nodes finished so far
             "mean_seconds": seconds,
-            # queries its nodes can take now: free slots and empty one-query buffers
-            "room": sum(max(0, s.slots + 1 - s.running - s.buffered) for s in balancer.pool.node_states().values()),
+            # queries its nodes can take now: free slots and empty one-query buffers (none while drained)
+            "room": 0 if balancer.draining else sum(_room(s) for s in balancer.pool.node_states().values()),
             "queue": queue,
         }
 
@@ -81,6 +82,11 @@ class QueueView:
     def _mean_seconds(self) -> float:
         times = [s.timings["execute"] for s in self.gateway.statements.recent(50) if "execute" in s.timings]
         return statistics.fmean(times) if times else DEFAULT_SECONDS
+
+
+def _room(node: NodeState) -> int:
+    """Queries a node can take now: its free slots and empty buffer, none while it drains."""
+    return 0 if node.draining else max(0, node.slots + 1 - node.running - node.buffered)
 
 
 def region_queue(summary: dict[str, Any]) -> RegionQueue:

@@ -1,9 +1,10 @@
 """The region's SparkSession: embedded (local[*]) by default, or any cluster via spark.master.
 
 One session per region and process. Arrow is on, the Python workers use this interpreter (so
-they find pyarrow and the project), queries share the session under the FAIR scheduler, small
-join sides are broadcast (from memory pages sized for small inputs), and the project's data
-source is registered as format "cxg".
+they find pyarrow and the project; a cluster's executors get the project as a zip, see
+`regions.executor_package`, and the Python `spark.executor_python` names), queries share the
+session under the FAIR scheduler, small join sides are broadcast (from memory pages sized for
+small inputs), and the project's data source is registered as format "cxg".
 
 A session whose JVM has died (killed, out of memory) is noticed at the next call and replaced by a
 new one: the queries that were running on it fail with a retryable error (the engine's
@@ -16,13 +17,15 @@ import contextlib
 import logging
 import os
 import re
+import socket
 import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway import SparkSettings
+from gateway import ConfigError, SparkSettings
+from regions.executor_package import project_zip
 from storage import CxgDataSource
 
 _SESSIONS: dict[str, Any] = {}
@@ -77,11 +80,31 @@ def local_master(settings: SparkSettings) -> tuple[str, int | None]:
     return f"local[{cores * max(1, settings.slots_per_core)}{match[2] or ''}]", cores
 
 
+def cluster_options(settings: SparkSettings) -> dict[str, str]:
+    """What a cluster's executors need from the driver: the project (`project_zip` on
+    spark.submit.pyFiles, after any the configuration names) and the Python to run it with."""
+    shipped = [f for f in settings.conf.get("spark.submit.pyFiles", "").split(",") if f]
+    return {
+        "spark.submit.pyFiles": ",".join([*shipped, str(project_zip())]),
+        "spark.pyspark.python": settings.executor_python or sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+    }
+
+
+def log_level(settings: SparkSettings) -> str:
+    """The driver's log level: ``auto`` is ERROR for a local master (no WARN lines in a command's
+    output) and WARN for a cluster (where Spark says that executors are lost or not granted)."""
+    if settings.log_level.lower() != "auto":
+        return settings.log_level.upper()
+    return "ERROR" if settings.local else "WARN"
+
+
 def spark_options(settings: SparkSettings) -> dict[str, str]:
     """The Spark configuration of a region's session."""
     master, local_cores = local_master(settings)
     cores = local_cores or os.cpu_count() or 2
     parallelism = {"spark.default.parallelism": str(cores)} if local_cores else {}
+    cluster = {} if settings.local else cluster_options(settings)
     return {
         "spark.master": master,
         **parallelism,
@@ -107,7 +130,25 @@ def spark_options(settings: SparkSettings) -> dict[str, str]:
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         **settings.conf,
+        **cluster,
     }
+
+
+def check_master(settings: SparkSettings, timeout: float = 5.0) -> None:
+    """ConfigError when a standalone master (spark://host:port, or several for high availability)
+    accepts no connection at any of its addresses: said at start, not at the first join query."""
+    if not settings.master.startswith("spark://"):
+        return
+    problems = []
+    for address in settings.master.removeprefix("spark://").split(","):
+        host, _, port = address.strip().rpartition(":")
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout):
+                return
+        except (OSError, ValueError) as e:
+            problems.append(f"{address}: {e}")
+    reasons = "; ".join(problems)
+    raise ConfigError(f"spark.master {settings.master} is unreachable ({reasons}): start it or fix the address")
 
 
 def spark_alive(session: Any) -> bool:
@@ -160,7 +201,7 @@ def spark_session(settings: SparkSettings | None = None, region: str = "default"
         for key, value in spark_options(settings).items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
-        session.sparkContext.setLogLevel("ERROR")
+        session.sparkContext.setLogLevel(log_level(settings))
         for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):  # errors reach users as SqlErrors
             logging.getLogger(name).setLevel(logging.CRITICAL)
         logging.getLogger("py4j").setLevel(logging.WARNING)  # not a line per connection closed

@@ -10,9 +10,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from storage.catalog import DEFAULT_BUCKETS, Placement, TableSchema
 from storage.errors import StorageError
@@ -54,9 +56,21 @@ def generate(scale_factor: float, out_dir: Path, tables: list[str] | None = None
     if scale_factor <= 0:
         raise StorageError(f"scale factor must be positive, not {scale_factor}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    command = [_tpchgen(), "parquet", "-s", f"{scale_factor:g}", "--output-dir", str(out_dir), "--overwrite"]
-    command += ["--tables", ",".join(tables)]
+    _run(scale_factor, out_dir, ["--tables", ",".join(tables)])
+    return {t: out_dir / f"{t}.parquet" for t in tables}
+
+
+def generate_part(table: str, scale_factor: float, parts: int, part: int) -> pa.Table | None:
+    """Part `part` (1-based) of `parts` of one TPC-H table, as tpchgen-cli splits the work between
+    machines (None: the part is empty, as every part but the first of nation and region)."""
+    with tempfile.TemporaryDirectory(prefix="cxg-tpch-part-") as tmp:
+        _run(scale_factor, Path(tmp), ["--tables", table, "--parts", str(parts), "--part", str(part)])
+        files = sorted(Path(tmp).rglob("*.parquet"))
+        return pq.read_table(files[0]) if files else None
+
+
+def _run(scale_factor: float, out_dir: Path, args: list[str]) -> None:
+    command = [_tpchgen(), "parquet", "-s", f"{scale_factor:g}", "--output-dir", str(out_dir), "--overwrite", *args]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         raise StorageError(f"tpchgen-cli failed: {result.stderr.strip() or result.stdout.strip()}")
-    return {t: out_dir / f"{t}.parquet" for t in tables}

@@ -36,6 +36,7 @@ import functools
 import hashlib
 import importlib.machinery
 import inspect
+import itertools
 import re
 import subprocess
 import sys
@@ -149,13 +150,17 @@ class InexactOnDevice(AssertionError):
 # ---- streams, events, devices, pools ----------------------------------------------------------------
 
 
+_STREAM_KEYS = itertools.count(1)
+
+
 class _Stream:
     """A stream of one device: its operations in order, and how far it has waited for others."""
 
     def __init__(self, standin: StandIn, device: int, blocking: bool, null: bool = False):
         self.standin, self.device, self.blocking, self.null = standin, device, blocking, null
+        self.key = next(_STREAM_KEYS)  # never reused, unlike id(): a new stream knows nothing done of an old one
         self.seq = 0
-        self.seen: dict[int, int] = {}  # id(stream) -> the last of its operations ordered before ours
+        self.seen: dict[int, int] = {}  # stream.key -> the last of its operations ordered before ours
         self._stack: list[Any] = []
 
     # the real Stream's API
@@ -198,13 +203,13 @@ class _Stream:
         if self.blocking:
             for other in self.standin.blocking_streams(self.device):
                 if other is not self:
-                    self.seen[id(other)] = max(self.seen.get(id(other), 0), other.seq)
+                    self.seen[other.key] = max(self.seen.get(other.key, 0), other.seq)
         return self, self.seq
 
     def ordered_after(self, stream: _Stream, seq: int) -> bool:
         if stream is self:
             return True
-        return self.seen.get(id(stream), 0) >= seq or self.standin.host_seen.get(id(stream), 0) >= seq
+        return self.seen.get(stream.key, 0) >= seq or self.standin.host_seen.get(stream.key, 0) >= seq
 
 
 class _Event:
@@ -217,7 +222,7 @@ class _Event:
     def record(self, stream: _Stream | None = None) -> None:
         stream = stream or _STANDIN.current_stream()
         self.stream = stream
-        self.seen = {**stream.seen, id(stream): stream.seq}
+        self.seen = {**stream.seen, stream.key: stream.seq}
         self.time = time.perf_counter()
 
     def synchronize(self) -> None:
@@ -681,7 +686,7 @@ class StandIn:
 
     # -- synchronization -------------------------------------------------------------------------------------
     def host_waits(self, stream: _Stream) -> None:
-        self.host_waits_for({**stream.seen, id(stream): stream.seq})
+        self.host_waits_for({**stream.seen, stream.key: stream.seq})
 
     def host_waits_for(self, seen: dict[int, int]) -> None:
         frame = sys._getframe(1)
@@ -833,7 +838,7 @@ class StandIn:
         """A pinned host buffer was freed: a copy from it still in flight read freed memory."""
         with self._lock:
             for _, stream, seq, _ in self.pending_copies.pop(key, []):
-                if self.host_seen.get(id(stream), 0) < seq:
+                if self.host_seen.get(stream.key, 0) < seq:
                     self.errors.append(
                         f"a pinned host buffer was released while its copy on {_name_of(stream)} was in flight"
                     )
@@ -1045,7 +1050,7 @@ def _missing(name: str):
 
 
 def _name_of(stream: _Stream) -> str:
-    return "the null stream" if stream.null else f"stream {id(stream) % 10000:04d}"
+    return "the null stream" if stream.null else f"stream {stream.key}"
 
 
 class _StrictModule(types.ModuleType):

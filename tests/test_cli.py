@@ -186,6 +186,10 @@ def test_a_single_directory_for_storage_data_is_a_list_of_one(tmp_path: Path, ca
         ('gateway.tokens=[{name="a"}]', "[gateway.tokens[0]] needs name and token: token missing"),
         ('gateway.tokens=[{name="a", token="t", max_concurrent="x"}]', "max_concurrent must be an integer"),
         ('simulation.queries={q1={seconds="slow"}}', "simulation.queries.q1.seconds must be a number, not 'slow'"),
+        ("gateway.bogus=1", "unknown option(s) in [gateway]: bogus"),
+        ('spark.log_level="loud"', "spark.log_level must be one of auto, all, debug"),
+        ("spark.executor_wait=0", "spark.executor_wait must be a positive number of seconds"),
+        ('balancing.method="centralized"', "balances between regions, and the configuration describes none"),
     ],
 )
 def test_configuration_values_are_checked_by_their_type(

@@ -32,19 +32,19 @@ JOINS = [
 ]
 
 WAYS = {
-    "files": ("files", {"LOCAL_ROWS": 0, "VALUES_ROWS": 0}),  # every sub-query as Parquet, however small
-    "files+local": ("files", {}),
-    "values": ("files", {"VALUES_ROWS": 2_000}),  # every fetched sub-query of up to 2,000 rows as VALUES
-    "source": ("source", {"INLINE_ROWS": 0, "VALUES_ROWS": 0}),  # every sub-query through the data source
-    "source+local": ("source", {}),
+    "files": ("files", False, {}),  # every sub-query as Parquet, however small
+    "files+local": ("files", True, {}),
+    "values": ("files", True, {"VALUES_ROWS": 2_000}),  # every fetched sub-query of up to 2,000 rows as VALUES
+    "source": ("source", False, {}),  # every sub-query through the data source
+    "source+local": ("source", True, {}),
 }
 
 
 @pytest.fixture(params=list(WAYS), scope="module")
 def way(request, region, spark, spark_settings, tmp_path_factory):
-    mode, limits = WAYS[request.param]
+    mode, inline, limits = WAYS[request.param]
     directory = tmp_path_factory.mktemp(f"exchange-{request.param}")
-    settings = dataclasses.replace(spark_settings, exchange=mode, exchange_dir=str(directory))
+    settings = dataclasses.replace(spark_settings, exchange=mode, exchange_dir=str(directory), inline=inline)
     with pytest.MonkeyPatch.context() as patch:
         for name, value in limits.items():
             patch.setattr(exchange, name, value)
@@ -76,27 +76,25 @@ def test_explain_says_how_each_subquery_reaches_spark(way) -> None:
     engine, _ = way
     plan = engine.plan(query(3))
     text = "\n".join(plan.explain())
-    mode = engine.spark_settings.exchange
+    handover = engine.handover
     for scan in plan.scans:
         fetched = plan.inputs.get(scan.index)
         if scan.index in plan.dropped:
             expected = "not handed to Spark"
-        elif fetched is not None and exchange.inlinable(fetched):
+        elif fetched is not None and exchange.inlinable(fetched, handover.values_rows):
             expected = "as VALUES"
-        elif fetched is not None and fetched.num_rows <= exchange.local_rows(mode):
+        elif fetched is not None and fetched.num_rows <= handover.local_rows:
             expected = "as a local relation"
         else:
-            expected = "as Parquet files" if mode == "files" else "through the cxg data source"
+            expected = "as Parquet files" if handover.mode == "files" else "through the cxg data source"
         assert expected in plan.deliveries[scan.index] and plan.deliveries[scan.index] in text
-    if exchange.local_rows(mode) == 0:
-        assert "local relation" not in text
-    if exchange.VALUES_ROWS == 0:
-        assert "VALUES" not in text
+    if not handover.inline:
+        assert "local relation" not in text and "VALUES" not in text
 
 
 def test_the_same_subquery_is_handed_over_once(engine) -> None:
     plan = engine.plan(query(2))  # the correlated subquery reads partsupp, supplier, nation, region again
-    handed = exchange.Exchange(engine.spark, engine.catalog, "files")
+    handed = exchange.Exchange(engine.spark, engine.catalog, exchange.Handover("files"))
     try:
         frames = [handed.frame(scan, plan.inputs.get(scan.index)) for scan in plan.scans]
     finally:
@@ -147,12 +145,11 @@ def test_a_fetched_sub_query_is_shared_between_the_cores(engine, monkeypatch) ->
     # one file per core (of at least SHARE_ROWS rows each)
     assert [exchange.shares(rows, 2) for rows in (0, 32_767, 65_535, 65_536, 10**6)] == [1, 1, 1, 2, 2]
     monkeypatch.setattr(exchange, "SHARE_ROWS", 50)
-    monkeypatch.setattr(exchange, "LOCAL_ROWS", 0)
     plan = engine.plan(query(3))
     scan = max(plan.scans, key=lambda s: plan.inputs[s.index].num_rows)
     fetched = plan.inputs[scan.index]
     assert fetched.num_rows >= 100
-    handed = exchange.Exchange(engine.spark, engine.catalog, "files")
+    handed = exchange.Exchange(engine.spark, engine.catalog, exchange.Handover("files", inline=False))
     try:
         frame = handed.frame(scan, fetched)
         assert frame.rdd.getNumPartitions() == engine.spark.sparkContext.defaultParallelism == 2

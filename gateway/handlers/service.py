@@ -1,7 +1,7 @@
 """The service itself, for operators and tools: liveness (/healthz), readiness (/readyz: 503
-until a node has joined, while a table is not fully served or Spark is down), Prometheus metrics
-(/metrics) and the OpenAPI document. None of them needs a token, so probes and scrapers need no
-secret."""
+until a node has joined, while the region drains, a table is not fully served or Spark is down),
+Prometheus metrics (/metrics, listed in docs/metrics.md) and the OpenAPI document. None of them
+needs a token, so probes and scrapers need no secret."""
 
 from __future__ import annotations
 
@@ -36,6 +36,8 @@ class ServiceHandlers:
     async def readyz(self, request: web.Request) -> web.Response:
         nodes = len(self.balancer.nodes())
         problems = await asyncio.get_running_loop().run_in_executor(None, self.executor.health) if nodes else {}
+        if self.balancer.draining:
+            problems["draining"] = True
         ready = nodes > 0 and not problems
         return web.json_response({"ready": ready, "nodes": nodes, **problems}, status=200 if ready else 503)
 

@@ -31,6 +31,8 @@ from gateway.sql.errors import (
     SqlError,
     TooComplex,
 )
+from gateway.sql.exchange import Handover
+from gateway.sql.executor_watch import executor_count
 from gateway.sql.local import CANCELLED, run_local
 from gateway.sql.parse import CheckedQuery, prepare
 from gateway.sql.plan import Plan
@@ -87,7 +89,12 @@ class Engine:
             snapshot.close()
 
     def _plan(self, query: CheckedQuery, catalog: RegionCatalog, copy: bool) -> Plan:
-        return staged_plan(query, catalog, self.spark_settings.exchange_mode(), copy)
+        return staged_plan(query, catalog, self.handover, copy)
+
+    @property
+    def handover(self) -> Handover:
+        settings = self.spark_settings
+        return Handover(settings.exchange_mode(), settings.inline)
 
     def execute(self, sql: str, query_id: str | None = None) -> Result:
         """Parse, plan and run one query, on one version of each table it reads."""
@@ -104,16 +111,24 @@ class Engine:
         granted: list[str] | None = None,
         catalog: RegionCatalog | None = None,
         max_rows: int | None = None,
+        waiting: Callable[[str], None] | None = None,
     ) -> Result:
         """Run a prepared query (left as it is: it may be run again); `query_id` lets `cancel` stop
         it from another thread, `granted` names the nodes whose slots it holds (replicated tables
         are read there), `catalog` is the snapshot it was prepared on (default: the region's now);
-        with `max_rows`, the query stops one row past them."""
+        with `max_rows`, the query stops one row past them; `waiting` hears what a query on a
+        Spark cluster waits for (executors), and "" when it waits no more."""
         capped = query if max_rows is None else query.capped(max_rows + 1)  # a copy when it changed
-        return self._run(capped, query_id, granted, catalog or self.catalog, copy=capped is query)
+        return self._run(capped, query_id, granted, catalog or self.catalog, capped is query, waiting)
 
     def _run(
-        self, query: CheckedQuery, query_id: str | None, granted: list[str] | None, catalog: RegionCatalog, copy: bool
+        self,
+        query: CheckedQuery,
+        query_id: str | None,
+        granted: list[str] | None,
+        catalog: RegionCatalog,
+        copy: bool,
+        waiting: Callable[[str], None] | None = None,
     ) -> Result:
         started = time.perf_counter()
         query_id = query_id or uuid.uuid4().hex
@@ -129,7 +144,10 @@ class Engine:
             plan = self._plan(query, catalog, copy)
             if query.explain == "plan":
                 return Result(pa.table({"plan": plan.explain()}), plan, time.perf_counter() - started)
-            table = self._run_spark(plan, query_id, catalog) if plan.engine == "spark" else run_local(plan, catalog)
+            if plan.engine == "spark":
+                table = self._run_spark(plan, query_id, catalog, waiting)
+            else:
+                table = run_local(plan, catalog)
         except SqlError:
             raise
         except Exception as e:
@@ -148,10 +166,14 @@ class Engine:
         table = stable_types(table, rules).rename_columns(query.names)
         return Result(table, plan, time.perf_counter() - started)
 
-    def _run_spark(self, plan: Staged, query_id: str, catalog: RegionCatalog) -> pa.Table:
-        """Spark runs the joins over the sub-queries (the Spark session starts with the first)."""
+    def _run_spark(
+        self, plan: Staged, query_id: str, catalog: RegionCatalog, waiting: Callable[[str], None] | None
+    ) -> pa.Table:
+        """Spark runs the joins over the sub-queries (the Spark session starts with the first); on
+        a cluster, no executor for `executor_wait` seconds fails the query."""
         settings = self.spark_settings
-        return run_on_spark(plan, self.spark, catalog, settings.exchange_mode(), settings.exchange_dir, query_id)
+        wait = None if settings.local else settings.executor_wait
+        return run_on_spark(plan, self.spark, catalog, self.handover, query_id, settings.exchange_dir, wait, waiting)
 
     def spark_state(self) -> str:
         """The region's Spark as readiness probes see it: ``not started``, ``running``, ``down``
@@ -160,6 +182,14 @@ class Engine:
             return "none"
         state = getattr(self._spark_factory, "state", None)  # a plain callable says nothing
         return state() if callable(state) else "running" if self._session is not None else "not started"
+
+    def executors(self) -> int | None:
+        """A cluster's executors of the running session (None: no session, or it is down)."""
+        if self._session is None or self.spark_state() != "running":
+            return None
+        with contextlib.suppress(Exception):  # the JVM went away meanwhile
+            return executor_count(self._session)
+        return None
 
     def cancel(self, query_id: str) -> bool:
         """Stop a running query: its scans end at the next batch, its Spark jobs are cancelled.

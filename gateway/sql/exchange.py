@@ -4,7 +4,8 @@ Tiny fetched sub-queries (at most `VALUES_ROWS` rows) are written into Spark's S
 table expression over ``VALUES``: creating and registering a DataFrame costs Spark more planning
 than a few literals. Other small fetched ones (up to `local_rows`) become local relations
 (`createDataFrame`), which Spark plans faster than a file scan. The rest go one of two ways,
-chosen by `SparkSettings.exchange`:
+chosen by `SparkSettings.exchange` (with `SparkSettings.inline` off, every sub-query goes that
+way, however small: what a test of the way uses):
 
 - ``files`` (the default with a local master): the coordinator writes each sub-query's rows as
   uncompressed Parquet in a directory of its own for the query, and Spark reads them with its
@@ -27,7 +28,7 @@ import json
 import math
 import shutil
 import tempfile
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,34 @@ SHARE_ROWS = 32_768  # the fewest rows worth a file (a task) of their own
 PARQUET = {"compression": "none", "use_dictionary": False, "write_statistics": False}
 
 
+@dataclass(frozen=True)
+class Handover:
+    """How a query's sub-queries reach Spark: the exchange `mode` (files or source), and whether
+    small fetched ones travel inside the statement or as local relations (`inline`)."""
+
+    mode: str
+    inline: bool = True
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("files", "source"):
+            raise ValueError(f"exchange must be files or source, not {self.mode!r}")
+
+    @property
+    def local_rows(self) -> int:
+        """Fetched sub-queries up to this size become local relations."""
+        return (LOCAL_ROWS if self.mode == "files" else INLINE_ROWS) if self.inline else 0
+
+    @property
+    def values_rows(self) -> int:
+        """Fetched sub-queries up to this size are written into the statement as VALUES."""
+        return VALUES_ROWS if self.inline else 0
+
+    @property
+    def fetch_rows(self) -> int:
+        """Sub-queries up to this size are fetched first (semi-join reduction)."""
+        return FETCH_ROWS[self.mode]
+
+
 def shares(rows: int, parallelism: int) -> int:
     """Files to write `rows` to, so that every core gets a share: Spark gives a file smaller than
     spark.sql.files.openCostInBytes one task whatever its row groups, and the other cores would
@@ -65,15 +94,13 @@ def shares(rows: int, parallelism: int) -> int:
 class Exchange:
     """The sub-queries of one query handed to Spark; `close` removes the files it wrote."""
 
-    def __init__(self, spark: Any, catalog: RegionCatalog, mode: str, directory: str | None = None):
-        if mode not in ("files", "source"):
-            raise ValueError(f"exchange must be files or source, not {mode!r}")
+    def __init__(self, spark: Any, catalog: RegionCatalog, handover: Handover, directory: str | None = None):
         self.spark = spark
         self.catalog = catalog
-        self.mode = mode
+        self.handover = handover
         self.parallelism = spark.sparkContext.defaultParallelism
-        self.root = Path(tempfile.mkdtemp(prefix="cxg-exchange-", dir=directory or None)) if mode == "files" else None
-        self.local_rows = local_rows(mode)
+        files = handover.mode == "files"
+        self.root = Path(tempfile.mkdtemp(prefix="cxg-exchange-", dir=directory or None)) if files else None
         self._frames: dict[tuple, Any] = {}
         self._views: list[str] = []
 
@@ -85,7 +112,7 @@ class Exchange:
             if scan.index in plan.dropped:
                 continue
             rows = plan.inputs.get(scan.index)
-            if rows is not None and inlinable(rows):
+            if rows is not None and inlinable(rows, self.handover.values_rows):
                 inline.append(
                     exp.CTE(this=values_relation(rows), alias=exp.TableAlias(this=exp.to_identifier(scan.view)))
                 )
@@ -127,7 +154,7 @@ class Exchange:
         if key not in self._frames:
             request = scan.request()
             schema = output_schema(request, scan.info.schema)
-            if rows is not None and rows.num_rows <= self.local_rows:
+            if rows is not None and rows.num_rows <= self.handover.local_rows:
                 # one chunk: PySpark loses rows after an empty first chunk
                 self._frames[key] = self.spark.createDataFrame(rows.combine_chunks(), schema=spark_schema(schema))
             elif self.root is not None:
@@ -178,10 +205,6 @@ class Exchange:
             shutil.rmtree(self.root, ignore_errors=True)
 
 
-def local_rows(mode: str) -> int:
-    return LOCAL_ROWS if mode == "files" else INLINE_ROWS
-
-
 def _inlinable_type(t: pa.DataType) -> bool:
     return (
         pa.types.is_integer(t)
@@ -195,9 +218,11 @@ def _inlinable_type(t: pa.DataType) -> bool:
     )
 
 
-def inlinable(rows: pa.Table) -> bool:
-    """Whether the rows are few enough, and of types plain enough, to travel as VALUES."""
-    return 0 < rows.num_rows <= VALUES_ROWS and all(_inlinable_type(f.type) for f in rows.schema)
+def inlinable(rows: pa.Table, limit: int | None = None) -> bool:
+    """Whether the rows are few enough (`limit`, default `VALUES_ROWS`), and of types plain
+    enough, to travel as VALUES."""
+    limit = VALUES_ROWS if limit is None else limit
+    return 0 < rows.num_rows <= limit and all(_inlinable_type(f.type) for f in rows.schema)
 
 
 def _text(value: Any) -> exp.Expression:
@@ -237,13 +262,13 @@ def values_relation(rows: pa.Table) -> exp.Select:
     ).from_(values)
 
 
-def describe(mode: str, scan: TableQuery, fetched: pa.Table | None) -> str:
-    """How an exchange in `mode` hands the sub-query over, for EXPLAIN."""
-    if fetched is not None and inlinable(fetched):
+def describe(handover: Handover, scan: TableQuery, fetched: pa.Table | None) -> str:
+    """How `handover` hands the sub-query over, for EXPLAIN."""
+    if fetched is not None and inlinable(fetched, handover.values_rows):
         return "written into Spark's SQL as VALUES"
-    if fetched is not None and fetched.num_rows <= local_rows(mode):
+    if fetched is not None and fetched.num_rows <= handover.local_rows:
         return "handed to Spark as a local relation"
-    if mode == "files":
+    if handover.mode == "files":
         origin = "the coordinator's copy" if fetched is not None else "streamed from the nodes"
         return f"handed to Spark as Parquet files ({origin})"
     return "streamed to Spark through the cxg data source"

@@ -15,8 +15,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from typing import Any
 
@@ -27,7 +27,8 @@ from sqlglot import exp
 from gateway.sql.catalog import RegionCatalog
 from gateway.sql.eliminate import answer_exists, drop_finished_joins
 from gateway.sql.errors import SqlError
-from gateway.sql.exchange import FETCH_ROWS, Exchange, describe
+from gateway.sql.exchange import Exchange, Handover, describe
+from gateway.sql.executor_watch import ExecutorWatch
 from gateway.sql.local import run_local
 from gateway.sql.parse import CheckedQuery
 from gateway.sql.plan import Plan
@@ -45,15 +46,15 @@ class CardinalityError(SqlError):
     sqlstate = "21000"
 
 
-def staged_plan(query: CheckedQuery, catalog: RegionCatalog, mode: str, copy: bool = True) -> Plan:
+def staged_plan(query: CheckedQuery, catalog: RegionCatalog, handover: Handover, copy: bool = True) -> Plan:
     """The plan of `query` as it will run (what EXPLAIN shows): planned after its one-table
-    subqueries were answered, and staged when it runs on Spark (`mode`: the exchange's). Like
+    subqueries were answered, and staged when it runs on Spark (for `handover`). Like
     `Planner.plan`, it rewrites a copy of `query`, unless `copy` is False (the caller made
     `query` for this and has no other use for it)."""
     planner = Planner(catalog)
     answered, notes = answer_subqueries_first(query, planner, catalog, copy)
     plan = replace(planner.plan(answered, copy=copy and answered is query), notes=notes)  # a copy made here is ours
-    return stage(plan, catalog, mode) if plan.engine == "spark" else plan
+    return stage(plan, catalog, handover) if plan.engine == "spark" else plan
 
 
 def answer_subqueries_first(
@@ -114,16 +115,16 @@ def _replacement(holder: exp.Expression, user: exp.Expression, answer: pa.Table)
     return None
 
 
-def stage(plan: Plan, catalog: RegionCatalog, mode: str) -> Staged:
+def stage(plan: Plan, catalog: RegionCatalog, handover: Handover) -> Staged:
     """A ``spark`` plan made ready for Spark: its sub-queries reduced (the small ones fetched, up to
-    the exchange `mode`'s limit), the joins already done left out, how each is handed over. The
+    the `handover`'s limit), the joins already done left out, how each is handed over. The
     plan is consumed: the staged plan is made of its parts."""
     staged = Staged.taking_over(plan)
-    staged.inputs = reduce_and_fetch(staged, catalog, FETCH_ROWS[mode])
+    staged.inputs = reduce_and_fetch(staged, catalog, handover.fetch_rows)
     answer_exists(staged)
     drop_finished_joins(staged)
     staged.deliveries = {
-        s.index: staged.dropped.get(s.index) or describe(mode, s, staged.inputs.get(s.index)) for s in staged.scans
+        s.index: staged.dropped.get(s.index) or describe(handover, s, staged.inputs.get(s.index)) for s in staged.scans
     }
     return staged
 
@@ -158,23 +159,36 @@ POOLS = SchedulerPools()
 
 
 def run_on_spark(
-    plan: Staged, spark: Any, catalog: RegionCatalog, mode: str, directory: str | None, job: str
+    plan: Staged,
+    spark: Any,
+    catalog: RegionCatalog,
+    handover: Handover,
+    job: str,
+    directory: str | None = None,
+    executor_wait: float | None = None,
+    waiting: Callable[[str], None] | None = None,
 ) -> pa.Table:
     """Run a staged plan on `spark` in a scheduler pool of its own, under the job group `job`
-    (which `Engine.cancel` cancels), its sub-queries handed over by an `Exchange` in `mode` (files
-    under `directory`)."""
+    (which `Engine.cancel` cancels), its sub-queries handed over by an `Exchange` (files under
+    `directory`). With `executor_wait` (a cluster), the query fails with `spark_no_executors`
+    after that many seconds without an executor, and `waiting` hears what it waits for."""
     context = spark.sparkContext
-    with POOLS.pool() as pool:
+    watch = ExecutorWatch(spark, job, executor_wait, waiting) if executor_wait is not None else nullcontext()
+    with POOLS.pool() as pool, watch:
         context.setJobGroup(job, plan.query.text[:200], interruptOnCancel=True)
         context.setLocalProperty("spark.scheduler.pool", pool)  # this thread's jobs
-        handover = Exchange(spark, catalog, mode, directory)
+        exchange = Exchange(spark, catalog, handover, directory)
         try:
-            frame = spark.sql(handover.spark_sql(plan))
+            frame = spark.sql(exchange.spark_sql(plan))
             table = frame.toArrow()
             profile = PROFILE.get()
             if profile is not None:
                 profile.spark = spark_lines(spark, frame, job)
             return table
+        except Exception as e:
+            if getattr(watch, "starved", False):
+                raise watch.error() from e
+            raise
         finally:
-            handover.close()
+            exchange.close()
             context.setLocalProperty("spark.scheduler.pool", None)
