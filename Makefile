@@ -19,6 +19,7 @@ bench:
 	.venv/bin/python -m loadtests.bench_storage --sf 1 --json docs/bench/storage_sf1.json
 	.venv/bin/python -m loadtests.bench_scan --sf 1 --json docs/bench/scan_sf1.json
 	.venv/bin/python -m loadtests.bench_tpch --sf 1 --json docs/bench/tpch_sf1.json
+	.venv/bin/python -m loadtests.bench_tpch --sf 1 --cluster 2 --json docs/bench/tpch_sf1_cluster.json
 	.venv/bin/python -m loadtests.bench_tpcds --sf 1 --json docs/bench/tpcds_sf1.json
 	.venv/bin/python -m loadtests.bench_gateway --dispatch both --json docs/bench/gateway.json
 	.venv/bin/python -m loadtests.bench_performsys --json docs/bench/performsys.json

@@ -80,8 +80,10 @@ def spark_floor(engine: Engine, sql: str, repeat: int) -> float | None:
     handed = [scan for scan in plan.scans if scan.index not in plan.dropped]
     for scan in handed:
         fetched = plan.inputs.get(scan.index)
-        if fetched is None:
-            fetched = scan_nodes(engine.catalog, scan.info, dataclasses.replace(scan.request(), limit=1))
+        if fetched is None:  # one row of a projection; an aggregate's few rows whole (a limit is for projections)
+            request = scan.request()
+            one_row = request if request.aggregating else dataclasses.replace(request, limit=1)
+            fetched = scan_nodes(engine.catalog, scan.info, one_row)
         one = fetched.slice(0, 1).combine_chunks()
         spark.createDataFrame(one, schema=spark_schema(one.schema)).createOrReplaceTempView(scan.view)
     try:
