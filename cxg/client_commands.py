@@ -13,7 +13,7 @@ import pyarrow.csv as pacsv
 from rich.table import Table as RichTable
 
 from cxg.console import console
-from gateway import Client, Config, json_rows
+from gateway import Client, Config, GatewayError, json_rows
 
 
 def client_of(config: Config, url: str | None = None, token: str | None = None) -> Client:
@@ -69,12 +69,38 @@ def show_status(doc: dict) -> None:
     console.print(table)
 
 
+def show_regions(config: Config, token: str | None) -> None:
+    """With several regions: one row per region, from its gateway (or why it did not answer)."""
+    table = RichTable("region", "gateway", "queue", "in flight", "nodes", "slots", "draining", "spark")
+    for peer in config.regions.values():
+        try:
+            doc = client_of(config, peer.url, token).cluster()
+        except (GatewayError, ConnectionError, OSError) as e:
+            table.add_row(peer.name, peer.url, "-", "-", "-", "-", "-", f"unreachable: {e}")
+            continue
+        nodes = [n for m in doc["members"] for n in m["nodes"]]
+        spark = doc.get("spark") or {}
+        table.add_row(
+            peer.name,
+            peer.url,
+            str(doc["queue"]),
+            str(doc["in_flight"]),
+            str(len(nodes)),
+            str(sum(n["slots"] for n in nodes)),
+            "yes" if doc["draining"] else "no",
+            f"{spark['master']} ({spark['state']})" if spark else "-",
+        )
+    console.print(table)
+
+
 def cmd_status(args: argparse.Namespace, config: Config) -> int:
     doc = _client(args, config).cluster()
     if args.json:
         print(json.dumps(doc, indent=2))
-    else:
-        show_status(doc)
+        return 0
+    if config.regions and not (args.url or os.environ.get("CXG_URL")):
+        show_regions(config, args.token)
+    show_status(doc)
     return 0
 
 
@@ -129,7 +155,9 @@ def _connection(p: argparse.ArgumentParser, token: str = "the first configured")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("status", help="show the region: queue, nodes, slots")
+    p = sub.add_parser(
+        "status", help="show the region (and every region of a file of several): queue, nodes, slots, Spark, versions"
+    )
     _connection(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)

@@ -55,8 +55,7 @@ class GeneratedTpch:
     scale_factor: float
 
     def spark(self, spark: Any) -> Any:
-        parts = max(1, spark.sparkContext.defaultParallelism)
-        return tpch_frame(spark, self.schema, self.scale_factor, parts)
+        return tpch_frame(spark, self.schema, self.scale_factor)
 
 
 Job = tuple[TableSchema, Source | GeneratedTpch]
@@ -173,7 +172,9 @@ def load_jobs(
             started = time.perf_counter()
             if spark is not None:
                 with spark_tasks(spark, progress, task):
-                    spark_load(spark, source.spark(spark), schema, targets, options)
+                    frame = source.spark(spark)
+                    spark_load(spark, frame, schema, targets, options)
+                    frame.unpersist()  # a generated source is kept while the load reads it twice
                 rows = _rows_served(region, schema.name) if region else _rows_loaded(stores, schema)
             else:
                 table = source.read()

@@ -40,11 +40,8 @@ def spark_status(settings: SparkSettings, state: str, executors: int | None) -> 
     ui = master_ui(settings)
     if ui is not None:
         try:
-            status = master_status(ui, timeout=2.0)
-        except (OSError, ValueError) as e:
-            doc["workers_error"] = f"{ui}: {e}"
-        else:
-            doc["workers"] = [
-                {k: w.get(k) for k in ("host", "state", "cores", "coresused", "memory")} for w in status["workers"]
-            ]
+            workers = master_status(ui, timeout=2.0)["workers"]
+            doc["workers"] = [{k: w.get(k) for k in ("host", "state", "cores", "coresused", "memory")} for w in workers]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # not reachable, not a master's UI
+            doc["workers_error"] = f"{ui}: {e!r}"
     return doc

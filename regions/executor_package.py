@@ -43,6 +43,7 @@ def project_zip(directory: str | None = None) -> Path:
         with os.fdopen(handle, "wb") as out, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
             for name, path in files:
                 archive.writestr(zipfile.ZipInfo(name, STAMP), path.read_bytes(), zipfile.ZIP_DEFLATED)
+        os.chmod(partial, 0o644)  # mkstemp's 0600 would keep it from another user with the same sources
         os.replace(partial, target)
     except BaseException:
         Path(partial).unlink(missing_ok=True)

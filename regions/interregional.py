@@ -355,7 +355,9 @@ class InterRegional:
             pulled = 0
             try:
                 mine = self.queue.summary()
-                if isinstance(self.method, IdlePull):
+                if mine.get("draining"):
+                    count = 0
+                elif isinstance(self.method, IdlePull):
                     count = mine["room"] if not mine["queue"] else 0
                 else:
                     count = max(1, mine["room"]) if not mine["queue"] else 0

@@ -65,6 +65,7 @@ class QueueView:
             "mean_seconds": seconds,
             # queries its nodes can take now: free slots and empty one-query buffers (none while drained)
             "room": 0 if balancer.draining else sum(_room(s) for s in balancer.pool.node_states().values()),
+            "draining": balancer.draining,  # it admits nothing: it pulls nothing either
             "queue": queue,
         }
 

@@ -85,9 +85,10 @@ def cluster_options(settings: SparkSettings) -> dict[str, str]:
     spark.submit.pyFiles, after any the configuration names) and the Python to run it with."""
     shipped = [f for f in settings.conf.get("spark.submit.pyFiles", "").split(",") if f]
     return {
-        "spark.submit.pyFiles": ",".join([*shipped, str(project_zip())]),
         "spark.pyspark.python": settings.executor_python or sys.executable,
         "spark.pyspark.driver.python": sys.executable,
+        **settings.conf,  # what the configuration names wins
+        "spark.submit.pyFiles": ",".join([*shipped, str(project_zip())]),
     }
 
 

@@ -65,6 +65,7 @@ class StandaloneCluster:
     ui_port: int = field(default_factory=free_port)
     master: subprocess.Popen | None = None
     workers: list[subprocess.Popen] = field(default_factory=list)
+    _ui_ports: dict[int, int] = field(default_factory=dict)  # worker pid -> its web UI's port
 
     @property
     def url(self) -> str:
@@ -84,23 +85,28 @@ class StandaloneCluster:
         self._wait(lambda status: status["status"] == "ALIVE", timeout, "the master to start")
 
     def add_worker(self, cores: int = 1, memory: str = "2g", timeout: float = 60.0) -> subprocess.Popen:
-        """Start a worker and wait until the master counts it alive."""
-        index = len(self.workers)
-        work_dir = str(self.root / f"worker-{index}")
-        args = worker_args(self.url, self.host, cores, memory, free_port(), work_dir)
+        """Start a worker and wait until the master lists it alive (known by its web UI's port: the
+        master may still list a worker killed a moment ago as alive)."""
+        index, ui_port = len(self.workers), free_port()
+        args = worker_args(self.url, self.host, cores, memory, ui_port, str(self.root / f"worker-{index}"))
         worker = self._start(f"worker-{index}", role_command(WORKER, *args))
         self.workers.append(worker)
-        alive = len(self.alive_workers()) + 1
-        self._wait(lambda status: status["aliveworkers"] >= alive, timeout, f"worker {index} to join")
+        self._ui_ports[worker.pid] = ui_port
+        self._wait(lambda status: self._listed(status, ui_port), timeout, f"worker {index} to join")
         return worker
 
-    def alive_workers(self) -> list[dict[str, Any]]:
-        return [w for w in master_status(self.ui_url)["workers"] if w["state"] == "ALIVE"]
-
-    def kill_worker(self, worker: subprocess.Popen) -> None:
-        """Kill a worker at once (SIGKILL), as a host that fails; its executors exit with it."""
+    def kill_worker(self, worker: subprocess.Popen, timeout: float = 60.0) -> None:
+        """Kill a worker at once (SIGKILL), as a host that fails (its executors exit with it), and
+        wait until the master no longer lists it alive."""
         worker.kill()
         worker.wait()
+        ui_port = self._ui_ports[worker.pid]
+        self._wait(lambda status: not self._listed(status, ui_port), timeout, "the master to see a worker gone")
+
+    @staticmethod
+    def _listed(status: dict[str, Any], ui_port: int) -> bool:
+        """Whether the master lists the worker whose web UI is on `ui_port` as alive."""
+        return any(w["state"] == "ALIVE" and w["webuiaddress"].endswith(f":{ui_port}") for w in status["workers"])
 
     def _wait(self, condition, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
@@ -129,7 +135,11 @@ class StandaloneCluster:
                     process.wait()
 
     def __enter__(self) -> StandaloneCluster:
-        self.start_master()
+        try:
+            self.start_master()
+        except BaseException:
+            self.stop()  # a master that did not come up in time is not left running
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:

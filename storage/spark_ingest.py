@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 
 import pyarrow as pa
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
@@ -54,12 +56,19 @@ def _generate_parts(
                 yield from part.select(arrow_schema.names).cast(arrow_schema).to_batches()
 
 
-def tpch_frame(spark: SparkSession, schema: TableSchema, scale_factor: float, parts: int) -> DataFrame:
-    """TPC-H table `schema.name` at `scale_factor` as a DataFrame whose tasks generate it, part i of
-    `parts` each (tpchgen-cli beside the executors' Python): nothing travels from the driver."""
+PARTS_PER_SCALE = 8  # TPC-H generated on the executors: parts per unit of scale factor (lineitem: 750,000 rows)
+
+
+def tpch_frame(spark: SparkSession, schema: TableSchema, scale_factor: float) -> DataFrame:
+    """TPC-H table `schema.name` at `scale_factor` as a DataFrame whose tasks generate it, a part
+    each (tpchgen-cli beside the executors' Python): nothing travels from the driver. At least a
+    part per core, and more as the scale grows; persisted, since a load reads its source twice
+    (the longest record, then the rows): `unpersist` it once loaded."""
+    parts = max(spark.sparkContext.defaultParallelism, math.ceil(scale_factor * PARTS_PER_SCALE))
     arrow_schema = schema.arrow_schema()
     generate = functools.partial(_generate_parts, schema.name, scale_factor, parts, arrow_schema)
-    return spark.range(parts, numPartitions=parts).mapInArrow(generate, spark_schema(arrow_schema))
+    frame = spark.range(parts, numPartitions=parts).mapInArrow(generate, spark_schema(arrow_schema))
+    return frame.persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def record_size(source: DataFrame, schema: TableSchema) -> int:

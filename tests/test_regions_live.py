@@ -288,6 +288,9 @@ def test_cxg_up_starts_every_region_and_a_killed_region_loses_nothing(tmp_path: 
         while not any("region west (2) is up" in line for line in lines):  # is a restart, not a failed start
             assert time.monotonic() < deadline and up.poll() is None, "".join(lines)
             time.sleep(0.05)
+        status = [*CLI, "--config", str(path), "status"]  # a row per region of the file, then this region's nodes
+        shown = subprocess.run(status, capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+        assert shown.returncode == 0 and east.gateway.url in shown.stdout and west.gateway.url in shown.stdout, shown
         submitted = [
             http("POST", f"{east.gateway.url}/v1/statements", {"sql": LINEITEM, "tag": "slow", "wait": 0}).json()
             for _ in range(10)

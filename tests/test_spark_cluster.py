@@ -176,6 +176,10 @@ def test_with_no_worker_alive_a_query_says_so_and_fails_retryably(region, cluste
     for worker in cluster.workers:
         if worker.poll() is None:
             cluster.kill_worker(worker)
+    deadline = time.monotonic() + 60  # the driver has seen its executors go
+    while Client(url).cluster()["spark"]["executors"] != 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
     started = time.monotonic()
     statement = _submit(url, query(3))
     waiting = []
