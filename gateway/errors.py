@@ -1,16 +1,37 @@
 """Errors of the HTTP API: a status, a stable code, an SQLSTATE-like class and a message naming
-the problem, answered as ``{"error": {"code", "sqlstate", "message"}}``."""
+the problem, answered as ``{"error": {"code", "sqlstate", "message"}}``.
+
+`ApiError.of` is the one place where the gateway's process tells what a failure means: the SQL
+layer's errors carry their own status and code; a node's error, the balancer's and Spark's are
+translated here (a node refusing a scan over the query's types, or Spark failing on the query's
+data or types, is the query's fault; a node or Spark going away may be retried; the rest is the
+service's fault)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import re
+from collections.abc import Callable
 
 from aiohttp import web
 
 from balancer import DispatchFailed
-from gateway.sql.errors import SqlError
+from gateway.sql.errors import (
+    DeviceOutOfMemory,
+    ExecutionError,
+    InvalidQuery,
+    NodeFull,
+    NodeUnavailable,
+    NumericOutOfRange,
+    OutOfMemory,
+    PlannerError,
+    ResultTooLarge,
+    SparkUnavailable,
+    SqlError,
+    TooComplex,
+)
+from storage import OUT_OF_MEMORY, DiskFullError, NodeError, StorageError
 
 # codes a node or the balancer may report -> (HTTP status, SQLSTATE class)
 NODE_CODES: dict[str, tuple[int, str]] = {
@@ -68,6 +89,8 @@ class ApiError(Exception):
         """The API error for anything a query can fail with."""
         if isinstance(error, ApiError):
             return error
+        if not isinstance(error, (SqlError, DispatchFailed)):
+            error = _query_failure(error) or error
         if isinstance(error, SqlError):
             status = error.status if error.status != 499 else 409
             return cls(status, error.code, str(error), error.sqlstate, error.retry_after)
@@ -109,3 +132,81 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
     except Exception as e:  # a defect: answered in the API's format, told in the log
         log.exception("%s %s failed", request.method, request.path)
         return ApiError.of(e).response()
+
+
+MAX_RESULT_SIZE = "spark.driver.maxResultSize"  # named by Spark's error for a result past it
+USER_ERROR_CLASSES = ("21", "22", "42")  # SQLSTATE classes: cardinality, data, syntax or access rule
+# a node that went away mid-query, or no longer keeps the version the query reads: the same query
+# run again reads what is served then
+NODE_GONE = ("node_unreachable", "version_gone", "table_not_found")
+# a node's error code -> what it tells the user (any other storage error is the service's fault)
+NODE_ERRORS: dict[str, Callable[[str], SqlError]] = {
+    "invalid_scan": InvalidQuery,  # the scan does not type-check: a string where a number is needed
+    "numeric_overflow": lambda message: NumericOutOfRange(  # arithmetic that may pass 64 bits
+        f"{message}: the result could pass 64 bits (cast to DOUBLE to compute it approximately)"
+    ),
+    **dict.fromkeys(NODE_GONE, lambda message: NodeUnavailable(f"{message}; retry shortly")),
+    OUT_OF_MEMORY: OutOfMemory,
+    DeviceOutOfMemory.code: DeviceOutOfMemory,
+    DiskFullError.code: NodeFull,
+}
+
+
+def _query_failure(error: BaseException) -> SqlError | None:
+    """What a failure of a node or of Spark while a query ran tells the user: a node refusing a
+    scan over the query's types (a string where a number is needed) and Spark failing on the
+    query's data or types are the query's fault (400); the rest is the service's (500). None for
+    anything else (a defect: `internal_error`)."""
+    if isinstance(error, NodeError) and error.code in NODE_ERRORS:
+        return NODE_ERRORS[error.code](str(error))
+    if isinstance(error, StorageError):
+        return ExecutionError(f"{error.code}: {error}")
+    if _spark_gone(error):
+        return SparkUnavailable("Spark stopped answering while the query ran (it is restarted for the next one)")
+    if not _from_spark(error):
+        return None
+    text = str(error).strip()
+    if MAX_RESULT_SIZE in text:
+        return ResultTooLarge(
+            f"the result is larger than Spark may collect ({MAX_RESULT_SIZE}): select fewer rows or columns"
+        )
+    message = f"query failed: {text.splitlines()[0] if text else type(error).__name__}"
+    sql_state = getattr(error, "getSqlState", None)  # Spark's errors carry one (pyspark is imported lazily)
+    sqlstate = sql_state() if callable(sql_state) else None
+    if sqlstate == NumericOutOfRange.sqlstate:
+        return NumericOutOfRange(message)
+    if sqlstate and sqlstate.startswith("54"):  # program limit exceeded: too complex for Spark's parser
+        return TooComplex(message)
+    if sqlstate and sqlstate.startswith(USER_ERROR_CLASSES):
+        if _planners_fault(error, text):
+            return PlannerError(f"the SQL written for Spark failed, not the query: {message} (please report it)")
+        return InvalidQuery(message, sqlstate)
+    return ExecutionError(message)
+
+
+# Spark's analysis errors that a checked query cannot cause: every column it names was resolved
+# against the catalog before planning
+_UNRESOLVABLE = ("UNRESOLVED_COLUMN", "AMBIGUOUS_REFERENCE", "UNRESOLVED_ATTRIBUTE")
+_GENERATED_NAME = re.compile(r"\b__[eagk]\d+\b")  # the columns the planner computes in sub-queries
+
+
+def _planners_fault(error: BaseException, text: str) -> bool:
+    """Whether a Spark analysis error is of the SQL the planner wrote rather than of the user's
+    query: a name a checked query cannot leave unresolved, or one of the planner's own names."""
+    condition = getattr(error, "getCondition", None) or getattr(error, "getErrorClass", None)
+    name = condition() if callable(condition) else ""
+    return bool(name and name.startswith(_UNRESOLVABLE)) or bool(_GENERATED_NAME.search(text.splitlines()[0]))
+
+
+def _from_spark(error: BaseException) -> bool:
+    """Whether PySpark (or py4j, for the JVM) raised the error."""
+    return any(cls.__module__.split(".")[0] in ("pyspark", "py4j") for cls in type(error).__mro__)
+
+
+def _spark_gone(error: BaseException) -> bool:
+    """Whether the error is the driver JVM going away (py4j's connection to it broken), not a
+    failure of the query in Spark (a Java exception, which py4j wraps in Py4JJavaError)."""
+    names = {cls.__name__ for cls in type(error).__mro__}
+    if "Py4JJavaError" in names:
+        return False
+    return "Py4JError" in names or isinstance(error, ConnectionError)

@@ -1,9 +1,11 @@
 """How a region runs a query, by the kind of its nodes.
 
-- native: the gateway's SQL engine plans the query; the balancer takes a slot on
-  every node it reads (all owners of a hash-placed table, one node for replicated tables) as
-  a lease; the engine runs it (scans on those nodes, joins on the region's Spark) and releases
-  the slots. A query without tables runs at the gateway.
+- native: before admission, the gateway's SQL engine checks the query and plans it over one
+  snapshot of the catalog (`Planned`); the balancer then takes a slot on every node the plan reads
+  (all owners of a hash-placed table, one node for replicated tables) as a lease; the engine
+  answers the plan (stage and execute: scans on those nodes, joins on the region's Spark) and the
+  slots are released. A query without tables, and EXPLAIN (which runs nothing), is answered at the
+  gateway.
 - mysql and simulation: the SQL (checked to be one read-only statement) and its parameters go
   unchanged to one node, which runs it in a slot and answers with the result.
 """
@@ -22,18 +24,16 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
-import sqlglot
-from sqlglot import exp
-from sqlglot.errors import ParseError
 
-from balancer import DispatchFailed, NodeInfo, RegionBalancer, Ticket, read_payload
+from balancer import NodeInfo, RegionBalancer, Ticket, read_payload
 from gateway.config import SparkFactory, SparkSettings
+from gateway.errors import ApiError
 from gateway.spark_status import spark_status
-from gateway.sql import params as parameters
 from gateway.sql.catalog import Snapshot
+from gateway.sql.check import authorize, check_passed_through, read_tables
 from gateway.sql.engine import Engine
-from gateway.sql.errors import NodeUnavailable, SqlSyntaxError, UndefinedTable
-from gateway.sql.parse import CheckedQuery, refuse_writes, syntax_error
+from gateway.sql.errors import UndefinedTable
+from gateway.sql.plan import Plan
 from gateway.statements import Statement
 from storage import sql_name
 
@@ -44,14 +44,27 @@ RETRY_PAUSE_S = 0.2  # ... after this pause, long enough for the balancer to not
 RETRIED = ("node_lost", "node_unavailable")
 
 
-@dataclass
-class Prepared:
+@dataclass(frozen=True)
+class Asked:
+    """A query as a client asked it: what the executor checks and plans (again, when a node it read
+    went away or a region it was moved to gave it back)."""
+
     sql: str
-    params: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)  # as the client sent them
     tag: str = ""
-    parsed: CheckedQuery | None = None  # native: the checked, bound query
+    max_rows: int | None = None  # the rows the client keeps: the query stops one row past them
+    token: str = ""  # the token it came with ...
+    may_read: frozenset[str] = frozenset()  # ... and the tables that token may read (empty: all)
+
+
+@dataclass
+class Planned:
+    """A query checked and planned before admission, and what admission needs to know of it."""
+
+    asked: Asked
+    plan: Plan | None = None  # native: its plan, a description (consumed when it is answered)
     nodes: frozenset[str] | None = None  # native: a slot on each of these; None: any one node
-    local: bool = False  # native: no table, the gateway answers
+    local: bool = False  # native: answered at the gateway (no table, or EXPLAIN, which runs nothing)
     catalog: Snapshot | None = None  # native: the table versions the query reads, pinned until `close`
     tables: frozenset[str] = frozenset()  # the tables it reads
 
@@ -74,18 +87,18 @@ def in_pool(pool: ThreadPoolExecutor | None, work: Callable[..., Any], *args: An
     return asyncio.get_running_loop().run_in_executor(pool, contextvars.copy_context().run, work, *args)
 
 
-async def prepared_off_loop(pool: ThreadPoolExecutor | None, prepare: Callable[..., Prepared], *args: Any) -> Prepared:
-    """`prepare(*args)` on a thread of `pool`. When the task awaiting it is cancelled (its client
-    went away, its time ran out), the query it prepares is closed once ready, its versions released."""
-    future = in_pool(pool, prepare, *args)
+async def planned_off_loop(pool: ThreadPoolExecutor | None, plan: Callable[[Asked], Planned], asked: Asked) -> Planned:
+    """`plan(asked)` on a thread of `pool`. When the task awaiting it is cancelled (its client went
+    away, its time ran out), the query it plans is closed once ready, its versions released."""
+    future = in_pool(pool, plan, asked)
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
-        future.add_done_callback(_close_prepared)
+        future.add_done_callback(_close_planned)
         raise
 
 
-def _close_prepared(future: asyncio.Future) -> None:
+def _close_planned(future: asyncio.Future) -> None:
     if not future.cancelled() and future.exception() is None:
         future.result().close()
 
@@ -94,14 +107,14 @@ class Executor(Protocol):
     """What the gateway asks of a region's way of running queries."""
 
     backend: str
-    blocking_prepare: bool  # prepare() may block (it then runs in a thread)
+    blocking_plan: bool  # plan() may block (it then runs in a thread)
 
     def nodes_changed(self, nodes: list[NodeInfo]) -> None: ...
 
     def tables(self) -> dict[str, dict[str, Any]]: ...
 
     def holdings(self) -> dict[str, str | None]:
-        """The tables the region serves now, each at the version (`Prepared.versions`) a query reads."""
+        """The tables the region serves now, each at the version (`Planned.versions`) a query reads."""
         ...
 
     def health(self) -> dict[str, Any]:
@@ -113,16 +126,20 @@ class Executor(Protocol):
         """The region's Spark (`gateway.spark_status`), None where queries never reach Spark."""
         ...
 
-    def prepare(self, sql: str, params: dict[str, Any], tag: str) -> Prepared: ...
+    def plan(self, asked: Asked) -> Planned:
+        """Check and plan a query before admission; what it reads is pinned until `Planned.close`."""
+        ...
 
-    async def run(self, statement: Statement, prepared: Prepared, started: Started) -> pa.Table: ...
+    async def execute(self, statement: Statement, planned: Planned, started: Started) -> pa.Table:
+        """Admit and run a planned query: `started` hears the nodes whose slots it got."""
+        ...
 
     def close(self) -> None: ...
 
 
 class NativeExecutor:
     backend = "native"
-    blocking_prepare = True  # qualifying may read the nodes' catalogs over HTTP
+    blocking_plan = True  # checking may read the nodes' catalogs over HTTP
 
     def __init__(
         self, balancer: RegionBalancer, settings: SparkSettings, spark: SparkFactory | None, threads: int = 64
@@ -181,94 +198,94 @@ class NativeExecutor:
         finally:
             self._reviving.release()
 
-    def prepare(self, sql: str, params: dict[str, Any], tag: str) -> Prepared:
-        """Check the query against one snapshot of the catalog, which it then runs on: every table
-        it reads at one version from planning to the last scan. A table not seen yet has the
-        nodes read again first, unless they were read since the query came."""
+    def plan(self, asked: Asked) -> Planned:
+        """Check and plan the query against one snapshot of the catalog, which it then runs on:
+        every table it reads at one version from planning to the last scan. A table not seen yet
+        has the nodes read again first, unless they were read since the query came."""
         came = time.monotonic()
         try:
-            return self._prepare(sql, params, tag)
+            return self._plan(asked)
         except UndefinedTable:
             self.balancer.check_admission()  # no node connected (the gateway just started): 503, not 400
             self.nodes_changed(self.balancer.nodes())  # one may have joined a moment ago
             if not self.engine.catalog.refresh_since(came):
                 raise
-        return self._prepare(sql, params, tag)
+        return self._plan(asked)
 
-    def _prepare(self, sql: str, params: dict[str, Any], tag: str) -> Prepared:
+    def _plan(self, asked: Asked) -> Planned:
         snapshot = self.engine.catalog.snapshot()
         try:
-            parsed = self.engine.prepare(sql, params, snapshot)
-            names = read_tables(parsed.tree)
+            query = self.engine.check(asked.sql, asked.params, snapshot)
+            names = read_tables(query.tree)
+            authorize(names, asked.token, asked.may_read)
+            if asked.max_rows is not None:
+                query = query.capped(asked.max_rows + 1)  # a copy when it changed
+            plan = self.engine.plan(query, snapshot, copy=False)
             if not names:
                 snapshot.close()
-                return Prepared(sql, params, tag, parsed, local=True, tables=frozenset())
+                return Planned(asked, plan, local=True)
             infos = [snapshot.table(name) for name in sorted(names)]
         except BaseException:
             snapshot.close()
             raise
+        if query.explain == "plan":  # described, not run: no slot, no node
+            return Planned(asked, plan, local=True, catalog=snapshot, tables=names)
         owners = frozenset(node for info in infos if not info.replicated for node in info.nodes)
-        return Prepared(sql, params, tag, parsed, owners or None, catalog=snapshot, tables=names)
+        return Planned(asked, plan, owners or None, catalog=snapshot, tables=names)
 
-    async def run(self, statement: Statement, prepared: Prepared, started: Started) -> pa.Table:
-        """Run the query; once more, on what is served then, if a node it read went away (its
-        replicated tables are read on another node; a hash-placed table missing a bucket then
-        fails with `table_unavailable`)."""
-        attempt, retries = prepared, 0
+    async def execute(self, statement: Statement, planned: Planned, started: Started) -> pa.Table:
+        """Run the query; once more, planned again on what is served then, if a node it read went
+        away (its replicated tables are read on another node; a hash-placed table missing a bucket
+        then fails with `table_unavailable`)."""
+        attempt, retries = planned, 0
         try:
             while True:
                 try:
-                    return await self._run(statement, attempt, started)
-                except (NodeUnavailable, DispatchFailed) as e:
-                    if retries == RETRIES or getattr(e, "code", "") not in RETRIED:
+                    return await self._execute(statement, attempt, started)
+                except Exception as e:
+                    if retries == RETRIES or ApiError.of(e).code not in RETRIED:
                         raise
                     log.info("statement %s: %s; running it again", statement.key, e)
                 retries += 1
                 await asyncio.sleep(RETRY_PAUSE_S)
                 attempt.close()
-                attempt = await prepared_off_loop(self.pool, self._prepare_again, prepared)
+                attempt = await planned_off_loop(self.pool, self._plan_again, planned.asked)
         finally:
             attempt.close()
 
-    def _prepare_again(self, prepared: Prepared) -> Prepared:
+    def _plan_again(self, asked: Asked) -> Planned:
         self.engine.catalog.refresh()  # now, not when it is due: a node has just gone
-        return self.prepare(prepared.sql, prepared.params, prepared.tag)
+        return self.plan(asked)
 
-    async def _run(self, statement: Statement, prepared: Prepared, started: Started) -> pa.Table:
+    async def _execute(self, statement: Statement, planned: Planned, started: Started) -> pa.Table:
         key = str(statement.id)
-        if prepared.local:
+        if planned.local:
             started([])
+            answer = functools.partial(
+                self.engine.answer, planned.plan, key, catalog=planned.catalog, waiting=statement.wait_for
+            )
             try:
-                run = functools.partial(
-                    self.engine.run, prepared.parsed, key, max_rows=statement.max_rows, waiting=statement.wait_for
-                )
-                result = await in_pool(self.pool, run)
+                result = await in_pool(self.pool, answer)
             except asyncio.CancelledError:  # cancelled or timed out: its scans and Spark jobs stop too
                 self.engine.cancel(key)
                 raise
             statement.engine = result.engine
             return result.table
         ticket = self.balancer.submit(
-            prepared.sql,
-            tag=prepared.tag,
+            planned.asked.sql,
+            tag=planned.asked.tag,
             client=statement.client,
-            nodes=prepared.nodes,
+            nodes=planned.nodes,
             lease=True,
             number=statement.id,
         )
         try:
             granted = await ticket.started
             started(granted)
-            run = functools.partial(
-                self.engine.run,
-                prepared.parsed,
-                key,
-                granted,
-                prepared.catalog,
-                max_rows=statement.max_rows,
-                waiting=statement.wait_for,
+            answer = functools.partial(
+                self.engine.answer, planned.plan, key, granted, planned.catalog, waiting=statement.wait_for
             )
-            work = in_pool(self.pool, run)
+            work = in_pool(self.pool, answer)
             await asyncio.wait([work, ticket.done], return_when=asyncio.FIRST_COMPLETED)
             if not work.done():  # a node it holds went away: stop now, not when its scans time out
                 self.engine.cancel(key)
@@ -299,7 +316,7 @@ class NativeExecutor:
 class PassThroughExecutor:
     """MariaDB and simulation nodes: the query travels unchanged."""
 
-    blocking_prepare = False  # a parse, no I/O
+    blocking_plan = False  # a parse, no I/O
 
     def __init__(self, balancer: RegionBalancer, backend: str):
         self.balancer = balancer
@@ -325,26 +342,16 @@ class PassThroughExecutor:
     def spark(self) -> dict[str, Any] | None:
         return None
 
-    def prepare(self, sql: str, params: dict[str, Any], tag: str) -> Prepared:
-        if not sql.strip():
-            raise SqlSyntaxError("empty statement")
-        try:
-            trees = [t for t in sqlglot.parse(sql, read="mysql") if t is not None]
-        except ParseError as e:
-            raise syntax_error(e) from None
-        if len(trees) != 1:
-            raise SqlSyntaxError(f"one statement per request, got {len(trees)}")
-        refuse_writes(trees[0])
-        parameters.check(trees[0], params)
-        for name, value in params.items():
-            parameters.literal(name, value)  # the same value types as the native engine
-        params = {k: _driver_value(v) for k, v in params.items()}
-        return Prepared(sql, params, tag, tables=read_tables(trees[0]))
+    def plan(self, asked: Asked) -> Planned:
+        """Checked as far as the gateway reads MariaDB's SQL; the node plans it."""
+        names = read_tables(check_passed_through(asked.sql, asked.params))
+        authorize(names, asked.token, asked.may_read)
+        return Planned(asked, tables=names)
 
-    async def run(self, statement: Statement, prepared: Prepared, started: Started) -> pa.Table:
-        ticket = self.balancer.submit(
-            prepared.sql, prepared.params, prepared.tag, statement.client, number=statement.id
-        )
+    async def execute(self, statement: Statement, planned: Planned, started: Started) -> pa.Table:
+        asked = planned.asked
+        params = {k: _driver_value(v) for k, v in asked.params.items()}
+        ticket = self.balancer.submit(asked.sql, params, asked.tag, statement.client, number=statement.id)
         try:
             started(await ticket.started)
             answer = await self.balancer.answer(ticket)
@@ -356,12 +363,6 @@ class PassThroughExecutor:
 
     def close(self) -> None:
         pass
-
-
-def read_tables(tree: exp.Expression) -> frozenset[str]:
-    """The tables a query reads (its common table expressions are not tables)."""
-    ctes = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
-    return frozenset(t.name.lower() for t in tree.find_all(exp.Table) if t.name and t.name not in ctes)
 
 
 def _driver_value(value: Any) -> Any:

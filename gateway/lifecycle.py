@@ -1,6 +1,6 @@
-"""A statement's life in the gateway, apart from HTTP: admitted under its token's limit, prepared
-by the region's executor, booked, run under its time limit, then finished, failed or cancelled
-with its result cut to the configured size. The handlers only translate requests into these
+"""A statement's life in the gateway, apart from HTTP: admitted under its token's limit, checked
+and planned by the region's executor, booked, executed under its time limit, then finished, failed
+or cancelled with its result cut to the configured size. The handlers only translate requests into these
 calls and statements into answers.
 
 Balancing between regions moves queued statements: `hand_over` takes some out of the region's
@@ -25,12 +25,12 @@ from balancer.logs import logged_as
 from gateway import results
 from gateway.config import GatewayConfig, TokenConfig
 from gateway.errors import ApiError, timeout
-from gateway.executors import Executor, Prepared, prepared_off_loop
+from gateway.executors import Asked, Executor, Planned, planned_off_loop
 from gateway.metrics import Metrics
 from gateway.statements import CANCELLED, FAILED, RUNNING, SUCCEEDED, Statement, Statements
 
 log = logging.getLogger("cxg.gateway")
-Versions = dict[str, str | None]  # table -> version (`Prepared.versions`)
+Versions = dict[str, str | None]  # table -> version (`Planned.versions`)
 
 
 @dataclass
@@ -62,8 +62,7 @@ class Away:
 @dataclass(eq=False)
 class _Queued:
     statement: Statement
-    prepared: Prepared
-    params: dict[str, Any]  # as the client sent them
+    planned: Planned
     deadline: float  # time.monotonic() when the query's time is up
 
 
@@ -92,30 +91,31 @@ class StatementLifecycle:
         origin: str = "",
         versions: Versions | None = None,
     ) -> Statement:
-        """Admit, prepare and start one query; its statement, running. An ApiError when it is
-        refused (a draining region, the token's limit, a full region, a query that does not prepare,
-        or, for a query moved here from region `origin`, tables not at the `versions` it reads
-        there). What is logged while it is prepared and run carries its id."""
+        """Admit, check and plan, and start one query; its statement, running. An ApiError when it
+        is refused (a draining region, the token's limit, a full region, a query that does not check,
+        a table its token may not read, or, for a query moved here from region `origin`, tables not
+        at the `versions` it reads there). What is logged while it is planned and executed carries
+        its id."""
         self._admit(token)
         statement = Statement(self.balancer.new_id(client), sql, token.name, tag, client, max_rows, origin=origin)
-        prepared: Prepared | None = None
+        asked = Asked(sql, params, tag, max_rows, token.name, frozenset(token.tables))
+        planned: Planned | None = None
         try:
             self.balancer.check_open()
             with logged_as(statement.id):
-                prepared = await self._prepare(sql, params, tag)
-            _check_tables(token, prepared)
-            if versions is not None and prepared.versions() != versions:
+                planned = await self._plan(asked)
+            if versions is not None and planned.versions() != versions:
                 raise ApiError(
                     409,
                     "version_mismatch",
                     f"region {self.region} does not hold {', '.join(sorted(versions))} at the versions asked for",
                     "40001",
                 )
-            if not prepared.local:
+            if not planned.local:
                 self.balancer.check_admission()
         except Exception as e:
-            if prepared is not None:
-                prepared.close()
+            if planned is not None:
+                planned.close()
             error = ApiError.of(e)
             if error.status < 500:  # a capacity refusal was counted where it was made
                 self.metrics.invalid.labels(error.code).inc()
@@ -123,16 +123,16 @@ class StatementLifecycle:
         statement.mark("prepare")
         self.statements.add(statement)
         self.metrics.admitted.inc()
-        queued = _Queued(statement, prepared, params, time.monotonic() + limit_s)
+        queued = _Queued(statement, planned, time.monotonic() + limit_s)
         with logged_as(statement.id):
-            statement.task = asyncio.create_task(self._execute(queued, limit_s, max_rows))
-        statement.task.add_done_callback(lambda _: prepared.close())  # however it ended, even unstarted
+            statement.task = asyncio.create_task(self._conclude(queued, limit_s, max_rows))
+        statement.task.add_done_callback(lambda _: queued.planned.close())  # however it ended, even unstarted
         return statement
 
-    async def _prepare(self, sql: str, params: dict[str, Any], tag: str) -> Prepared:
-        if self.executor.blocking_prepare:
-            return await prepared_off_loop(None, self.executor.prepare, sql, params, tag)
-        return self.executor.prepare(sql, params, tag)
+    async def _plan(self, asked: Asked) -> Planned:
+        if self.executor.blocking_plan:
+            return await planned_off_loop(None, self.executor.plan, asked)
+        return self.executor.plan(asked)
 
     def _admit(self, token: TokenConfig) -> None:
         if self.statements.active(token.name) >= token.max_concurrent:
@@ -145,12 +145,13 @@ class StatementLifecycle:
                 retry_after=1,
             )
 
-    async def _execute(self, queued: _Queued, limit_s: float, max_rows: int) -> None:
+    async def _conclude(self, queued: _Queued, limit_s: float, max_rows: int) -> None:
+        """Execute the statement under its time limit, and finish it with its result or error."""
         statement = queued.statement
         state, error = SUCCEEDED, None
         try:
             async with asyncio.timeout(limit_s):
-                table = await self._run(queued)
+                table = await self._execute_here_or_away(queued)
             statement.mark("execute")
             statement.result, truncated = results.limit(table, max_rows, self.settings.result_bytes)
             statement.truncated = statement.truncated or truncated
@@ -172,9 +173,9 @@ class StatementLifecycle:
         self.metrics.finished.labels(state).inc()
         self.metrics.observe(statement.timings)
 
-    async def _run(self, queued: _Queued) -> pa.Table:
-        """Run the statement here, or in the region it is handed over to meanwhile; back in this
-        region's queue (prepared again: its versions were released) when that region gives it back."""
+    async def _execute_here_or_away(self, queued: _Queued) -> pa.Table:
+        """Execute the statement here, or in the region it is handed over to meanwhile; back in this
+        region's queue (planned again: its versions were released) when that region gives it back."""
         statement = queued.statement
 
         def started(nodes: list[str]) -> None:
@@ -187,7 +188,7 @@ class StatementLifecycle:
         while True:
             self._queued[statement.id] = queued
             try:
-                return await self.executor.run(statement, queued.prepared, started)
+                return await self.executor.execute(statement, queued.planned, started)
             except HandedOver:
                 pass
             finally:
@@ -200,7 +201,8 @@ class StatementLifecycle:
                 statement.mark("away")
                 del self._away[statement.id]
                 statement.region = ""
-                queued.prepared = await self._prepare(statement.sql, queued.params, statement.tag)
+                queued.planned.close()
+                queued.planned = await self._plan(queued.planned.asked)
                 continue
             except asyncio.CancelledError:
                 away.recall()
@@ -210,9 +212,9 @@ class StatementLifecycle:
             statement.engine, statement.nodes, statement.truncated = outcome.engine, outcome.nodes, outcome.truncated
             return outcome.table
 
-    def waiting(self) -> list[tuple[Statement, Prepared]]:
+    def waiting(self) -> list[tuple[Statement, Planned]]:
         """The statements in the region's queue, head first."""
-        return [(q.statement, q.prepared) for t in self.balancer.queued() if (q := self._queued.get(t.id))]
+        return [(q.statement, q.planned) for t in self.balancer.queued() if (q := self._queued.get(t.id))]
 
     def hand_over(
         self,
@@ -234,7 +236,7 @@ class StatementLifecycle:
             queued = self._queued.get(ticket.id)
             if queued is None or queued.statement.origin:  # a query moved here is not moved on
                 continue
-            versions = queued.prepared.versions()
+            versions = queued.planned.versions()
             if any(name not in holdings or holdings[name] != version for name, version in versions.items()):
                 continue
             statement = queued.statement
@@ -247,7 +249,7 @@ class StatementLifecycle:
                 {
                     "id": statement.key,
                     "sql": statement.sql,
-                    "params": queued.params,
+                    "params": queued.planned.asked.params,
                     "tag": statement.tag,
                     "client": statement.client,
                     "max_rows": statement.max_rows,
@@ -302,13 +304,3 @@ class StatementLifecycle:
     async def cancel_all(self) -> None:
         for statement in self.statements.unfinished():
             await self.cancel(statement)
-
-
-def _check_tables(token: TokenConfig, prepared: Prepared) -> None:
-    """403 when the token may read only some tables and the query reads another."""
-    if not token.tables:
-        return
-    allowed = {name.lower() for name in token.tables}
-    refused = sorted(prepared.tables - allowed)
-    if refused:
-        raise ApiError(403, "forbidden_table", f"token {token.name!r} may not read {', '.join(refused)}", "42501")

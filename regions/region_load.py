@@ -52,8 +52,8 @@ class QueueView:
         balancer = self.gateway.balancer
         seconds = self._mean_seconds()
         queue = []
-        for statement, prepared in self.gateway.lifecycle.waiting():
-            volume, expected = self._estimate(statement.tag, prepared.catalog, prepared.tables, seconds)
+        for statement, planned in self.gateway.lifecycle.waiting():
+            volume, expected = self._estimate(statement.tag, planned.catalog, planned.tables, seconds)
             origin = self.config.regions.get(statement.origin)
             queue.append([volume, expected, origin.number if origin else self.number])
         return {

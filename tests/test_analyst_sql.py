@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.errors import ApiError
 from loadtests.compare import rows, rows_match
 
 QUERIES = [
@@ -112,10 +113,10 @@ def test_answers_equal_duckdbs(engine, duck, sql: str) -> None:
 
 
 def test_a_one_table_window_query_still_filters_and_projects_on_the_nodes(engine) -> None:
-    plan = engine.plan(
+    plan = engine.stage(
         "select o_orderkey, rank() over (partition by o_orderpriority order by o_totalprice) as r "
         "from orders where o_orderdate < date '1993-01-01'"
-    )
+    ).plan
     assert plan.engine == "spark"
     [scan] = plan.scans
     assert [c.sql() for c in scan.conjuncts] == ["orders.o_orderdate < CAST('1993-01-01' AS DATE)"]
@@ -123,15 +124,15 @@ def test_a_one_table_window_query_still_filters_and_projects_on_the_nodes(engine
 
 
 def test_grouping_sets_over_a_join_fold_into_partial_aggregates_on_the_nodes(engine) -> None:
-    plan = engine.plan(
+    plan = engine.stage(
         "select c_mktsegment, n_name, sum(o_totalprice) as total from orders join customer on o_custkey = c_custkey "
         "join nation on c_nationkey = n_nationkey group by rollup (c_mktsegment, n_name)"
-    )
+    ).plan
     assert any(s.aggregates for s in plan.scans), "\n".join(plan.explain())
 
 
 def test_each_branch_of_a_set_operation_reads_its_own_sub_queries(engine) -> None:
-    plan = engine.plan("select n_name from nation where n_regionkey = 1 union all select r_name from region")
+    plan = engine.stage("select n_name from nation where n_regionkey = 1 union all select r_name from region").plan
     scans = {s.table: s for s in plan.scans}
     assert set(scans) == {"nation", "region"}
     assert [c.sql() for c in scans["nation"].conjuncts] == ["nation.n_regionkey = 1"]
@@ -193,17 +194,15 @@ def test_count_star_is_named_as_duckdb_names_it(engine, duck) -> None:
     ],
 )
 def test_a_failure_of_the_sql_written_for_spark_is_the_services_error(spark, spark_sql: str, code: str) -> None:
-    from gateway.sql.engine import _execution_error
-
     with pytest.raises(Exception) as failed:  # Spark's own AnalysisException
         spark.sql(spark_sql).collect()
-    error = _execution_error(failed.value)
+    error = ApiError.of(failed.value)
     assert error.code == code and error.status == (500 if code == "planner_error" else 400), error
 
 
 def test_ilike_on_one_table_is_evaluated_on_the_nodes_once_per_distinct_string(engine, duck) -> None:
     sql = "select id, name from people where name ilike 'z%' or city not ilike '%LIN' order by id"
-    plan = engine.plan(sql)
+    plan = engine.stage(sql).plan
     assert plan.engine == "nodes", "\n".join(plan.explain())
     assert rows_match(rows(engine.execute(sql).table), duck.sql(sql).fetchall(), ordered=True)
 

@@ -10,6 +10,7 @@ import decimal
 import pyarrow as pa
 import pytest
 
+from gateway.errors import ApiError
 from gateway.sql import exchange
 from gateway.sql.engine import Engine
 from gateway.sql.errors import ExecutionError, InvalidQuery
@@ -67,18 +68,20 @@ def test_every_way_to_spark_gives_duckdbs_answer(way, duck, sql: str) -> None:
 
 def test_a_failing_query_leaves_no_files(way) -> None:
     engine, directory = way
-    with pytest.raises(InvalidQuery):  # ANSI casts fail at run time, inside Spark
+    with pytest.raises(Exception) as failed:  # ANSI casts fail at run time, inside Spark
         engine.execute("select cast(p.name as int) from people p join visits v on p.id = v.person_id")
+    assert ApiError.of(failed.value).code == InvalidQuery.code
     assert not any(directory.iterdir())
 
 
 def test_explain_says_how_each_subquery_reaches_spark(way) -> None:
     engine, _ = way
-    plan = engine.plan(query(3))
+    staged = engine.stage(query(3))
+    plan = staged.plan
     text = "\n".join(plan.explain())
-    handover = engine.handover
+    handover = engine.exchange_options
     for scan in plan.scans:
-        fetched = plan.inputs.get(scan.index)
+        fetched = staged.fetched.get(scan.index)
         if scan.index in plan.dropped:
             expected = "not handed to Spark"
         elif fetched is not None and exchange.inlinable(fetched, handover.values_rows):
@@ -93,10 +96,10 @@ def test_explain_says_how_each_subquery_reaches_spark(way) -> None:
 
 
 def test_the_same_subquery_is_handed_over_once(engine) -> None:
-    plan = engine.plan(query(2))  # the correlated subquery reads partsupp, supplier, nation, region again
-    handed = exchange.Exchange(engine.spark, engine.catalog, exchange.Handover("files"))
+    staged = engine.stage(query(2))  # the correlated subquery reads partsupp, supplier, nation, region again
+    handed = exchange.Exchange(engine.spark, engine.catalog, exchange.ExchangeOptions("files"))
     try:
-        frames = [handed.frame(scan, plan.inputs.get(scan.index)) for scan in plan.scans]
+        frames = [handed.frame(scan, staged.fetched.get(scan.index)) for scan in staged.plan.scans]
     finally:
         handed.close()
     assert len({id(f) for f in frames}) < len(frames)
@@ -145,11 +148,11 @@ def test_a_fetched_sub_query_is_shared_between_the_cores(engine, monkeypatch) ->
     # one file per core (of at least SHARE_ROWS rows each)
     assert [exchange.shares(rows, 2) for rows in (0, 32_767, 65_535, 65_536, 10**6)] == [1, 1, 1, 2, 2]
     monkeypatch.setattr(exchange, "SHARE_ROWS", 50)
-    plan = engine.plan(query(3))
-    scan = max(plan.scans, key=lambda s: plan.inputs[s.index].num_rows)
-    fetched = plan.inputs[scan.index]
+    staged = engine.stage(query(3))
+    scan = max(staged.plan.scans, key=lambda s: staged.fetched[s.index].num_rows)
+    fetched = staged.fetched[scan.index]
     assert fetched.num_rows >= 100
-    handed = exchange.Exchange(engine.spark, engine.catalog, exchange.Handover("files", inline=False))
+    handed = exchange.Exchange(engine.spark, engine.catalog, exchange.ExchangeOptions("files", inline=False))
     try:
         frame = handed.frame(scan, fetched)
         assert frame.rdd.getNumPartitions() == engine.spark.sparkContext.defaultParallelism == 2

@@ -68,6 +68,21 @@ def test_constant_queries_and_explain(native_gateway) -> None:
     assert "executed in" in text and ": 10 row(s)" in text and "fetched first" in text and "\nSpark: " in text
 
 
+def test_explain_sends_nothing_to_a_node(native_gateway, region) -> None:
+    def scans() -> int:
+        return sum(http("GET", f"{url}/v1/node").json()["scans"].get("started", 0) for url in region.values())
+
+    before = scans()
+    for number in (3, 18, 22):  # joins; Q18's and Q22's subqueries are answered first when it runs
+        table, status = _arrow(native_gateway, "explain " + query(number))
+        text = "\n".join(table.column("plan").to_pylist())
+        assert status["nodes"] == [] and "rows:" not in text, "described, not run: no slot, no scan"
+    assert "answered first on the nodes" in text
+    assert scans() == before
+    _arrow(native_gateway, "explain analyze " + query(22))
+    assert scans() > before, "EXPLAIN ANALYZE runs the query"
+
+
 def test_metadata_windows_and_set_operations_over_http(native_gateway, duck) -> None:
     tables, _ = _arrow(native_gateway, "show tables")
     assert "lineitem" in tables.column("name").to_pylist()
@@ -265,5 +280,5 @@ def test_a_row_limit_stops_a_query_one_row_past_it(native_gateway, engine, duck)
         "explain select l_orderkey from lineitem": None,
     }
     for sql, limit in limits.items():
-        capped = engine.prepare(sql).capped(11).tree.args.get("limit")
+        capped = engine.check(sql).capped(11).tree.args.get("limit")
         assert (capped.expression.this if capped is not None else None) == limit, sql

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gateway import ConfigError, load_config
-from gateway.sql.engine import _execution_error
+from gateway.errors import ApiError
 from regions import machine_memory, node_memory_budget
 from regions.memory_budgets import NODE_SHARES, SMALLEST_PART, SYSTEM_SHARE, jvm_bytes
 from storage import OUT_OF_MEMORY, NodeError
@@ -64,6 +64,6 @@ def test_the_budget_setting_none_a_size_or_derived_from_the_machine() -> None:
 
 def test_a_scan_past_a_node_budget_is_a_503_out_of_memory_not_an_execution_error() -> None:
     failure = NodeError(OUT_OF_MEMORY, "the scan of lineitem needed more memory than node node-0 may hold")
-    error = _execution_error(failure)
+    error = ApiError.of(failure)
     assert (error.status, error.code, error.retry_after) == (503, "out_of_memory", None)
-    assert "lineitem" in str(error) and "node-0" in str(error)
+    assert "lineitem" in error.message and "node-0" in error.message

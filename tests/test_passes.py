@@ -3,13 +3,15 @@ catalog built here (no node, no Spark, no data)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pyarrow as pa
 import pytest
 from sqlglot import exp
 
-from gateway.sql import run
+from gateway.sql import stage
 from gateway.sql.catalog import RegionCatalog, TableInfo
-from gateway.sql.parse import CheckedQuery, prepare
+from gateway.sql.check import CheckedQuery, check
 from gateway.sql.passes import (
     Draft,
     distinct_if_only_tested,
@@ -24,8 +26,8 @@ from gateway.sql.passes import (
 )
 from gateway.sql.plan import TableQuery
 from gateway.sql.planner import RULES, Planner
-from gateway.sql.run import CardinalityError
 from gateway.sql.spark_dialect import spark_text
+from gateway.sql.stage import CardinalityError
 from gateway.sql.tree import node_at, path_to
 from storage.catalog import Column, Placement, TableSchema
 
@@ -74,7 +76,7 @@ CATALOG = RegionCatalog.known(
 
 
 def checked(sql: str) -> CheckedQuery:
-    return prepare(sql, CATALOG.sql_schema())
+    return check(sql, CATALOG.sql_schema())
 
 
 def draft_after(sql: str, rule) -> Draft:
@@ -264,6 +266,47 @@ def test_the_planner_leaves_its_input_as_it_is(sql: str, engine: str) -> None:
     assert Planner(CATALOG).plan(query, copy=False).query is query, "a query handed over is planned as it is"
 
 
+def _arrow_data(value: object, seen: set[int]) -> list[str]:
+    """Where Arrow data sits inside `value` (dataclasses, lists, tuples, dicts), as paths."""
+    if id(value) in seen:
+        return []
+    seen.add(id(value))
+    if isinstance(value, (pa.Table, pa.RecordBatch, pa.Array, pa.ChunkedArray, pa.Scalar)):
+        return [type(value).__name__]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        parts = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    elif isinstance(value, dict):
+        parts = {repr(k): v for k, v in value.items()}
+    elif isinstance(value, (list, tuple)):
+        parts = {str(i): v for i, v in enumerate(value)}
+    else:
+        return []
+    return [f"{name}.{path}" for name, part in parts.items() for path in _arrow_data(part, seen)]
+
+
+@pytest.mark.parametrize(
+    "sql, first",
+    [
+        ("select c_mktsegment, count(*) from customer where c_acctbal > 0 group by 1 order by 2 desc", 0),
+        (
+            "select c.c_name, sum(o.o_totalprice) from customer c, orders o where c.c_custkey = o.o_custkey "
+            "and c.c_custkey in (select l_orderkey from lineitem where l_quantity > 40) group by 1 order by 2",
+            1,
+        ),
+        (
+            "explain select o.o_orderkey from orders o where o.o_totalprice > (select avg(o_totalprice) from orders) "
+            "and exists (select 1 from lineitem l where l.l_orderkey = o.o_orderkey)",
+            1,
+        ),
+    ],
+)
+def test_the_planners_output_holds_no_arrow_data(sql: str, first: int) -> None:
+    plan = Planner(CATALOG).plan(checked(sql))
+    assert len(plan.first) == first, "an uncorrelated one-table subquery is listed, for the stage to answer first"
+    assert _arrow_data(plan, set()) == [], "a plan is a description"
+    assert _arrow_data({"rows": [plan, pa.table({"a": [1]})]}, set()) == ["'rows'.1.Table"], "what it looks for"
+
+
 def test_a_join_plan_is_explained_without_running_anything() -> None:
     sql = (
         "select o.o_orderdate, sum(l.l_extendedprice) / 2 from lineitem l, orders o "
@@ -329,12 +372,12 @@ def answers(monkeypatch):
     made_up: dict[str, pa.Table] = {}
     runs: list[str] = []
 
-    def run_local(plan, catalog, step="the query"):
+    def answer_one_table(plan, catalog, step="the query"):
         table = plan.scans[0].table
         runs.append(table)
         return made_up[table]
 
-    monkeypatch.setattr(run, "run_local", run_local)
+    monkeypatch.setattr(stage, "answer_one_table", answer_one_table)
     return made_up, runs
 
 
@@ -348,7 +391,7 @@ def test_answered_subqueries_are_replaced_in_a_copy_and_the_query_planned_again(
     )
     query = checked(sql)
     before = query.tree.sql()
-    answered, notes = run.answer_subqueries_first(query, Planner(CATALOG), CATALOG)
+    answered, notes = stage.answer_subqueries_first(query, Planner(CATALOG), CATALOG)
     assert query.tree.sql() == before, "the caller's query is left as it is"
     assert "c.c_custkey > 7" in answered.tree.sql() and "NOT c.c_custkey IN (SELECT" in answered.tree.sql()
     assert notes == [
@@ -366,12 +409,12 @@ def test_an_answer_can_make_the_subquery_around_it_answerable(answers) -> None:
         "select o.o_orderkey from orders o where o.o_custkey in "
         "(select c_custkey from customer where c_custkey in (select n_nationkey from nation))"
     )
-    answered, notes = run.answer_subqueries_first(checked(sql), Planner(CATALOG), CATALOG)
+    answered, notes = stage.answer_subqueries_first(checked(sql), Planner(CATALOG), CATALOG)
     assert runs == ["nation", "customer"] and len(notes) == 2
     assert "o.o_custkey IN (10)" in answered.tree.sql()
     assert Planner(CATALOG).plan(answered).engine == "nodes", "one table left: it runs on the nodes"
     with pytest.raises(CardinalityError):  # nation answers two rows
-        run.answer_subqueries_first(
+        stage.answer_subqueries_first(
             checked("select c_name from customer where c_custkey = (select n_nationkey from nation)"),
             Planner(CATALOG),
             CATALOG,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import defaultdict
@@ -13,8 +14,9 @@ import pytest
 
 from gateway import SparkSettings
 from gateway.background import serve
-from gateway.sql.errors import QueryCancelled, ResultTooLarge
-from gateway.sql.run import POOLS, SchedulerPools
+from gateway.errors import ApiError
+from gateway.sql.errors import QueryCancelled
+from gateway.sql.execute import POOLS, SchedulerPools
 from gpu_kernels import get_backend, to_domain
 from regions.spark_session import local_master, spark_options
 from storage import LoadOptions, Node, Placement, Source, Store, TableSchema, load_table, spark_load
@@ -136,7 +138,7 @@ def test_a_runaway_join_leaves_room_for_the_queries_beside_it(engine, duck) -> N
             assert time.monotonic() < deadline and runaway.is_alive(), "the runaway never got going"
             held = held + 1 if _active_tasks(context) >= cores else 0
             time.sleep(0.2)
-        assert engine.plan(JOIN).engine == "spark"
+        assert engine.stage(JOIN).plan.engine == "spark"
         answers: list = []
         beside = threading.Thread(target=lambda: answers.append(engine.execute(JOIN).table), daemon=True)
         beside.start()
@@ -157,16 +159,18 @@ def test_a_result_past_what_spark_may_collect_is_the_users_error(engine) -> None
     before = conf.get("spark.driver.maxResultSize", "1g")
     conf.set("spark.driver.maxResultSize", "1m")
     try:
-        with pytest.raises(ResultTooLarge, match=r"spark\.driver\.maxResultSize") as refused:
+        with pytest.raises(Exception) as failed:  # Spark's own error, which the gateway translates
             engine.execute("select l_comment, o_comment from lineitem join orders on l_orderkey = o_orderkey")
-        assert refused.value.status == 400 and refused.value.code == "result_too_large"
+        refused = ApiError.of(failed.value)
+        assert re.search(r"spark\.driver\.maxResultSize", refused.message)
+        assert refused.status == 400 and refused.code == "result_too_large"
     finally:
         conf.set("spark.driver.maxResultSize", before)
 
 
 def _until_cancelled(engine, sql: str, query_id: str) -> None:
     with pytest.raises(QueryCancelled):
-        engine.run(engine.prepare(sql), query_id)
+        engine.answer(engine.plan(sql), query_id)
 
 
 def _active_tasks(context) -> int:

@@ -28,7 +28,7 @@ def test_tpch_query_matches_duckdb(engine, duck, number: int) -> None:
 @pytest.mark.parametrize("number", range(1, 23), ids=lambda n: f"Q{n}")
 def test_planned_requests_travel_unchanged_and_the_nodes_take_them(engine, number: int) -> None:
     """The plan's typed requests (semi-join key lists included) survive the wire, and a node runs each."""
-    plan = engine.plan(query(number))
+    plan = engine.stage(query(number)).plan
     requests = [(scan.info, scan.request()) for scan in plan.scans]
     if plan.local is not None and plan.local.request is not None:
         requests.append((plan.local.scan.info, plan.local.request))

@@ -1,11 +1,15 @@
-"""SQL: parsing, the regular plan, and its execution on storage nodes and Spark.
+"""SQL: a query's run phase in four steps, each in a module of its own, put together for a region
+by `engine`:
 
-Parsing and checking: `parse` (with `params`), errors in `errors`. Planning, which runs nothing:
-`planner` (the strategies `constant`, `one_table`, and the rewrite passes of `passes` in the order
-of `planner.RULES`) builds a `plan.Plan`, over `tree` helpers, SQL expressions turned into the
-nodes' typed scan requests (`storage.scan_protocol`) by `translate`, and the Spark text of
-`spark_dialect`; `request` writes the semi-join filters. Running consumes plans: `run` (subqueries
-answered first, staging into a `staged.Staged` plan through `reduce` and `eliminate`, Spark
-through `exchange`, join-key sets in `keysets`), `local` at the coordinator. Both read the
-region's tables through `catalog`; `engine` puts the two together for a region.
+1. `check`: parse (`parse`, with the DuckDB-compatible names of `names`), bind `params`, refuse
+   what cannot run, qualify against the region's `catalog`, authorize; errors in `errors`.
+2. `planner`: the regular plan (`plan.Plan`, a description that runs nothing), by the strategies
+   `constant` and `one_table`, or the rewrite passes of `passes` in the order of `planner.RULES`,
+   over `tree` helpers, SQL expressions turned into the nodes' typed scan requests by `translate`,
+   and the Spark text of `spark_dialect`.
+3. `stage`: what must run before the final plan: subqueries answered first, semi-join reduction
+   (`reduce`, over the key sets of `keysets`, filters written by `request`), joins already done
+   left out (`eliminate`).
+4. `execute`: at the coordinator over the nodes' scans (`local`), or on Spark, the sub-queries
+   handed over by `exchange`.
 """

@@ -217,7 +217,10 @@ class RegionCatalog:
 
     def routes(self, info: TableInfo, request: ScanRequest) -> list[tuple[str, ScanRequest]]:
         """Where a scan of the table goes (one node of a replicated table, every owner of a
-        hash-placed one), each request reading the version this catalog serves."""
+        hash-placed one), each request reading the version this catalog serves. The nodes are this
+        catalog's: a query's plan names every node holding a replicated table, the catalog it runs
+        on only those whose slots it holds (`restricted`)."""
+        info = self._tables.get(info.schema.name, info)
         urls = self.urls(info)
         if info.replicated:
             urls = urls[:1]

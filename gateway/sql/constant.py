@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from gateway.sql.parse import CheckedQuery
+from gateway.sql.check import CheckedQuery
 from gateway.sql.plan import LocalQuery, Plan
 from gateway.sql.translate import NotTranslatable, plain, to_ir
 

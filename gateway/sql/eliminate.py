@@ -22,33 +22,32 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from gateway.sql.keysets import distinct, is_in
-from gateway.sql.plan import TableQuery
+from gateway.sql.plan import Plan, TableQuery
 from gateway.sql.request import membership, no_membership
-from gateway.sql.staged import Staged
 from gateway.sql.tree import and_all, split_and
 
 
-def answer_exists(plan: Staged) -> None:
+def answer_exists(plan: Plan, fetched: dict[int, pa.Table]) -> None:
     """Answer every one-key ``[NOT] EXISTS`` conjunct whose two sides the coordinator holds; the
     inner sub-query's index goes to `plan.dropped` with the reason."""
     by_view = {scan.view: scan for scan in plan.scans}
     for node in list(plan.query.tree.find_all(exp.Exists)):
-        found = _one_key_exists(plan, by_view, node)
+        found = _one_key_exists(plan, fetched, by_view, node)
         if found is None:
             continue
         where, conjunct, (inner, key), (outer, column) = found
         negated = conjunct is not node
-        keys = distinct(plan.inputs[inner.index].column(key))
+        keys = distinct(fetched[inner.index].column(key))
         condition = membership(column, keys)
         if condition is None:
             continue
         if negated:  # NOT EXISTS keeps a NULL column (it matches nothing)
             condition = no_membership(column, condition)
         outer.filters.append(condition)  # the same rows when the exchange scans the nodes again
-        rows = plan.inputs[outer.index]
+        rows = fetched[outer.index]
         matched = is_in(rows.column(column), keys)
-        plan.inputs[outer.index] = rows.filter(pc.invert(matched) if negated else matched)
-        outer.rows = plan.inputs[outer.index].num_rows
+        fetched[outer.index] = rows.filter(pc.invert(matched) if negated else matched)
+        outer.rows = fetched[outer.index].num_rows
         condition = and_all([c for c in split_and(where.this) if c is not conjunct])
         where.parent.set("where", exp.Where(this=condition) if condition is not None else None)
         no = "NOT " if negated else ""
@@ -62,7 +61,7 @@ def answer_exists(plan: Staged) -> None:
         )
 
 
-def _one_key_exists(plan: Staged, by_view: dict[str, TableQuery], node: exp.Exists):
+def _one_key_exists(plan: Plan, fetched: dict[int, pa.Table], by_view: dict[str, TableQuery], node: exp.Exists):
     """(the outer WHERE, the conjunct, (inner scan, its key), (outer scan, its column)) when `node`
     (or NOT `node`) is a conjunct of a SELECT with plain inner joins, and tests a one-table
     subquery whose only condition is `inner.key = outer.column`, both sides held here."""
@@ -94,7 +93,7 @@ def _one_key_exists(plan: Staged, by_view: dict[str, TableQuery], node: exp.Exis
     inner_scan, outer_scan = by_view.get(source.name), by_view.get(views.get(column.table, ""))
     if key.table != own or column.table == own or inner_scan is None or outer_scan is None:
         return None
-    held = [plan.inputs.get(s.index) for s in (inner_scan, outer_scan)]
+    held = [fetched.get(s.index) for s in (inner_scan, outer_scan)]
     if any(rows is None for rows in held) or any(s.index in plan.dropped for s in (inner_scan, outer_scan)):
         return None
     if key.name not in held[0].column_names or column.name not in held[1].column_names:
@@ -105,12 +104,12 @@ def _one_key_exists(plan: Staged, by_view: dict[str, TableQuery], node: exp.Exis
     return where, conjunct, (inner_scan, key.name), (outer_scan, column.name)
 
 
-def drop_finished_joins(plan: Staged) -> None:
+def drop_finished_joins(plan: Plan, fetched: dict[int, pa.Table]) -> None:
     """Take every join that can no longer change the answer out of `plan`'s statement; the
     dropped sub-queries' indexes go to `plan.dropped` with the reason."""
     by_view = {scan.view: scan for scan in plan.scans}
     for scan in plan.scans:
-        rows = plan.inputs.get(scan.index)
+        rows = fetched.get(scan.index)
         if rows is None or scan.group_by:
             continue
         found = _place(plan.query.tree, scan)
@@ -125,7 +124,7 @@ def drop_finished_joins(plan: Staged) -> None:
             continue
         views = {t.alias_or_name: t.name for t in select.find_all(exp.Table) if t.parent_select is select}
         if not all(
-            _covered(plan, by_view.get(views.get(other.table, "")), other.name, rows.column(column))
+            _covered(plan, fetched, by_view.get(views.get(other.table, "")), other.name, rows.column(column))
             for _, _, other in partners
         ):
             continue
@@ -182,11 +181,13 @@ def _unique(keys: pa.ChunkedArray) -> bool:
     return keys.null_count == 0 and len(distinct(keys)) == len(keys)
 
 
-def _covered(plan: Staged, partner: TableQuery | None, column: str, keys: pa.ChunkedArray) -> bool:
+def _covered(
+    plan: Plan, fetched: dict[int, pa.Table], partner: TableQuery | None, column: str, keys: pa.ChunkedArray
+) -> bool:
     """Every row the coordinator holds for `partner` has its `column` among `keys` (not NULL)."""
     if partner is None or partner.index in plan.dropped:
         return False
-    rows = plan.inputs.get(partner.index)
+    rows = fetched.get(partner.index)
     if rows is None or column not in rows.column_names:
         return False
     values = rows.column(column)

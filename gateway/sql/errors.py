@@ -155,3 +155,11 @@ class NodeFull(SqlError):
     status = 503
     code = "disk_full"
     sqlstate = "53100"
+
+
+class ForbiddenTable(SqlError):
+    """The query reads a table its token may not read."""
+
+    status = 403
+    code = "forbidden_table"
+    sqlstate = "42501"

@@ -38,10 +38,9 @@ from sqlglot import exp
 
 from gateway.sql.catalog import RegionCatalog
 from gateway.sql.local import CANCELLED, in_threads
-from gateway.sql.plan import TableQuery
+from gateway.sql.plan import Plan, TableQuery
 from gateway.sql.profile import node_scan
 from gateway.sql.spark_dialect import spark_text
-from gateway.sql.staged import Staged
 from storage import NodeClient, ScanCancelled, ScanRequest, output_schema, spark_schema
 
 INLINE_ROWS = 100_000  # "source": up to this size a fetched sub-query is a local relation
@@ -57,7 +56,7 @@ PARQUET = {"compression": "none", "use_dictionary": False, "write_statistics": F
 
 
 @dataclass(frozen=True)
-class Handover:
+class ExchangeOptions:
     """How a query's sub-queries reach Spark: the exchange `mode` (files or source), and whether
     small fetched ones travel inside the statement or as local relations (`inline`)."""
 
@@ -94,25 +93,25 @@ def shares(rows: int, parallelism: int) -> int:
 class Exchange:
     """The sub-queries of one query handed to Spark; `close` removes the files it wrote."""
 
-    def __init__(self, spark: Any, catalog: RegionCatalog, handover: Handover, directory: str | None = None):
+    def __init__(self, spark: Any, catalog: RegionCatalog, options: ExchangeOptions, directory: str | None = None):
         self.spark = spark
         self.catalog = catalog
-        self.handover = handover
+        self.options = options
         self.parallelism = spark.sparkContext.defaultParallelism
-        files = handover.mode == "files"
+        files = options.mode == "files"
         self.root = Path(tempfile.mkdtemp(prefix="cxg-exchange-", dir=directory or None)) if files else None
         self._frames: dict[tuple, Any] = {}
         self._views: list[str] = []
 
-    def spark_sql(self, plan: Staged) -> str:
-        """Hand every sub-query of `plan` over (a registered view, or VALUES in the statement);
-        the statement Spark runs."""
+    def spark_sql(self, plan: Plan, fetched: dict[int, pa.Table]) -> str:
+        """Hand every sub-query of a staged plan over (a registered view, or VALUES in the
+        statement), those the stage `fetched` (by scan) as they are; the statement Spark runs."""
         inline, handed = [], {}
         for scan in plan.scans:
             if scan.index in plan.dropped:
                 continue
-            rows = plan.inputs.get(scan.index)
-            if rows is not None and inlinable(rows, self.handover.values_rows):
+            rows = fetched.get(scan.index)
+            if rows is not None and inlinable(rows, self.options.values_rows):
                 inline.append(
                     exp.CTE(this=values_relation(rows), alias=exp.TableAlias(this=exp.to_identifier(scan.view)))
                 )
@@ -154,7 +153,7 @@ class Exchange:
         if key not in self._frames:
             request = scan.request()
             schema = output_schema(request, scan.info.schema)
-            if rows is not None and rows.num_rows <= self.handover.local_rows:
+            if rows is not None and rows.num_rows <= self.options.local_rows:
                 # one chunk: PySpark loses rows after an empty first chunk
                 self._frames[key] = self.spark.createDataFrame(rows.combine_chunks(), schema=spark_schema(schema))
             elif self.root is not None:
@@ -262,13 +261,13 @@ def values_relation(rows: pa.Table) -> exp.Select:
     ).from_(values)
 
 
-def describe(handover: Handover, scan: TableQuery, fetched: pa.Table | None) -> str:
-    """How `handover` hands the sub-query over, for EXPLAIN."""
-    if fetched is not None and inlinable(fetched, handover.values_rows):
+def describe(options: ExchangeOptions, scan: TableQuery, fetched: pa.Table | None) -> str:
+    """How the sub-query is handed over with `options`, for EXPLAIN ANALYZE."""
+    if fetched is not None and inlinable(fetched, options.values_rows):
         return "written into Spark's SQL as VALUES"
-    if fetched is not None and fetched.num_rows <= handover.local_rows:
+    if fetched is not None and fetched.num_rows <= options.local_rows:
         return "handed to Spark as a local relation"
-    if handover.mode == "files":
+    if options.mode == "files":
         origin = "the coordinator's copy" if fetched is not None else "streamed from the nodes"
         return f"handed to Spark as Parquet files ({origin})"
     return "streamed to Spark through the cxg data source"

@@ -65,9 +65,9 @@ def scan_nodes(catalog: RegionCatalog, info: TableInfo, request: ScanRequest, st
     return pa.concat_tables(in_threads(one, routes))
 
 
-def run_local(plan: Plan, catalog: RegionCatalog, step: str = "the query") -> pa.Table:
-    """Run a "nodes" or "coordinator" plan; the result columns are the query's output names. Its
-    scan is named `step` in EXPLAIN ANALYZE."""
+def answer_one_table(plan: Plan, catalog: RegionCatalog, step: str = "the query") -> pa.Table:
+    """The rows of a "nodes" or "coordinator" plan: its scan on the nodes, finished here; the result
+    columns are the query's output names. Its scan is named `step` in EXPLAIN ANALYZE."""
     query = plan.local
     if plan.engine == "coordinator":
         return evaluate(pa.table({"_": [0]}), query.outputs)

@@ -14,8 +14,9 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import traverse_scope
 
 from gateway.sql.catalog import RegionCatalog, TableInfo
+from gateway.sql.check import CheckedQuery
 from gateway.sql.errors import InvalidQuery, SqlError
-from gateway.sql.parse import SPARK_AGGREGATES, CheckedQuery
+from gateway.sql.parse import SPARK_AGGREGATES
 from gateway.sql.plan import LocalQuery, Plan, TableQuery
 from gateway.sql.translate import NotTranslatable, plain, to_ir
 from gateway.sql.tree import split_and

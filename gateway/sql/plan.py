@@ -3,9 +3,11 @@
 A plan names its engine: ``coordinator`` (no table: evaluated where the query arrived),
 ``nodes`` (one table: everything runs on the storage nodes, the coordinator finishes) or
 ``spark`` (the select-project sub-query of every table reference runs on the nodes, Spark joins
-them and evaluates everything above). `gateway.sql.planner` builds plans; running them is
-`gateway.sql.run`'s job, which may make a plan's sub-queries smaller before Spark (recorded in
-the sub-queries' filters, `reductions` and `rows`, so that EXPLAIN shows it).
+them and evaluates everything above). `gateway.sql.planner` builds plans; `gateway.sql.stage`
+completes one before it is executed: it answers the subqueries the plan lists as `first` and plans
+the query again with their answers, and makes a ``spark`` plan's sub-queries smaller (recorded in
+the sub-queries' filters, `reductions` and `rows`, and in the plan's `deliveries` and `dropped`,
+so that EXPLAIN ANALYZE shows it).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from gateway.sql.catalog import TableInfo
-from gateway.sql.parse import CheckedQuery
+from gateway.sql.check import CheckedQuery
 from gateway.sql.spark_dialect import spark_text
 from gateway.sql.tree import brief
 from storage import Aggregate, Expr, Named, ScanRequest, conjoin
@@ -120,24 +122,31 @@ class Plan:
     scans: list[TableQuery] = field(default_factory=list)
     local: LocalQuery | None = None
     edges: list[Edge] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # what was evaluated before planning
+    # one-table subqueries the stage answers on the nodes first, innermost first; the query is then
+    # planned again from `written` with their answers in place
+    first: list[Plan] = field(default_factory=list)
+    written: CheckedQuery | None = None  # the query as checked, when `first` is not empty
+    notes: list[str] = field(default_factory=list)  # what the stage evaluated before planning again
+    result_types: list[str] | None = None  # what each output's DECIMAL becomes (`result_types.type_rules`)
+    deliveries: dict[int, str] = field(default_factory=dict)  # staged: how each sub-query reaches Spark, by scan
+    dropped: dict[int, str] = field(default_factory=dict)  # staged: sub-queries Spark need not join, and why
 
     @property
     def spark_sql(self) -> str | None:
         """The query Spark runs over the sub-queries' views."""
         return spark_text(self.query.tree) if self.engine == "spark" else None
 
-    def delivery(self, scan: TableQuery) -> str | None:
-        """How the sub-query reaches Spark, once the run has decided it."""
-        return None
-
     def explain(self) -> list[str]:
         lines = [f"engine: {ENGINES[self.engine]}", *self.notes]
+        if self.first:
+            lines.append("answered first on the nodes, then the query is planned again with the answers in place:")
+            for subquery in self.first:
+                lines.append(f"  ({subquery.query.text})")
         if self.scans:
             lines.append("select-project sub-queries (on compressed data):")
             for scan in self.scans:
                 lines += ["  " + line for line in scan.explain()]
-                delivery = self.delivery(scan)
+                delivery = self.deliveries.get(scan.index)
                 if delivery is not None:
                     lines.append(f"      {delivery}")
         if self.local is not None:

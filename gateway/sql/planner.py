@@ -12,8 +12,9 @@ The regular plan (seed 004 §2.2) is built automatically from the qualified quer
   left of the tree is the statement Spark runs over the sub-queries' views.
 
 An uncorrelated subquery over one table can be answered on the nodes before its query is
-planned; `Planner.subqueries_first` names them, and the run (`gateway.sql.run`) answers them,
-puts the answers in their place and plans the query again.
+planned; the plan lists them (`Plan.first`, found by `Planner.subqueries_first`), and the stage
+(`gateway.sql.stage`) answers them, puts the answers in their place and plans the query again
+(`Planner.plan_answered`).
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from gateway.sql.catalog import RegionCatalog
+from gateway.sql.check import CheckedQuery
 from gateway.sql.constant import plan_constant
 from gateway.sql.one_table import plan_one_table
-from gateway.sql.parse import SET_OPERATIONS, CheckedQuery
+from gateway.sql.parse import SET_OPERATIONS
 from gateway.sql.passes import (
     Draft,
     distinct_if_only_tested,
@@ -41,6 +43,7 @@ from gateway.sql.passes import (
     table_queries,
 )
 from gateway.sql.plan import Plan
+from gateway.sql.result_types import type_rules
 
 RULES = (
     select_one_in_exists,  # EXISTS needs no column of its subquery
@@ -69,14 +72,27 @@ class Planner:
 
     def plan(self, query: CheckedQuery, copy: bool = True) -> Plan:
         """The plan of `query`, made of a copy of it (`query` is left as it is); `copy=False` plans
-        `query` itself, for a caller that made it and has no other use for it."""
+        `query` itself, for a caller that made it and has no other use for it. The subqueries to
+        answer first are listed, and `query` is kept whole for the stage to plan again."""
+        first = [found.plan for found in self.subqueries_first(query)]
+        written = (query if copy else query.copy()) if first else None  # before the passes rewrite it
+        plan = self.plan_answered(query, copy=copy)
+        plan.first, plan.written = first, written
+        return plan
+
+    def plan_answered(self, query: CheckedQuery, copy: bool = True) -> Plan:
+        """The plan of `query` as it is, its subqueries answered or left to Spark; `copy` as in `plan`."""
+        result_types = type_rules(query.tree)  # of the query as written: the passes rewrite it
         query = query.copy() if copy else query
         tree = query.tree
         if isinstance(tree, SET_OPERATIONS):
-            return plan_joins(query, self.catalog)
-        if tree.args.get("from_") is None and not tree.args.get("joins"):
-            return plan_constant(query) or plan_joins(query, self.catalog)
-        return plan_one_table(query, self.catalog) or plan_joins(query, self.catalog)
+            plan = plan_joins(query, self.catalog)
+        elif tree.args.get("from_") is None and not tree.args.get("joins"):
+            plan = plan_constant(query) or plan_joins(query, self.catalog)
+        else:
+            plan = plan_one_table(query, self.catalog) or plan_joins(query, self.catalog)
+        plan.result_types = result_types
+        return plan
 
     def subqueries_first(self, query: CheckedQuery) -> Iterator[FirstSubquery]:
         """The uncorrelated subqueries over one table (no subquery of their own) that the nodes can

@@ -19,9 +19,8 @@ import pyarrow as pa
 from gateway.sql.catalog import RegionCatalog
 from gateway.sql.keysets import distinct, is_in
 from gateway.sql.local import scan_nodes
-from gateway.sql.plan import TableQuery
+from gateway.sql.plan import Plan, TableQuery
 from gateway.sql.request import membership
-from gateway.sql.staged import Staged
 from gpu_kernels import final_aggregate
 from storage import ScanRequest, type_scan
 
@@ -63,7 +62,7 @@ class _Received:
     filter: int | None = None  # position among the target's filters (None: it was filtered locally)
 
 
-def reduce_and_fetch(plan: Staged, catalog: RegionCatalog, probe_rows: int = PROBE_ROWS) -> dict[int, pa.Table]:
+def reduce_and_fetch(plan: Plan, catalog: RegionCatalog, probe_rows: int = PROBE_ROWS) -> dict[int, pa.Table]:
     """Semi-join reduction of `plan`'s sub-queries (their filters, reductions and row counts are
     updated), from the smallest up; returns the rows of the sub-queries it fetched (index ->
     rows). The others are scanned again when Spark needs them.

@@ -1,0 +1,102 @@
+"""Step 4 of a query's run phase: execute a staged plan. A ``nodes`` or ``coordinator`` plan is
+answered at the coordinator over the nodes' scans (`gateway.sql.local`); a ``spark`` plan runs on
+the region's Spark, its sub-queries handed over by an `Exchange` (the rows the stage fetched as
+they are, the others scanned again)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from gateway.sql.catalog import RegionCatalog
+from gateway.sql.exchange import Exchange, ExchangeOptions
+from gateway.sql.executor_watch import ExecutorWatch
+from gateway.sql.local import answer_one_table
+from gateway.sql.profile import PROFILE, spark_lines
+from gateway.sql.stage import Staged
+
+
+@dataclass
+class SparkJob:
+    """Where and how a query's Spark part runs: the session, its job group `job` (which
+    `Engine.cancel` cancels), the exchange's `options` and files' `directory`; with
+    `executor_wait` (a cluster), the query fails with `spark_no_executors` after that many seconds
+    without an executor, and `waiting` hears what it waits for."""
+
+    session: Any
+    job: str
+    options: ExchangeOptions
+    directory: str | None = None
+    executor_wait: float | None = None
+    waiting: Callable[[str], None] | None = None
+
+
+def execute(staged: Staged, catalog: RegionCatalog, spark: Callable[[], SparkJob]) -> pa.Table:
+    """The rows of a staged plan over `catalog` (the snapshot its query holds); `spark` is asked
+    for the Spark job only when the plan runs on Spark."""
+    if staged.plan.engine != "spark":
+        return answer_one_table(staged.plan, catalog)
+    return on_spark(staged, catalog, spark())
+
+
+class SchedulerPools:
+    """Spark scheduler pools, one per running query. Under the FAIR scheduler the pools share the
+    cores equally whatever their number of tasks, so a query with thousands of long tasks takes
+    its share and no more: the next free core goes to the pool with the fewest running tasks.
+    Names are reused, so Spark keeps as many pools as queries ever ran at once."""
+
+    def __init__(self, prefix: str = "query"):
+        self.prefix = prefix
+        self._free: list[str] = []
+        self._made = 0
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def pool(self) -> Iterator[str]:
+        with self._lock:
+            if self._free:
+                name = self._free.pop()
+            else:
+                name, self._made = f"{self.prefix}-{self._made}", self._made + 1
+        try:
+            yield name
+        finally:
+            with self._lock:
+                self._free.append(name)
+
+
+POOLS = SchedulerPools()
+
+
+def on_spark(staged: Staged, catalog: RegionCatalog, spark: SparkJob) -> pa.Table:
+    """Run a staged ``spark`` plan in a scheduler pool of its own, under the job group `spark.job`."""
+    session, job = spark.session, spark.job
+    context = session.sparkContext
+    watch = (
+        ExecutorWatch(session, job, spark.executor_wait, spark.waiting)
+        if spark.executor_wait is not None
+        else nullcontext()
+    )
+    with POOLS.pool() as pool, watch:
+        context.setJobGroup(job, staged.plan.query.text[:200], interruptOnCancel=True)
+        context.setLocalProperty("spark.scheduler.pool", pool)  # this thread's jobs
+        exchange = Exchange(session, catalog, spark.options, spark.directory)
+        try:
+            frame = session.sql(exchange.spark_sql(staged.plan, staged.fetched))
+            table = frame.toArrow()
+            profile = PROFILE.get()
+            if profile is not None:
+                profile.spark = spark_lines(session, frame, job)
+            return table
+        except Exception as e:
+            if getattr(watch, "starved", False):
+                raise watch.error() from e
+            raise
+        finally:
+            exchange.close()
+            context.setLocalProperty("spark.scheduler.pool", None)
