@@ -27,7 +27,7 @@ from cxg.client_commands import client_of
 from cxg.console import console
 from cxg.data_dirs import add_data_option, stores_of
 from gateway import Config, ConfigError, parse_size
-from gpu_kernels import cuda_available
+from gpu_kernels import block_budget, cuda_available
 from regions import check_master, spark_session
 from regions.redistribution import SERVED_TIMEOUT_S, RegionView
 from storage import (
@@ -65,13 +65,11 @@ Loaded = tuple[str, int, float]  # table, rows, seconds
 def load_options(config: Config, args: argparse.Namespace | None = None) -> LoadOptions:
     """The configured load options, with the command line's overrides when `args` has them. Where
     the scans run on GPUs, blocks are as large as seed 004's rule makes them from the device: its
-    decoded-data area over the scans that share it (`gpu_kernels.device_pipeline.block_budget`)."""
+    decoded-data area over the scans that share it (`gpu_kernels.block_budget`)."""
     budget = config.storage.block_budget
     if args is not None and args.block_budget:
         budget = parse_size(args.block_budget)
     elif config.storage.backend != "numpy" and cuda_available():
-        from gpu_kernels.device_pipeline import block_budget
-
         memory = None if config.storage.device_memory == "auto" else parse_size(config.storage.device_memory)
         budget = block_budget(memory, config.region.slots or os.cpu_count() or 1)
     return LoadOptions(

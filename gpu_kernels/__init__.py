@@ -4,7 +4,8 @@ expressions, partial aggregates, hash partitioning), behind one interface with a
 CuPy backend. It imports nothing of the project; storage and everything above build on it.
 
 The public names below load their module on first use (`lazy_loader.attach`, PEP 562), so that storage's catalog,
-which needs only the column types, does not load every kernel with them.
+which needs only the column types, does not load every kernel with them. Four modules are public whole, as
+namespaces: `expr` (the scan expression language), `encodings`, `bitpack` and `fused_scan`.
 """
 
 from __future__ import annotations
@@ -13,17 +14,20 @@ import lazy_loader
 
 _FACE: dict[str, tuple[str, ...]] = {
     "aggregate": ("FUNCTIONS", "AggSpec", "NamedExpr", "final_aggregate"),
-    "backend": ("BackendUnavailable", "DeviceOutOfMemory", "NumpyBackend", "cuda_available", "get_backend"),
+    "backend": ("BackendUnavailable", "DeviceOutOfMemory", "NumpyBackend"),
+    "backend_choice": ("cuda_available", "get_backend"),
     "column_types": (
-        "Domain",
         "DomainValues",
+        "Kind",
         "UnsupportedTypeError",
-        "domain_of",
+        "held_as_int64",
+        "kind_of",
         "parse_type",
         "to_domain",
         "type_name",
     ),
     "decoding": ("ScanStats",),
+    "device_pipeline": ("block_budget",),
     "fused_scan": ("FusedScan",),
     "encoded_block": ("EncodedBlock", "EncodedColumn"),
     "encodings": (
@@ -42,10 +46,13 @@ _FACE: dict[str, tuple[str, ...]] = {
     ),
     "constant_folding": ("fold",),
     "evaluate": ("BlockEvaluator",),
+    "expr": ("Call", "Col", "Expr", "ExprError", "Lit", "Type", "arrow_kind"),
     "operators": ("BlockTask", "run_block"),
+    "partition": ("partition",),
     "pipeline": ("BlockPipeline", "block_parts"),
     "placement_hash": ("bucket_ids", "string_hashes"),
     "value_predicates": ("membership_of",),
-    "vectors": ("arrow_type", "exact_fraction", "scalar_literal", "to_arrow"),
+    "vectors": ("Vec", "arrow_type", "exact_fraction", "scalar_literal", "to_arrow"),
 }
-__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs=_FACE)
+_MODULES = ("bitpack", "encodings", "expr", "fused_scan")
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submodules=_MODULES, submod_attrs=_FACE)

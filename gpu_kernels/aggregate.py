@@ -17,9 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpu_kernels.backend import Array
+from gpu_kernels.column_types import Kind
 from gpu_kernels.encodings import Dictionary, RunLength
 from gpu_kernels.evaluate import BlockEvaluator
-from gpu_kernels.expr import Col, Expr, Kind, Type
+from gpu_kernels.expr import Col, Expr, Type
 from gpu_kernels.selection import Selection
 from gpu_kernels.vector_functions import materialize
 from gpu_kernels.vectors import Vec, compact_strings, to_arrow

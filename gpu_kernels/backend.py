@@ -1,15 +1,13 @@
-"""The array backends: NumPy on the CPU, CuPy on a GPU, behind one interface.
+"""The array backends' one interface, and the NumPy backend that defines it.
 
 Kernels are written once against ``backend.xp`` (NumPy's API, which CuPy mirrors); the few
 operations where the libraries differ (bit unpacking, run expansion, grouping, segment sums,
-moving data between host and device) are methods that the CuPy backend overrides. `get_backend`
-picks CuPy when a CUDA device is present unless configured otherwise, and never falls back
-silently: asking for ``cupy`` without a device is an error.
+moving data between host and device) are methods that the CuPy backend (`gpu_kernels.cupy_backend`)
+overrides. Which of the two a node runs on is `gpu_kernels.backend_choice`'s to say.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 import numpy as np
@@ -159,35 +157,3 @@ def _max_of(dtype: np.dtype) -> Any:
 
 def _min_of(dtype: np.dtype) -> Any:
     return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
-
-
-def cuda_available() -> bool:
-    if importlib.util.find_spec("cupy") is None:
-        return False
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:
-        return False
-
-
-_BACKENDS: dict[str, NumpyBackend] = {}
-
-
-def get_backend(name: str = "auto") -> NumpyBackend:
-    """`numpy`, `cupy`, or `auto` (CuPy when a CUDA device is present, else NumPy)."""
-    if name == "auto":
-        name = "cupy" if cuda_available() else "numpy"
-    if name not in ("numpy", "cupy"):
-        raise BackendUnavailable(f"unknown backend {name!r}: use numpy, cupy or auto")
-    if name not in _BACKENDS:
-        if name == "cupy":
-            if not cuda_available():
-                raise BackendUnavailable("backend cupy was asked for, but CuPy finds no CUDA device")
-            from gpu_kernels.cupy_backend import CupyBackend
-
-            _BACKENDS[name] = CupyBackend()
-        else:
-            _BACKENDS[name] = NumpyBackend()
-    return _BACKENDS[name]

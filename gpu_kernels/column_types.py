@@ -1,17 +1,18 @@
-"""Column types by name and their *domains*: the physical form the encodings and kernels work on.
+"""Column types by name, their kinds, and their *domains*: the physical form the encodings and
+kernels work on.
 
 A type's name (`type_name` / `parse_type`: ``int32``, ``decimal(15,2)``, ``timestamp(us, UTC)``)
-is how the catalog stores a column's type and how a scan request types its literals.
+is how the catalog stores a column's type and how a scan request types its literals. Its kind
+(`Kind`, `kind_of`) is what its values are, for the encodings and the expressions alike.
 
-Every supported Arrow type maps to one domain:
+Every supported Arrow type has one domain form (`to_domain`):
 
-- ``INT``: booleans, integers, dates, timestamps and decimals of precision <= 18 (as scaled
-  integers) become a NumPy ``int64`` array;
-- ``FLOAT``: floating point becomes the ``int64`` bit patterns of its ``float64`` values, so
-  runs and dictionaries compare bits and every value (NaN payloads, -0.0) round-trips exactly;
-- ``STRING``: ``string``, ``large_string`` and ``string_view`` become a ``pa.string()`` array;
-- ``OTHER``: anything else the catalog accepts (wide decimals) stays an Arrow array and is
-  stored plain.
+- booleans, integers, dates, timestamps and decimals of precision <= 18 (as scaled integers)
+  become a NumPy ``int64`` array;
+- floating point becomes the ``int64`` bit patterns of its ``float64`` values, so runs and
+  dictionaries compare bits and every value (NaN payloads, -0.0) round-trips exactly;
+- ``string``, ``large_string`` and ``string_view`` become a ``pa.string()`` array;
+- anything else the catalog accepts (wide decimals) stays an Arrow array and is stored plain.
 
 Domain values hold no nulls: null slots are carried separately as a validity mask, and the
 value under a null is filled with its predecessor so that runs are not broken.
@@ -32,11 +33,20 @@ class UnsupportedTypeError(ValueError):
     """A type (or type name) that columns cannot have; the message names it."""
 
 
-class Domain(Enum):
+class Kind(Enum):
+    """What a value is: a column's kind (`kind_of`) chooses its domain form and encodings, an
+    expression's (`gpu_kernels.expr.Type`) how the kernels compute with it. INTERVAL and NULL are
+    kinds of literals and results only."""
+
     INT = "int"
+    DEC = "decimal"
     FLOAT = "float"
-    STRING = "string"
-    OTHER = "other"
+    DATE = "date"
+    TS = "timestamp"
+    BOOL = "bool"
+    STR = "string"
+    INTERVAL = "interval"
+    NULL = "null"
 
 
 _SIMPLE: dict[str, pa.DataType] = {
@@ -89,18 +99,32 @@ def parse_type(name: str) -> pa.DataType:
     raise UnsupportedTypeError(f"unknown column type {name!r}")
 
 
-def domain_of(t: pa.DataType) -> Domain:
-    if pa.types.is_boolean(t) or pa.types.is_integer(t) or pa.types.is_date32(t):
-        return Domain.INT
-    if pa.types.is_timestamp(t):
-        return Domain.INT
-    if pa.types.is_decimal128(t):
-        return Domain.INT if t.precision <= MAX_INT_DECIMAL_PRECISION else Domain.OTHER
+def kind_of(t: pa.DataType) -> Kind | None:
+    """The kind of the values of Arrow type `t`; None for a type no kernel computes with."""
+    if pa.types.is_boolean(t):
+        return Kind.BOOL
+    if pa.types.is_integer(t):
+        return Kind.INT
+    if pa.types.is_decimal(t):
+        return Kind.DEC
     if pa.types.is_floating(t):
-        return Domain.FLOAT
+        return Kind.FLOAT
+    if pa.types.is_date32(t):
+        return Kind.DATE
+    if pa.types.is_timestamp(t):
+        return Kind.TS
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return Domain.STRING
-    return Domain.OTHER
+        return Kind.STR
+    return None
+
+
+def held_as_int64(t: pa.DataType) -> bool:
+    """Whether a column of type `t` is an ``int64`` array in its domain (integers, booleans, dates,
+    timestamps, decimals that fit 64 bits, float bit patterns), rather than Arrow."""
+    kind = kind_of(t)
+    if kind is Kind.DEC:
+        return pa.types.is_decimal128(t) and t.precision <= MAX_INT_DECIMAL_PRECISION
+    return kind in (Kind.INT, Kind.BOOL, Kind.DATE, Kind.TS, Kind.FLOAT)
 
 
 @dataclass(frozen=True)
@@ -145,16 +169,16 @@ def to_domain(arr: pa.Array) -> DomainValues:
         arr = arr.combine_chunks()
     t = arr.type
     valid = _validity(arr)
-    domain = domain_of(t)
-    if domain is Domain.STRING:
+    kind = kind_of(t)
+    if kind is Kind.STR:
         if not pa.types.is_string(t):
             arr = arr.cast(pa.string())
         if valid is not None:
             arr = pc.fill_null_backward(pc.fill_null_forward(arr)) if valid.any() else pa.array([""] * len(arr))
         return DomainValues(arr, valid)
-    if domain is Domain.OTHER:
+    if not held_as_int64(t):
         return DomainValues(arr, valid)
-    if domain is Domain.FLOAT:
+    if kind is Kind.FLOAT:
         values = _fixed_view(arr, np.dtype(t.to_pandas_dtype())).astype(np.float64).view(np.int64)
     elif pa.types.is_boolean(t):
         values = arr.fill_null(False).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -180,16 +204,14 @@ def from_domain(values: np.ndarray | pa.Array, valid: np.ndarray | None, t: pa.D
     n = len(values)
     bitmap = validity_buffer(valid)
     null_count = 0 if valid is None else int(n - np.count_nonzero(valid))
-    domain = domain_of(t)
-    if pa.types.is_decimal128(t) and isinstance(values, np.ndarray):
-        domain = Domain.INT  # scaled integers, whatever the declared precision
-    if domain in (Domain.STRING, Domain.OTHER):
+    scaled = pa.types.is_decimal128(t) and isinstance(values, np.ndarray)  # whatever the declared precision
+    if not (held_as_int64(t) or scaled):
         arr = values if isinstance(values, pa.Array) else pa.array(values)
         if valid is not None and arr.null_count != null_count:
             arr = pa.Array.from_buffers(arr.type, n, [bitmap, *arr.buffers()[1:]], null_count)
         return arr if arr.type == t else arr.cast(t)
     values = np.asarray(values)
-    if domain is Domain.FLOAT:
+    if kind_of(t) is Kind.FLOAT:
         data = values.view(np.float64).astype(t.to_pandas_dtype())
     elif pa.types.is_boolean(t):
         data = np.packbits(values.astype(bool), bitorder="little")

@@ -1,9 +1,12 @@
 """The CuPy backend: the same kernels on a CUDA device.
 
-Imported only when CuPy finds a device (`gpu_kernels.backend.get_backend`). Bit unpacking is a
-CUDA C kernel of `gpu_kernels/cuda/` (one thread per row: the bytes its value spans, shift, mask),
-run expansion is a binary search per row, grouped min/max use cupyx's scatter operations where
-they take the dtype, else a sort by group and value.
+Made only where CuPy finds a device (`gpu_kernels.backend_choice.get_backend`), and CuPy is imported
+then, when it is made: the kernels load without it. Bit unpacking is a CUDA C kernel of
+`gpu_kernels/cuda/` (one thread per row: the bytes its value spans, shift, mask), run expansion is
+a binary search per row, grouped min/max use cupyx's scatter operations where they take the dtype,
+else a sort by group and value. The backend also holds what every scan on it shares: the compiled
+kernels, each device's memory areas (`gpu_kernels.device_pipeline`), and where each thread's
+results are staged.
 """
 
 from __future__ import annotations
@@ -11,55 +14,55 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
+from typing import Any
 
-import cupy
-import cupyx
 import numpy as np
 
 from gpu_kernels.backend import Array, NumpyBackend
 from gpu_kernels.cuda_kernels import KERNELS, launch_shape
 from gpu_kernels.fused_scan import FusedScan
 
-_MODULES: dict[str, cupy.RawModule] = {}
-
-
-def _module(source: str) -> cupy.RawModule:
-    """A CUDA C source as a module, compiled for the device on first use of one of its kernels."""
-    if source not in _MODULES:
-        _MODULES[source] = cupy.RawModule(code=source)
-    return _MODULES[source]
-
-
-def _kernel(name: str):
-    """A CUDA C kernel of `gpu_kernels.cuda_kernels`."""
-    return _module(KERNELS[name].source()).get_function(name)
-
-
-_staging = threading.local()
-
-
-def stage_results(pool: cupy.cuda.MemoryPool | None, stream: cupy.cuda.Stream | None) -> None:
-    """Results of this thread's blocks go through `pool` (the result area) and out on `stream`."""
-    _staging.pool, _staging.stream = pool, stream
-
-
-def _copied_out(staged: cupy.ndarray) -> np.ndarray:
-    """An array of the result area copied to the host on the result stream, once the compute stream
-    has made it."""
-    _staging.stream.wait_event(cupy.cuda.get_current_stream().record())
-    return staged.get(stream=_staging.stream)
-
 
 class CupyBackend(NumpyBackend):
     name = "cupy"
-    xp = cupy
     fuses = True
+
+    def __init__(self) -> None:
+        import cupy  # the gpu extra, needed once a device is chosen
+        import cupyx
+
+        self.xp, self.cupyx = cupy, cupyx
+        self._modules: dict[str, Any] = {}  # CUDA C source -> its cupy.RawModule
+        self._staging = threading.local()
+        self.areas: dict[tuple[int, int | None], Any] = {}  # (device, budget) -> the pipeline's memory areas
+        self.areas_lock = threading.Lock()
+
+    def _module(self, source: str) -> Any:
+        """A CUDA C source as a module, compiled for the device on first use of one of its kernels."""
+        if source not in self._modules:
+            self._modules[source] = self.xp.RawModule(code=source)
+        return self._modules[source]
+
+    def _kernel(self, name: str) -> Any:
+        """A CUDA C kernel of `gpu_kernels.cuda_kernels`."""
+        return self._module(KERNELS[name].source()).get_function(name)
+
+    def stage_results(self, pool: Any, stream: Any) -> None:
+        """Results of this thread's blocks go through `pool` (the result area) and out on `stream`."""
+        self._staging.pool, self._staging.stream = pool, stream
+
+    def _copied_out(self, staged: Array) -> np.ndarray:
+        """An array of the result area copied to the host on the result stream, once the compute stream
+        has made it."""
+        self._staging.stream.wait_event(self.xp.cuda.get_current_stream().record())
+        return staged.get(stream=self._staging.stream)
 
     def fused_aggregate(self, scan: FusedScan, dev: Callable[[np.ndarray], Array]) -> np.ndarray:
         """Run a block's fused kernel (`gpu_kernels.fused_scan`): its accumulators prepared, the
         rows scanned, the CUDA blocks' slices folded, and the one row per group read back, the
         block's only wait for the device."""
-        module = _module(scan.source)
+        cupy = self.xp
+        module = self._module(scan.source)
         (grid,), block = launch_shape(scan.rows)
         grid = min(grid, scan.max_blocks)
         width = scan.groups * scan.slots
@@ -67,47 +70,50 @@ class CupyBackend(NumpyBackend):
         module.get_function(f"{scan.name}_init")(*launch_shape(grid * width), (np.int64(grid * width), slices))
         arguments = [dev(a) if isinstance(a, np.ndarray) else a for a in scan.arguments]
         module.get_function(scan.name)((grid,), block, (np.int64(scan.rows), np.int64(scan.groups), *arguments, slices))
-        pool = getattr(_staging, "pool", None)
+        pool = getattr(self._staging, "pool", None)
         with cupy.cuda.using_allocator(pool.malloc) if pool is not None else contextlib.nullcontext():
             folded = cupy.empty(width, dtype=cupy.uint64)  # straight into the result area
         fold = module.get_function(f"{scan.name}_reduce")
         fold(*launch_shape(width), (np.int64(grid), np.int64(width), slices, folded))
-        return _copied_out(folded) if pool is not None else cupy.asnumpy(folded)
+        return self._copied_out(folded) if pool is not None else cupy.asnumpy(folded)
 
     def asarray(self, host: np.ndarray) -> Array:
-        return cupy.asarray(host)
+        return self.xp.asarray(host)
 
     def to_host(self, array: Array) -> np.ndarray:
+        cupy = self.xp
         if not isinstance(array, cupy.ndarray):
             return array
-        if getattr(_staging, "pool", None) is None:
+        if getattr(self._staging, "pool", None) is None:
             return cupy.asnumpy(array)
-        with cupy.cuda.using_allocator(_staging.pool.malloc):
+        with cupy.cuda.using_allocator(self._staging.pool.malloc):
             staged = array.copy()  # on the compute stream, into the result area
-        return _copied_out(staged)
+        return self._copied_out(staged)
 
     def device(self) -> int:
-        return cupy.cuda.runtime.getDevice()
+        return self.xp.cuda.runtime.getDevice()
 
     def unpack(self, packed: Array, width: int, start: int, stop: int) -> Array:
-        rows = cupy.arange(start, stop, dtype=cupy.int64)
+        rows = self.xp.arange(start, stop, dtype=self.xp.int64)
         return self.unpack_at(packed, width, rows)
 
     def packed_sum(self, packed: Array, width: int, start: int, stop: int) -> int:
         return self.exact_sum(self.unpack(packed, width, start, stop))
 
     def unpack_at(self, packed: Array, width: int, rows: Array) -> Array:
+        cupy = self.xp
         n = len(rows)
         if width == 0 or n == 0:
             return cupy.zeros(n, dtype=cupy.int64)
         out = cupy.empty(n, dtype=cupy.int64)
         grid, block = launch_shape(n)
-        _kernel("cxg_unpack")(
+        self._kernel("cxg_unpack")(
             grid, block, (packed, rows.astype(cupy.int64, copy=False), np.int64(n), np.int32(width), out)
         )
         return out
 
     def repeat(self, values: Array, counts: Array) -> Array:
+        cupy = self.xp
         ends = cupy.cumsum(counts)
         total = int(ends[-1]) if len(ends) else 0
         rows = cupy.arange(total, dtype=ends.dtype)
@@ -117,43 +123,43 @@ class CupyBackend(NumpyBackend):
         return self._prefix_segment_sum(values, starts)
 
     def unique_inverse(self, values: Array) -> tuple[Array, Array]:
-        uniques, inverse = cupy.unique(values, return_inverse=True)
+        uniques, inverse = self.xp.unique(values, return_inverse=True)
         return uniques, inverse.reshape(-1)
 
     def group_min(self, gid: Array, values: Array, groups: int) -> Array:
-        out = cupy.full(groups, _extreme(values.dtype, high=True), dtype=values.dtype)
+        out = self.xp.full(groups, _extreme(values.dtype, high=True), dtype=values.dtype)
         if values.dtype in _SCATTER_EXTREMES:
-            cupyx.scatter_min(out, gid, values)
+            self.cupyx.scatter_min(out, gid, values)
             return out
-        return _sorted_extreme(out, gid, values, last=False)
+        return self._sorted_extreme(out, gid, values, last=False)
 
     def group_max(self, gid: Array, values: Array, groups: int) -> Array:
-        out = cupy.full(groups, _extreme(values.dtype, high=False), dtype=values.dtype)
+        out = self.xp.full(groups, _extreme(values.dtype, high=False), dtype=values.dtype)
         if values.dtype in _SCATTER_EXTREMES:
-            cupyx.scatter_max(out, gid, values)
+            self.cupyx.scatter_max(out, gid, values)
             return out
-        return _sorted_extreme(out, gid, values, last=True)
+        return self._sorted_extreme(out, gid, values, last=True)
+
+    def _sorted_extreme(self, out: Array, gid: Array, values: Array, last: bool) -> Array:
+        """Each group's least value (or, `last`, its greatest) into `out`: the rows sorted by group
+        then value, the first (last) row of each group's run taken."""
+        if len(values) == 0:
+            return out
+        cupy = self.xp
+        order = cupy.lexsort(cupy.stack((values, gid)))
+        groups, ordered = gid[order], values[order]
+        edges = cupy.flatnonzero(groups[1:] != groups[:-1])
+        if last:
+            picked = cupy.concatenate((edges, cupy.full(1, len(groups) - 1, dtype=edges.dtype)))
+        else:
+            picked = cupy.concatenate((cupy.zeros(1, dtype=edges.dtype), edges + 1))
+        out[groups[picked]] = ordered[picked]
+        return out
 
 
 # the dtypes cupyx.scatter_min and scatter_max take exactly: no 64-bit signed integers and no narrow
 # ones (refused), no floats (taken, but a float64 comes back rounded to float32's precision on a GPU)
 _SCATTER_EXTREMES = {np.dtype(t) for t in ("int32", "uint32", "uint64")}
-
-
-def _sorted_extreme(out: Array, gid: Array, values: Array, last: bool) -> Array:
-    """Each group's least value (or, `last`, its greatest) into `out`: the rows sorted by group
-    then value, the first (last) row of each group's run taken."""
-    if len(values) == 0:
-        return out
-    order = cupy.lexsort(cupy.stack((values, gid)))
-    groups, ordered = gid[order], values[order]
-    edges = cupy.flatnonzero(groups[1:] != groups[:-1])
-    if last:
-        picked = cupy.concatenate((edges, cupy.full(1, len(groups) - 1, dtype=edges.dtype)))
-    else:
-        picked = cupy.concatenate((cupy.zeros(1, dtype=edges.dtype), edges + 1))
-    out[groups[picked]] = ordered[picked]
-    return out
 
 
 def _extreme(dtype: np.dtype, high: bool):

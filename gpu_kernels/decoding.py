@@ -16,9 +16,10 @@ import pyarrow as pa
 
 from gpu_kernels import expr as E
 from gpu_kernels.backend import Array, NumpyBackend
+from gpu_kernels.column_types import Kind
 from gpu_kernels.encoded_block import EncodedBlock
 from gpu_kernels.encodings import BitPacked, DeltaRunLength, Dictionary, Encoding, Plain, RunLength
-from gpu_kernels.expr import Kind, Type
+from gpu_kernels.expr import Type
 from gpu_kernels.selection import Selection
 from gpu_kernels.vectors import INT64_MAX, Vec
 

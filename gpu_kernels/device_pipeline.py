@@ -4,6 +4,9 @@ stream, block i+1's encoded parts are copied in on a copy stream from pinned hos
 buffers kept until the copies are done), and results are staged in the result pool and copied out
 on the copy stream once the compute stream has made them. With several GPUs the blocks go
 round-robin: blocks 0, 2, 4 to GPU 0, blocks 1, 3 to GPU 1, each GPU driven by a thread of its own.
+
+It runs on the CuPy backend it is given (its `cupy`, and the areas its scans share); the CPU side of
+the pipeline is `gpu_kernels.pipeline`, which hands GPU scans to it.
 """
 
 from __future__ import annotations
@@ -12,24 +15,26 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import cupy
-import cupyx
 import numpy as np
 
 from gpu_kernels.backend import DeviceOutOfMemory
-from gpu_kernels.cupy_backend import stage_results
-from gpu_kernels.pipeline import DeviceParts, Work
+from gpu_kernels.cupy_backend import CupyBackend
+
+DeviceParts = dict[int, tuple[np.ndarray, Any]]  # id(host array) -> (host array, its device copy)
+Work = Callable[[Any, DeviceParts | None], Any]  # work(job, its parts on the device, or None on the CPU)
 
 
 def device_map(
+    backend: CupyBackend,
     jobs: Sequence[Any],
     work: Work,
     parts_of: Callable[[Any], list[np.ndarray]],
     cancel: threading.Event,
-    memory: int | None = None,
 ) -> Iterator[Any]:
     """work(job, its parts on the device) for every job, over every device, results in job order;
-    the scans on a device use `memory` bytes of it together (None: DEVICE_MEMORY_FRACTION of it)."""
+    the scans on a device use `backend.device_memory` bytes of it together (None:
+    DEVICE_MEMORY_FRACTION of it)."""
+    cupy = backend.xp
     devices = cupy.cuda.runtime.getDeviceCount()
     shares = [list(range(d, len(jobs), devices)) for d in range(devices)]
     results: dict[int, Any] = {}
@@ -39,14 +44,14 @@ def device_map(
     def device_worker(device: int) -> None:
         try:
             with cupy.cuda.Device(device):
-                lane = _DeviceLane(memory)
+                lane = _DeviceLane(backend)
                 for index, result in lane.run([jobs[i] for i in shares[device]], work, parts_of, cancel):
                     with ready:
                         results[shares[device][index]] = result
                         ready.notify_all()
         except BaseException as e:  # surfaced to the consumer below
             if isinstance(e, cupy.cuda.memory.OutOfMemoryError):
-                e = _out_of_memory(device, memory, e)
+                e = _out_of_memory(backend, device, e)
             with ready:
                 errors.append(e)
                 ready.notify_all()
@@ -75,22 +80,22 @@ class _Areas:
     the budget (by default DEVICE_MEMORY_FRACTION of its memory), and one that needs more than is
     left fails alone."""
 
-    def __init__(self, memory: int | None) -> None:
-        self.size = _area_size(memory)
+    def __init__(self, cupy: Any, memory: int | None) -> None:
+        self.size = _area_size(cupy, memory)
         self.input, self.decoded, self.result = (cupy.cuda.MemoryPool() for _ in range(3))
         for pool in (self.input, self.decoded, self.result):
             pool.set_limit(size=self.size)
 
     @classmethod
-    def of_current_device(cls, memory: int | None) -> _Areas:
-        key = (cupy.cuda.runtime.getDevice(), memory)
-        with _AREAS_LOCK:
-            if key not in _AREAS:
-                _AREAS[key] = cls(memory)
-            return _AREAS[key]
+    def of_current_device(cls, backend: CupyBackend) -> _Areas:
+        key = (backend.xp.cuda.runtime.getDevice(), backend.device_memory)
+        with backend.areas_lock:
+            if key not in backend.areas:
+                backend.areas[key] = cls(backend.xp, backend.device_memory)
+            return backend.areas[key]
 
 
-def _area_size(memory: int | None) -> int:
+def _area_size(cupy: Any, memory: int | None) -> int:
     """Bytes of each of the current device's three areas under a budget of `memory` (None: the
     default share of the device)."""
     if memory is None:
@@ -101,19 +106,17 @@ def _area_size(memory: int | None) -> int:
 def block_budget(memory: int | None, scans: int) -> int:
     """BS of seed 004's rule (RC = BS / RS) on this machine's GPUs: the decoded-data area of the
     smallest, over the `scans` that may decode a block on it at once."""
+    import cupy  # the gpu extra: asked only where CuPy finds a device
+
     sizes = []
     for device in range(cupy.cuda.runtime.getDeviceCount()):
         with cupy.cuda.Device(device):
-            sizes.append(_area_size(memory))
+            sizes.append(_area_size(cupy, memory))
     return min(sizes) // max(1, scans)
 
 
-_AREAS: dict[tuple[int, int | None], _Areas] = {}  # (device, budget) -> its areas
-_AREAS_LOCK = threading.Lock()
-
-
-def _out_of_memory(device: int, memory: int | None, error: BaseException) -> DeviceOutOfMemory:
-    areas = _AREAS.get((device, memory))
+def _out_of_memory(backend: CupyBackend, device: int, error: BaseException) -> DeviceOutOfMemory:
+    areas = backend.areas.get((device, backend.device_memory))
     area = f" of {areas.size:,} bytes" if areas else ""
     return DeviceOutOfMemory(
         f"GPU {device} has no room left in a memory area{area} for this scan ({error}): fewer scans at once "
@@ -124,19 +127,21 @@ def _out_of_memory(device: int, memory: int | None, error: BaseException) -> Dev
 class _DeviceLane:
     """One GPU: its three memory areas and two streams, block i+1 copied in while block i runs."""
 
-    def __init__(self, memory: int | None) -> None:
-        self.areas = _Areas.of_current_device(memory)
-        self.copy_stream = cupy.cuda.Stream(non_blocking=True)
-        self.compute_stream = cupy.cuda.Stream(non_blocking=True)
+    def __init__(self, backend: CupyBackend) -> None:
+        self.backend, self.cupy = backend, backend.xp
+        self.areas = _Areas.of_current_device(backend)
+        self.copy_stream = self.cupy.cuda.Stream(non_blocking=True)
+        self.compute_stream = self.cupy.cuda.Stream(non_blocking=True)
 
     def _upload(self, parts: list[np.ndarray]) -> tuple[DeviceParts, Any, list[np.ndarray]]:
         """A block's parts copied in on the copy stream: the device arrays, the event after the
         copies, and the pinned host buffers, which must live until the copies are done."""
+        cupy = self.cupy
         uploaded: DeviceParts = {}
         staged = []
         with cupy.cuda.using_allocator(self.areas.input.malloc), self.copy_stream:
             for host in parts:
-                pinned = cupyx.empty_pinned(host.shape, host.dtype)
+                pinned = self.backend.cupyx.empty_pinned(host.shape, host.dtype)
                 pinned[...] = host
                 device = cupy.empty(host.shape, host.dtype)
                 device.set(pinned, stream=self.copy_stream)
@@ -148,7 +153,7 @@ class _DeviceLane:
     def run(self, jobs, work, parts_of, cancel) -> Iterator[tuple[int, Any]]:
         if not jobs:
             return
-        stage_results(self.areas.result, self.copy_stream)
+        self.backend.stage_results(self.areas.result, self.copy_stream)
         upcoming = self._upload(parts_of(jobs[0]))
         try:
             for index, job in enumerate(jobs):
@@ -158,7 +163,7 @@ class _DeviceLane:
                 if index + 1 < len(jobs):
                     upcoming = self._upload(parts_of(jobs[index + 1]))  # overlaps with this block's work
                 self.compute_stream.wait_event(copied)
-                with cupy.cuda.using_allocator(self.areas.decoded.malloc), self.compute_stream:
+                with self.cupy.cuda.using_allocator(self.areas.decoded.malloc), self.compute_stream:
                     result = work(job, parts)
                 self.compute_stream.synchronize()  # after the copies it waited for: their buffers may go
                 del parts, staged

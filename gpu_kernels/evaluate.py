@@ -21,9 +21,10 @@ import pyarrow as pa
 
 from gpu_kernels import expr as E
 from gpu_kernels.backend import Array
+from gpu_kernels.column_types import Kind
 from gpu_kernels.decoding import BlockDecoder
 from gpu_kernels.encodings import Dictionary, RunLength
-from gpu_kernels.expr import Call, Col, Kind, Lit, Type
+from gpu_kernels.expr import Call, Col, Lit, Type
 from gpu_kernels.selection import Selection
 from gpu_kernels.value_predicates import (
     ValuePredicate,

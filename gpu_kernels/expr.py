@@ -14,29 +14,16 @@ import datetime as dt
 import decimal
 import functools
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from gpu_kernels.column_types import parse_type
+from gpu_kernels.column_types import Kind, kind_of, parse_type
 
 
 class ExprError(ValueError):
     """The expression is malformed or mistyped; the message names the problem."""
-
-
-class Kind(Enum):
-    INT = "int"
-    DEC = "decimal"
-    FLOAT = "float"
-    DATE = "date"
-    TS = "timestamp"
-    BOOL = "bool"
-    STR = "string"
-    INTERVAL = "interval"
-    NULL = "null"
 
 
 @dataclass(frozen=True)
@@ -112,21 +99,14 @@ INTERVALS = {"interval_day": 0, "interval_month": 1, "interval_year": 12}
 @functools.cache
 def arrow_kind(t: pa.DataType) -> Type:
     """The expression type of a column of Arrow type `t`."""
-    if pa.types.is_boolean(t):
-        return Type(Kind.BOOL)
-    if pa.types.is_integer(t):
-        return Type(Kind.INT)
-    if pa.types.is_decimal(t):
-        return Type(Kind.DEC, t.scale)
-    if pa.types.is_floating(t):
-        return Type(Kind.FLOAT)
-    if pa.types.is_date32(t):
-        return Type(Kind.DATE)
-    if pa.types.is_timestamp(t):
-        return Type(Kind.TS, unit=t.unit)
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return Type(Kind.STR)
-    raise ExprError(f"columns of type {t} cannot be used in expressions")
+    kind = kind_of(t)
+    if kind is None:
+        raise ExprError(f"columns of type {t} cannot be used in expressions")
+    if kind is Kind.DEC:
+        return Type(kind, t.scale)
+    if kind is Kind.TS:
+        return Type(kind, unit=t.unit)
+    return Type(kind)
 
 
 def _literal(value: Any, type_name: str | None) -> Lit:

@@ -31,12 +31,12 @@ import pyarrow.compute as pc
 
 from gpu_kernels import expr as E
 from gpu_kernels.aggregate import AggSpec, NamedExpr
-from gpu_kernels.column_types import from_domain
+from gpu_kernels.column_types import Kind, from_domain
 from gpu_kernels.cuda_kernels import cuda_source
 from gpu_kernels.decoding import encoding_bound
 from gpu_kernels.encoded_block import EncodedBlock, EncodedColumn
 from gpu_kernels.encodings import BitPacked, Dictionary, Encoding, Plain, RunLength
-from gpu_kernels.expr import Call, Col, Kind, Lit, Type
+from gpu_kernels.expr import Call, Col, Lit, Type
 from gpu_kernels.vectors import INT64_MAX, OverflowInExpression, literal_domain
 
 MAX_GROUPS = 1024  # past this many possible groups the accumulators outgrow a CUDA block's share

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpu_kernels.backend import Array, NumpyBackend
-from gpu_kernels.expr import Kind
+from gpu_kernels.column_types import Kind
 from gpu_kernels.placement_hash import bucket_ids, string_hashes
 from gpu_kernels.vectors import Vec, compact_strings
 

@@ -1,8 +1,8 @@
 """Running the per-block operator over a scan's blocks.
 
 On the CPU, blocks are processed in order, on one thread until the scan has run for
-`SPREAD_AFTER_S`, then on `threads` worker threads. On GPUs, the block pipeline of seed 004
-(`gpu_kernels.device_pipeline`). Either way results come in the blocks' order.
+`SPREAD_AFTER_S`, then on `threads` worker threads. On GPUs, the block pipeline of seed 004, its
+device part (`gpu_kernels.device_pipeline`). Either way results come in the blocks' order.
 """
 
 from __future__ import annotations
@@ -11,19 +11,18 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
 from gpu_kernels.backend import NumpyBackend
+from gpu_kernels.device_pipeline import Work, device_map
 from gpu_kernels.encoded_block import EncodedBlock
 from gpu_kernels.encodings import BitPacked, DeltaRunLength, Dictionary, Encoding, Plain, RunLength
 
 Job = TypeVar("Job")
 Result = TypeVar("Result")
 SPREAD_AFTER_S = 0.05  # a CPU scan still running after this long goes on with `threads` threads
-DeviceParts = dict[int, tuple[np.ndarray, Any]]
-Work = Callable[[Any, DeviceParts | None], Any]
 
 
 def host_parts(encoding: Encoding) -> list[np.ndarray]:
@@ -57,9 +56,7 @@ class BlockPipeline:
     ) -> Iterator[Result]:
         """work(job, prefetched device parts or None) for every job, results in job order."""
         if self.backend.name == "cupy":
-            from gpu_kernels.device_pipeline import device_map
-
-            yield from device_map(jobs, work, parts_of, cancel, self.backend.device_memory)
+            yield from device_map(self.backend, jobs, work, parts_of, cancel)
             return
         # a short scan stays on one thread (a pool costs it more than it saves); a long one spreads
         started = time.perf_counter()

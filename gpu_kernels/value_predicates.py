@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from gpu_kernels import expr as E
 from gpu_kernels.backend import Array, NumpyBackend
-from gpu_kernels.expr import Kind
+from gpu_kernels.column_types import Kind
 from gpu_kernels.vectors import EPOCH
 
 ValuePredicate = Callable[[Any], Any]  # values (device array or host Arrow strings) -> bool mask

@@ -17,7 +17,8 @@ import pyarrow.compute as pc
 
 from gpu_kernels import expr as E
 from gpu_kernels.backend import Array, NumpyBackend
-from gpu_kernels.expr import Kind, Type
+from gpu_kernels.column_types import Kind
+from gpu_kernels.expr import Type
 from gpu_kernels.value_predicates import ARROW_COMPARE, COMPARE, string_predicate
 from gpu_kernels.vectors import (
     INT64_MAX,

@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpu_kernels.backend import Array, NumpyBackend
-from gpu_kernels.column_types import from_domain, to_domain
-from gpu_kernels.expr import ExprError, Kind, Lit, Type, arrow_kind
+from gpu_kernels.column_types import Kind, from_domain, to_domain
+from gpu_kernels.expr import ExprError, Lit, Type, arrow_kind
 
 EPOCH = dt.date(1970, 1, 1)
 INT64_MAX = (1 << 63) - 1

@@ -40,6 +40,7 @@ import duckdb
 import pyarrow as pa
 
 from gateway.config import parse_size
+from gpu_kernels import block_budget as device_rule
 from gpu_kernels import block_parts, cuda_available, final_aggregate, get_backend
 from loadtests import gpu_timing, kernel_checks
 from loadtests.bench_scan import QUERIES, decoded_bytes
@@ -145,8 +146,6 @@ def timed_run(
     if block_budget is None and small:
         block_budget = LoadOptions().block_budget
     elif block_budget is None:
-        from gpu_kernels.device_pipeline import block_budget as device_rule
-
         block_budget = device_rule(None, os.cpu_count() or 1)
     figures: dict[str, Any] = {
         "benchmark": "gpu",

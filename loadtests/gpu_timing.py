@@ -12,10 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu_kernels import bitpack, get_backend
-from gpu_kernels.expr import Kind, Type
-from gpu_kernels.partition import partition
-from gpu_kernels.vectors import Vec
+from gpu_kernels import Kind, Type, Vec, bitpack, get_backend, partition
 
 WARM_UP = 2
 

@@ -15,14 +15,32 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from gpu_kernels import bitpack, final_aggregate, fused_scan, get_backend
-from gpu_kernels.aggregate import AggSpec, NamedExpr
-from gpu_kernels.decoding import ScanStats
-from gpu_kernels.encoded_block import EncodedBlock, EncodedColumn
-from gpu_kernels.encodings import BitPacked, Dictionary, Plain, RunLength, narrow_int
-from gpu_kernels.expr import Call, Col, Kind, Lit, Type, arrow_kind, check
-from gpu_kernels.operators import BlockTask, run_block
-from gpu_kernels.vectors import arrow_type
+from gpu_kernels import (
+    AggSpec,
+    BitPacked,
+    BlockTask,
+    Call,
+    Col,
+    Dictionary,
+    EncodedBlock,
+    EncodedColumn,
+    Kind,
+    Lit,
+    NamedExpr,
+    Plain,
+    RunLength,
+    ScanStats,
+    Type,
+    arrow_kind,
+    arrow_type,
+    bitpack,
+    expr,
+    final_aggregate,
+    fused_scan,
+    get_backend,
+    narrow_int,
+    run_block,
+)
 
 TYPES = {
     "a": pa.int64(),
@@ -123,7 +141,7 @@ def random_aggregates(rng: np.random.Generator) -> list[AggSpec]:
     for i in range(int(rng.integers(1, 5))):
         func = ["sum", "avg", "min", "max", "count"][rng.integers(5)]
         arg = Col("s") if func in ("min", "max") and rng.random() < 0.3 else ARGUMENTS[rng.integers(len(ARGUMENTS))]
-        t = check(arg, {name: arrow_kind(t) for name, t in TYPES.items()})
+        t = expr.check(arg, {name: arrow_kind(t) for name, t in TYPES.items()})
         specs.append(AggSpec(f"x{i}", func, arg, pa.int64() if func == "count" else arrow_type(t)))
     return specs
 

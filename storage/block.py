@@ -16,11 +16,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpu_kernels import (
-    Domain,
     EncodedBlock,
     EncodedColumn,
+    Kind,
     Plain,
-    domain_of,
     encodings,
     parse_type,
     plain_nbytes,
@@ -97,7 +96,7 @@ def block_from_ipc(buffer: pa.Buffer | bytes) -> EncodedBlock:
 def encode_column(name: str, array: pa.Array, column_type: pa.DataType, options: EncodingOptions) -> ChosenColumn:
     """Encode one column (of `column_type`, possibly in its working type) with the chosen chain."""
     domain_values = to_domain(array)
-    encoding, stats = choose_encoding(domain_values.values, domain_of(column_type), options)
+    encoding, stats = choose_encoding(domain_values.values, column_type, options)
     stats.plain_bytes = plain_nbytes(array, column_type)
     valid = domain_values.valid
     validity = np.packbits(valid, bitorder="little") if valid is not None else None
@@ -149,7 +148,7 @@ def record_size(table: pa.Table, schema: TableSchema) -> int:
     total = 0
     for column in schema.columns:
         max_length = 0
-        if column.domain is Domain.STRING and table.num_rows:
+        if column.kind is Kind.STR and table.num_rows:
             lengths = pc.binary_length(table.column(column.name).cast(pa.string()))
             max_length = pc.max(lengths).as_py() or 0
         total += decoded_width(column.arrow_type, max_length)

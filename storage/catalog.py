@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from gpu_kernels import Domain, UnsupportedTypeError, domain_of, parse_type, type_name
+from gpu_kernels import Kind, UnsupportedTypeError, kind_of, parse_type, type_name
 from storage.errors import SchemaError
 
 TABLE_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -46,8 +46,8 @@ class Column:
         return parse_type(self.type)
 
     @property
-    def domain(self) -> Domain:
-        return domain_of(self.arrow_type)
+    def kind(self) -> Kind | None:
+        return kind_of(self.arrow_type)
 
     def field(self) -> pa.Field:
         return pa.field(self.name, self.arrow_type, nullable=self.nullable)

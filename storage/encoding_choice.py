@@ -13,16 +13,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpu_kernels import Domain, bitpack
-from gpu_kernels.encodings import (
+from gpu_kernels import (
     BitPacked,
     DeltaRunLength,
     Dictionary,
     Encoding,
+    Kind,
     Plain,
     RunLength,
     Values,
     Zstd,
+    bitpack,
+    held_as_int64,
+    kind_of,
     narrow_int,
     nbytes_of,
     run_starts,
@@ -75,13 +78,13 @@ def _value_bytes(values: Values, starts: np.ndarray) -> int:
     return nbytes_of(values.take(pa.array(starts)))
 
 
-def column_stats(values: Values, domain: Domain) -> ColumnStats:
+def column_stats(values: Values, column_type: pa.DataType) -> ColumnStats:
     n = len(values)
     starts = run_starts(values)
     runs = len(starts)
     if n == 0:
         return ColumnStats(rows=0, runs=0, distinct=0, sorted=True)
-    if domain in (Domain.INT, Domain.FLOAT):
+    if held_as_int64(column_type):
         lo, hi = int(values.min()), int(values.max())
         deltas = np.diff(values)
         stats = ColumnStats(
@@ -95,7 +98,7 @@ def column_stats(values: Values, domain: Domain) -> ColumnStats:
             value_width=_int_width(lo, hi),
             delta_runs=1 + len(run_starts(deltas)) if n > 1 else 1,
         )
-        if domain is Domain.FLOAT:  # statistics of the numbers, encodings of their bit patterns
+        if kind_of(column_type) is Kind.FLOAT:  # statistics of the numbers, encodings of their bit patterns
             numbers = values.view(np.float64)
             finite = numbers[~np.isnan(numbers)]
             stats.sorted = bool((numbers[1:] >= numbers[:-1]).all())
@@ -182,14 +185,15 @@ def choose(sizes: dict[str, int]) -> str:
     return min(sizes, key=lambda chain: (sizes[chain], CHAIN_PREFERENCE.index(chain)))
 
 
-def choose_encoding(values: Values, domain: Domain, options: EncodingOptions) -> tuple[Encoding, ColumnStats]:
-    """Encode one column of a block with the smallest chain; return it with its statistics."""
-    stats = column_stats(values, domain)
-    if domain is Domain.OTHER or stats.rows == 0:
+def choose_encoding(values: Values, column_type: pa.DataType, options: EncodingOptions) -> tuple[Encoding, ColumnStats]:
+    """Encode the domain values of one column of a block with the smallest chain; return it with its statistics."""
+    stats = column_stats(values, column_type)
+    integers = held_as_int64(column_type)
+    if stats.rows == 0 or not (integers or kind_of(column_type) is Kind.STR):  # wide decimals: plain
         stats.candidates = {"plain": nbytes_of(values)}
         return Plain(values), stats
     prepared: dict[str, Encoding] = {}  # candidates that had to be encoded to be measured
-    if domain in (Domain.INT, Domain.FLOAT):
+    if integers:
         stats.candidates = _int_candidates(stats)
     else:
         stats.candidates = _string_candidates(values, stats, options, prepared)

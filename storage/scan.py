@@ -23,16 +23,20 @@ from gpu_kernels import (
     BlockEvaluator,
     BlockPipeline,
     BlockTask,
+    Call,
+    Col,
     EncodedBlock,
+    Kind,
+    Lit,
     NumpyBackend,
     ScanStats,
+    Type,
     block_parts,
     exact_fraction,
     final_aggregate,
     fold,
 )
 from gpu_kernels import expr as E
-from gpu_kernels.expr import Call, Col, Kind, Lit, Type
 from storage.block import plain_block
 from storage.blockfile import BlockEntry
 from storage.catalog import TableSchema

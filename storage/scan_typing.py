@@ -14,9 +14,8 @@ from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
-from gpu_kernels import FUNCTIONS, AggSpec, BlockTask, NamedExpr, arrow_type
+from gpu_kernels import FUNCTIONS, AggSpec, BlockTask, Kind, NamedExpr, arrow_type
 from gpu_kernels import expr as E
-from gpu_kernels.expr import Kind
 from storage.catalog import TableSchema
 from storage.scan_protocol import Aggregate, Expr, ScanRequest, ScanRequestError
 from storage.types import working_type

@@ -43,9 +43,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from gpu_kernels import BlockTask, EncodedBlock, NumpyBackend, ScanStats, run_block
+from gpu_kernels import BlockTask, EncodedBlock, Expr, NumpyBackend, ScanStats, run_block
 from gpu_kernels import expr as E
-from gpu_kernels.expr import Expr
 from storage.blockfile import BlockEntry, map_block
 from storage.memory_budget import limit_private_memory
 from storage.scan_protocol import allow_deep_expressions

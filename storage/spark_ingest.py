@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
 
-from gpu_kernels import Domain
+from gpu_kernels import Kind
 from storage import errors
 from storage.block import block_rows
 from storage.catalog import TableSchema
@@ -73,7 +73,7 @@ def tpch_frame(spark: SparkSession, schema: TableSchema, scale_factor: float) ->
 
 def record_size(source: DataFrame, schema: TableSchema) -> int:
     """RS over the whole source: the longest string of each column is found by one Spark job."""
-    strings = [c for c in schema.columns if c.domain is Domain.STRING]
+    strings = [c for c in schema.columns if c.kind is Kind.STR]
     longest = {}
     if strings:
         row = source.agg(*[F.max(F.octet_length(F.col(c.name))).alias(c.name) for c in strings]).first()

@@ -1,4 +1,4 @@
-"""What storage needs to know of a column type beyond its name and domain (`gpu_kernels.column_types`):
+"""What storage needs to know of a column type beyond its name and kind (`gpu_kernels.column_types`):
 the type a column has while it is loaded, and the bytes a value takes once decoded, from which a
 block's row count is sized."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from gpu_kernels import Domain, domain_of
+from gpu_kernels import Kind, kind_of
 
 
 def working_type(t: pa.DataType) -> pa.DataType:
@@ -18,6 +18,6 @@ def decoded_width(t: pa.DataType, max_length: int = 0) -> int:
     """Bytes one value takes once decoded into Arrow (strings: longest value + offset)."""
     if pa.types.is_boolean(t):
         return 1
-    if domain_of(t) is Domain.STRING:
+    if kind_of(t) is Kind.STR:
         return max_length + 4
     return t.byte_width

@@ -1088,21 +1088,19 @@ class _Unmodelled:
 
 
 _STANDIN: StandIn = None  # type: ignore[assignment]
-_DEVICE_MODULES = ("gpu_kernels.cupy_backend", "gpu_kernels.device_pipeline")  # built on whichever CuPy is imported
 
 
 @contextlib.contextmanager
 def installed(devices: int = 1, memory: int = 1 << 30, sanitize: bool = False) -> Iterator[StandIn]:
-    """`import cupy` and `import cupyx` give the stand-in inside the block, and the CuPy backend
-    is built on it; afterwards everything is as it was. Raises what the run broke silently."""
+    """`import cupy` and `import cupyx` give the stand-in inside the block, and a CuPy backend made
+    there is built on it; afterwards everything is as it was. Raises what the run broke silently."""
     global _STANDIN, _REAL_UFUNC_TYPES
     real = surface()
     _REAL_UFUNC_TYPES = tuple({type(v) for v in real["cupy"].values() if type(v).__name__ == "ufunc"})
     saved = {name: sys.modules.pop(name) for name in list(sys.modules) if name.split(".")[0] in ("cupy", "cupyx")}
-    saved_device = {name: sys.modules.pop(name) for name in _DEVICE_MODULES if name in sys.modules}
-    from gpu_kernels import backend as backends
+    from gpu_kernels import backend_choice
 
-    cached = backends._BACKENDS.pop("cupy", None)
+    cached = backend_choice._BACKENDS.pop("cupy", None)
     _STANDIN = standin = StandIn(devices, memory, sanitize)
     sys.modules["cupy"], sys.modules["cupyx"] = standin.module, standin.cupyx
     sys.modules["cupy.cuda"] = standin.module.cuda
@@ -1113,9 +1111,6 @@ def installed(devices: int = 1, memory: int = 1 << 30, sanitize: bool = False) -
         for name in [n for n in sys.modules if n.split(".")[0] in ("cupy", "cupyx")]:
             del sys.modules[name]
         sys.modules.update(saved)
-        for name in _DEVICE_MODULES:
-            sys.modules.pop(name, None)
-        sys.modules.update(saved_device)
-        backends._BACKENDS.pop("cupy", None)
+        backend_choice._BACKENDS.pop("cupy", None)
         if cached is not None:
-            backends._BACKENDS["cupy"] = cached
+            backend_choice._BACKENDS["cupy"] = cached

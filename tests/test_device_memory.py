@@ -66,9 +66,7 @@ def test_a_table_larger_than_the_device_budget_goes_through_block_by_block(store
         else:
             assert pc_sum(partials, "s") == pc_sum(expected, "s") and pc_sum(partials, "n") == 400_000
     if cupy_standin is not None:  # the stand-in records what each area held at most
-        from gpu_kernels.device_pipeline import _AREAS
-
-        [areas] = [a for (_, memory), a in _AREAS.items() if memory == BUDGET]
+        [areas] = [a for (_, memory), a in get_backend("cupy").areas.items() if memory == BUDGET]
         assert 0 < max(pool.peak for pool in (areas.input, areas.decoded, areas.result)) <= areas.size == BUDGET // 3
 
 

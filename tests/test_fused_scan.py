@@ -16,11 +16,12 @@ import pytest
 
 from gpu_kernels import fused_scan, get_backend
 from gpu_kernels.aggregate import AggSpec, NamedExpr
+from gpu_kernels.column_types import Kind
 from gpu_kernels.cuda_kernels import ARCHES
 from gpu_kernels.decoding import ScanStats
 from gpu_kernels.encoded_block import EncodedBlock, EncodedColumn
 from gpu_kernels.encodings import BitPacked, Plain, RunLength
-from gpu_kernels.expr import Call, Col, Kind, Lit, Type
+from gpu_kernels.expr import Call, Col, Lit, Type
 from gpu_kernels.operators import BlockTask, run_block
 from loadtests.kernel_checks import (
     ARGUMENTS,
