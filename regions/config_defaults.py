@@ -63,7 +63,7 @@ def _doc(option: Field) -> str:
 def _default(option: Field) -> Any:
     if option.default is not MISSING:
         return option.default
-    return option.default_factory()  # type: ignore[misc]
+    return option.default_factory()
 
 
 def _option(option: Field, hint: Any) -> list[str]:
