@@ -4,18 +4,20 @@ experiments reproduced on one machine. `time_scale` is real seconds per simulate
 (0.001: a simulated minute lasts 60 ms).
 
 The built-in query types are the 14 read-only TPC-H queries with the mean MySQL times of seed
-004 Table 5.5 (5, 10 and 15 GB) and the row counts of their TPC-H answers.
+004 Table 5.5 (5, 10 and 15 GB) and the row counts of their TPC-H answers; `SimulationConfig`, the
+configuration's `[simulation]` section, replaces them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from balancer.packets import Answer, Request, arrow_payload
+from storage import ConfigError
 
 # seed 004, Table 5.5: mean execution time of TPC-H queries 1..14 in MySQL, seconds
 TABLE_5_5: dict[int, list[float]] = {
@@ -47,6 +49,35 @@ def table_5_5(size_gb: int = 5) -> dict[str, QueryType]:
         raise ValueError(f"Table 5.5 has times for 5, 10 and 15 GB, not {size_gb}")
     volumes = TABLE_5_6[size_gb]
     return {f"q{i + 1}": QueryType(t, ANSWER_ROWS[i], volumes[i]) for i, t in enumerate(TABLE_5_5[size_gb])}
+
+
+@dataclass
+class SimulationConfig:
+    """The query types simulated nodes play (seed 004 §4.1), and how fast their time runs.
+
+    A statement's tag names its query type; a type's volume is its V_σ, what balancing between regions weighs."""
+
+    time_scale: float = field(default=0.001, metadata={"doc": "real seconds per simulated second"})
+    size_gb: int = field(
+        default=5, metadata={"doc": "which column of seed 004 Table 5.5 gives the 14 query times: 5, 10 or 15"}
+    )
+    queries: dict[str, dict[str, float]] = field(
+        default_factory=dict,
+        metadata={
+            "doc": "query types by tag instead of Table 5.5: { q1 = { seconds = 12.5, rows = 4, volume = 3.2 } }"
+        },
+    )
+
+    def query_types(self) -> dict[str, QueryType]:
+        if not self.queries:
+            return table_5_5(self.size_gb)
+        try:
+            return {
+                tag: QueryType(float(q["seconds"]), int(q.get("rows", 1)), float(q.get("volume", 1.0)))
+                for tag, q in self.queries.items()
+            }
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"[simulation.queries] needs seconds (and rows, volume) per query type: {e}") from None
 
 
 def random_answer(rows: int, seed: int) -> pa.Table:

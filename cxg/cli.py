@@ -7,11 +7,22 @@ import argparse
 import sys
 from pathlib import Path
 
-from cxg import client_commands, demo, load, redistribute, serve, simulate, spark_commands, storage_commands
-from gateway import ConfigError, GatewayError, load_config
+from cxg import (
+    client_commands,
+    config_commands,
+    demo,
+    load,
+    redistribute,
+    serve,
+    simulate,
+    spark_commands,
+    storage_commands,
+)
+from gateway import GatewayError
 from gpu_kernels import BackendUnavailable
 from loadtests import cli as loadtest_cli
-from storage import StorageError
+from regions import load_config
+from storage import ConfigError, StorageError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     storage_commands.register(sub)
     simulate.register(sub)
     spark_commands.register(sub)
+    config_commands.register(sub)
     return parser
 
 

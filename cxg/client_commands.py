@@ -13,7 +13,8 @@ import pyarrow.csv as pacsv
 from rich.table import Table as RichTable
 
 from cxg.console import console
-from gateway import Client, Config, GatewayError, json_rows
+from gateway import Client, GatewayError, json_rows
+from regions import Config
 
 
 def client_of(config: Config, url: str | None = None, token: str | None = None) -> Client:

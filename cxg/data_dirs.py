@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from gateway import Config
+from regions import Config
 from storage import Store
 
 

@@ -24,9 +24,9 @@ from cxg.console import console
 from cxg.data_dirs import add_data_option, stores_of
 from cxg.load import load_options, load_tpch
 from cxg.storage_commands import cmd_tables, render_summary
-from gateway import Client, Config, load_config
+from gateway import Client
 from loadtests import Scenario, Simulator, Target, query, report, run_load, summarize, tpch_list, write_logs
-from regions import LocalRegion, interrupt_on_sigterm, stop_all
+from regions import Config, LocalRegion, interrupt_on_sigterm, load_config, stop_all
 from storage import summarize as storage_summary
 
 PARAMETERIZED = (

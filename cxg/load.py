@@ -26,12 +26,12 @@ from sqlalchemy.engine import make_url
 from cxg.client_commands import client_of
 from cxg.console import console
 from cxg.data_dirs import add_data_option, stores_of
-from gateway import Config, ConfigError, parse_size
 from gpu_kernels import block_budget, cuda_available
-from regions import check_master, spark_session
+from regions import Config, check_master, spark_session
 from regions.redistribution import SERVED_TIMEOUT_S, RegionView
 from storage import (
     Column,
+    ConfigError,
     EncodingOptions,
     LoadOptions,
     Placement,
@@ -41,6 +41,7 @@ from storage import (
     TableSchema,
     load_mysql,
     load_table,
+    parse_size,
     spark_load,
     tpch,
     tpch_frame,
@@ -144,14 +145,14 @@ def load_jobs(
     the configured Spark) or in this process ("local"); with `region`, into its running nodes
     instead, as a Spark job whose executors upload the blocks, each table done once the region's
     gateway serves it."""
-    if region is None and engine == "spark" and not config.spark.settings().local:
+    if region is None and engine == "spark" and not config.spark.local:
         raise ConfigError(
             f"a Spark cluster ({config.spark.master}) cannot write into this host's data directories: "
             "load into the running region with --live"
         )
     targets = sorted(region.nodes.values()) if region else [str(s.root) for s in stores]
     if engine == "spark":
-        check_master(config.spark.settings())
+        check_master(config.spark)
     done = []
     columns = (
         TextColumn("[bold]{task.description:<10}"),
@@ -163,7 +164,7 @@ def load_jobs(
     spark = None
     if engine == "spark":
         with console.status(f"starting Spark ({config.spark.master}) for the ingest pipeline"):
-            spark = spark_session(config.spark.settings())
+            spark = spark_session(config.spark)
     with Progress(*columns, console=console) as progress:
         for schema, source in jobs:
             task = progress.add_task(schema.name, total=None)

@@ -13,8 +13,7 @@ from rich.table import Table as RichTable
 from cxg.client_commands import client_of
 from cxg.console import console
 from cxg.load import load_options, spark_tasks
-from gateway import Config, ConfigError, load_config
-from regions import spark_session
+from regions import Config, load_config, spark_session
 from regions.redistribution import (
     RegionView,
     measure,
@@ -25,7 +24,7 @@ from regions.redistribution import (
     run,
     wait_served,
 )
-from storage import TableMove, row_costs
+from storage import ConfigError, TableMove, row_costs
 
 
 def _view(config: Config, name: str) -> RegionView:
@@ -90,7 +89,7 @@ def cmd_redistribute(args: argparse.Namespace, config: Config) -> int:
         return 0
     options = load_options(config)
     with console.status(f"starting Spark ({config.spark.master}) for the move"):
-        spark = spark_session(config.spark.settings())
+        spark = spark_session(config.spark)
     columns = (TextColumn("[bold]{task.description:<10}"), BarColumn(), MofNCompleteColumn(), TextColumn("Spark tasks"))
     with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
         for move in moves:

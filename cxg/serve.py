@@ -23,13 +23,22 @@ from balancer.native_backend import NativeBackend
 from balancer.simulation import SimulationBackend
 from cxg.client_commands import show_status
 from cxg.console import console
-from gateway import Client, Config, ConfigError, Gateway, SparkFactory, load_config, parse_size, reachable
+from gateway import Client, SparkFactory, reachable
 from gpu_kernels import get_backend
-from regions import LocalRegion, check_master, interrupt_on_sigterm, node_memory_budget, session_factory
+from regions import (
+    Config,
+    LocalRegion,
+    check_master,
+    gateway_app,
+    interrupt_on_sigterm,
+    load_config,
+    node_memory_budget,
+    region_gateway,
+    session_factory,
+)
 from regions.central_balancer import CentralBalancer
-from regions.interregional import gateway_app
 from regions.memory_budgets import NODE_SHARES
-from storage import Node, Store, limit_private_memory
+from storage import ConfigError, Node, Store, limit_private_memory, parse_size
 
 log = logging.getLogger("cxg.gateway")
 
@@ -63,9 +72,9 @@ def cmd_gateway(args: argparse.Namespace, config: Config) -> int:
     g = config.gateway
     tls = g.server_tls()
     if config.region.backend == "native":
-        check_master(config.spark.settings())
-    spark = session_factory(config.spark.settings(), f"region-{g.region}")
-    gateway = Gateway(config, spark)
+        check_master(config.spark)
+    spark = session_factory(config.spark, f"region-{g.region}")
+    gateway = region_gateway(config, spark)
     auth = f"{len(g.tokens)} token(s)" if g.tokens else "no authentication"
     print(
         f"gateway: {g.url}, region {g.region} ({config.region.backend} nodes), {auth}",
@@ -74,7 +83,7 @@ def cmd_gateway(args: argparse.Namespace, config: Config) -> int:
     if config.region.backend == "native" and config.spark.warm_up:
         warm_spark(spark, config.spark.master)
     drain = functools.partial(gateway.leave, g.drain_timeout)
-    asyncio.run(serve(gateway_app(gateway), g.host, g.port, tls=tls, drain=drain))
+    asyncio.run(serve(gateway_app(config, gateway), g.host, g.port, tls=tls, drain=drain))
     return 0
 
 

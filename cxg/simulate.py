@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from gateway import Config
 from loadtests import bench_regions
+from regions import Config
 
 
 def register(sub: argparse._SubParsersAction) -> None:

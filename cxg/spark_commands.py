@@ -8,8 +8,9 @@ import argparse
 import os
 import socket
 
-from gateway import Config, ConfigError
+from regions import Config
 from regions.standalone import MASTER, WORKER, master_args, role_command, role_environment, worker_args
+from storage import ConfigError
 
 
 def _exec(command: list[str]) -> int:

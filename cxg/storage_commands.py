@@ -9,9 +9,8 @@ from rich.table import Table as RichTable
 
 from cxg.console import console
 from cxg.data_dirs import add_data_option, stores_of
-from gateway import Config
-from gateway.config import format_size
-from storage import CHAIN_PREFERENCE, TableSummary, summarize
+from regions import Config
+from storage import CHAIN_PREFERENCE, TableSummary, format_size, summarize
 
 
 def render_summary(summary: TableSummary) -> RichTable:

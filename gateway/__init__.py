@@ -7,8 +7,9 @@ nor Spark nor the kernels:
 - `dbapi`: the DB-API 2.0 driver (`dbapi.connect(url)`);
 - `sqlalchemy_dialect`: `create_engine("cxg://host:port")`;
 - `Client`: the small HTTP client both of them use;
-- `Gateway`: the composition root of the service, and `Config` with `load_config`: its
-  configuration.
+- `Gateway`: the composition root of the service, built from its sections of the configuration
+  (`GatewayConfig`, `SparkSettings`); the whole file is read on the regions floor
+  (`regions.load_config`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import lazy_loader
 _FACE: dict[str, tuple[str, ...]] = {
     "background": ("free_port",),
     "client": ("Client", "GatewayError"),
-    "config": ("Config", "ConfigError", "SparkFactory", "SparkSettings", "load_config", "parse_size", "reachable"),
+    "config": ("GatewayConfig", "SparkFactory", "SparkSettings", "TokenConfig", "reachable"),
     "results": ("json_rows",),
     "server": ("Gateway",),
 }

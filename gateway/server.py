@@ -28,7 +28,7 @@ from aiohttp import web
 
 from balancer import Journal, RegionBalancer, settled
 from gateway.auth import Auth
-from gateway.config import Config, SparkFactory
+from gateway.config import GatewayConfig, SparkFactory, SparkSettings
 from gateway.errors import error_middleware
 from gateway.executors import Executor, NativeExecutor, PassThroughExecutor
 from gateway.handlers.region import RegionHandlers
@@ -43,37 +43,48 @@ log = logging.getLogger("cxg.gateway")
 
 
 class Gateway:
-    """The region's front door. `spark` is the region's Spark session factory, handed in by
-    whoever composes the region (joins fail without one)."""
+    """The region's front door, built from its own sections of the configuration (`settings`, the
+    region's `spark_settings`) and what the region's composer decides for it: `spark`, the region's
+    Spark session factory (joins fail without one), the `backend` of its nodes, whether the balancer
+    dispatches `free_slot_first`, and the region's `name` in a file of several."""
 
-    def __init__(self, config: Config, spark: SparkFactory | None = None):
-        self.config = config
-        g = config.gateway
+    def __init__(
+        self,
+        settings: GatewayConfig,
+        spark_settings: SparkSettings,
+        spark: SparkFactory | None = None,
+        *,
+        backend: str = "native",
+        free_slot_first: bool = False,
+        name: str = "",
+    ):
+        self.settings = g = settings
+        self.backend = backend
         self.balancer = RegionBalancer(
             g.region,
             g.max_queue,
             g.cluster_token or None,
             Journal(g.log_dir or None, "balancer", f"region-{g.region}", g.log_format),
-            backend=config.region.backend,
-            free_slot_first=config.region.dispatch == "free-slot-first",
+            backend=backend,
+            free_slot_first=free_slot_first,
         )
         self.executor: Executor
-        if config.region.backend == "native":
-            self.executor = NativeExecutor(self.balancer, config.spark.settings(), spark)
+        if backend == "native":
+            self.executor = NativeExecutor(self.balancer, spark_settings, spark)
         else:
-            self.executor = PassThroughExecutor(self.balancer, config.region.backend)
+            self.executor = PassThroughExecutor(self.balancer, backend)
         self.auth = Auth(g.tokens, g.cluster_token)
         self.statements = Statements(g.result_ttl, memory=g.result_memory)
         self.metrics = Metrics(self.balancer, self.statements)
-        self.region = config.name or f"region-{g.region}"
+        self.region = name or f"region-{g.region}"
         self.lifecycle = StatementLifecycle(g, self.balancer, self.executor, self.statements, self.metrics, self.region)
         self._watcher: asyncio.Task | None = None
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[error_middleware], client_max_size=MAX_REQUEST)
         handlers = (
-            StatementHandlers(self.config.gateway, self.auth, self.statements, self.lifecycle),
-            RegionHandlers(self.config.region.backend, self.auth, self.balancer, self.executor, self.statements),
+            StatementHandlers(self.settings, self.auth, self.statements, self.lifecycle),
+            RegionHandlers(self.backend, self.auth, self.balancer, self.executor, self.statements),
             ServiceHandlers(self.balancer, self.metrics, self.executor),
         )
         for group in handlers:

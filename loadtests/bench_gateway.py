@@ -32,11 +32,11 @@ import pymysql
 from aiohttp import web
 from hdrh.histogram import HdrHistogram
 
-from gateway import Client, GatewayError, free_port, load_config
+from gateway import Client, GatewayError, free_port
 from loadtests.common import console, print_table, write_json
 from loadtests.mariadb_server import MariaDB, available
 from loadtests.performsys import TABLE_4_1, Setup, run_setup
-from regions import LocalRegion
+from regions import LocalRegion, load_config
 from storage import create_database
 
 Request = Callable[[aiohttp.ClientSession], Awaitable[None]]

@@ -39,13 +39,12 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from gateway.config import parse_size
 from gpu_kernels import block_budget as device_rule
 from gpu_kernels import block_parts, cuda_available, final_aggregate, get_backend
 from loadtests import gpu_timing, kernel_checks
 from loadtests.bench_scan import QUERIES, decoded_bytes
 from loadtests.common import console, machine, print_table, write_json
-from storage import LoadOptions, Store, TableCache, load_table, read_parquet, scan_table, tpch
+from storage import LoadOptions, Store, TableCache, load_table, parse_size, read_parquet, scan_table, tpch
 
 
 def _scan(cache: TableCache, backend: Any, request: dict, keys: list[str]) -> tuple[pa.Table, int]:

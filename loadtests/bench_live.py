@@ -26,7 +26,7 @@ from typing import Any
 
 import sqlglot
 
-from gateway import Client, load_config
+from gateway import Client
 from loadtests.cli import report, run_load
 from loadtests.common import console, print_table, write_json
 from loadtests.logs import write_logs
@@ -34,7 +34,7 @@ from loadtests.mariadb_server import MariaDB, available
 from loadtests.measures import Summary, summarize
 from loadtests.scenario import Query, Scenario, tpch_list
 from loadtests.simulator import Simulator, Target
-from regions import LocalRegion
+from regions import LocalRegion, load_config
 from storage import Store, load_mysql, load_table, read_parquet, tpch
 
 

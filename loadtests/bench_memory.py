@@ -24,10 +24,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gateway import Client, GatewayError, load_config
+from gateway import Client, GatewayError
 from loadtests.common import console, parser, print_table, write_json
 from loadtests.tpch_queries import all_queries
-from regions import LocalRegion, machine_memory
+from regions import LocalRegion, load_config, machine_memory
 
 GIB = 2**30
 

@@ -33,10 +33,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gateway import Client, SparkSettings, load_config
+from gateway import Client, SparkSettings
 from loadtests import faults
 from loadtests.common import console, print_table, write_json
-from regions import LocalRegion, spark_session
+from regions import LocalRegion, load_config, spark_session
 from regions.redistribution import RegionView, measure, plan_rebalance, run, wait_served
 from storage import LoadOptions, Placement, Store, TableSchema, load_table
 

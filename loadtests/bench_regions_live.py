@@ -43,11 +43,11 @@ import aiohttp
 import duckdb
 
 from balancer.simulation import TABLE_5_5, TABLE_5_6
-from gateway import free_port, load_config
+from gateway import free_port
 from loadtests import faults, netns
 from loadtests.bench_regions import TABLE_5_7, plot_hourly
 from loadtests.common import console, print_table, write_json
-from regions import LocalRegion
+from regions import LocalRegion, load_config
 from regions.balancing import METHODS
 from regions.balancing import method as balancing_method
 from regions.cross_simulation import DAY, HOUR, Experiment, simulate

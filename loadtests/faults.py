@@ -33,9 +33,9 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from gateway import Client, GatewayError, load_config
+from gateway import Client, GatewayError
 from loadtests.common import console
-from regions import LocalRegion
+from regions import LocalRegion, load_config
 from storage import Placement, Store, TableSchema, load_table, read_parquet, tpch
 
 TABLES = ("lineitem", "orders", "customer", "nation")

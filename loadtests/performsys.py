@@ -15,11 +15,10 @@ import asyncio
 from dataclasses import dataclass
 
 from balancer.simulation import table_5_5
-from gateway import load_config
 from loadtests.measures import Summary, counted, summarize
 from loadtests.scenario import Query, Scenario
 from loadtests.simulator import Run, Simulator, Target
-from regions import LocalRegion
+from regions import LocalRegion, load_config
 
 # seed 004 Table 4.1: nodes -> (M, T, σ) in minutes
 TABLE_4_1 = {

@@ -19,8 +19,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gateway.config import BALANCING_METHODS, BALANCING_WEIGHTS
-
 
 @dataclass(slots=True, eq=False)
 class Waiting:
@@ -99,7 +97,7 @@ def weight_per_server(region: RegionQueue, scale: Scale) -> float:
     return region.volume / scale.volume_max * scale.servers_max / region.servers
 
 
-WEIGHTS: dict[str, Weight] = dict(zip(BALANCING_WEIGHTS, (weight_as_printed, weight_per_server), strict=True))
+WEIGHTS: dict[str, Weight] = {"printed": weight_as_printed, "per-server": weight_per_server}
 
 
 @dataclass(frozen=True)
@@ -196,7 +194,7 @@ class IdlePull(NoBalancing):
         return query
 
 
-METHODS = BALANCING_METHODS
+METHODS = ("none", "centralized", "decentralized", "idle-pull")
 
 
 def method(name: str, weight: str = "printed", scale: Scale = PUBLISHED, round_trip: float = 0.0):

@@ -16,8 +16,8 @@ from collections import Counter
 import aiohttp
 from aiohttp import web
 
-from gateway import Config
 from regions.balancing import Centralized, method
+from regions.config import Config
 from regions.interregional import cluster_session, queue_of
 from regions.region_load import LIVE_SCALE, region_queue
 

@@ -14,8 +14,9 @@ from typing import Any
 from aiohttp import web
 
 from balancer import NodeServer, Router
-from gateway import Config, Gateway, free_port
-from regions.interregional import gateway_app
+from gateway import Gateway, free_port
+from regions.config import Config
+from regions.region_gateway import gateway_app, region_gateway
 from regions.spark_session import session_factory
 
 
@@ -55,9 +56,11 @@ class EmbeddedRegion:
     async def _start(self) -> None:
         self._stop = asyncio.Event()
         token = self.config.gateway.cluster_token or None
-        spark = session_factory(self.config.spark.settings(), f"region-{self.config.gateway.region}")
-        self.gateway = Gateway(self.config, spark)
-        await self._serve(gateway_app(self.gateway), self.config.gateway.port, self.config.gateway.server_tls())
+        spark = session_factory(self.config.spark, f"region-{self.config.gateway.region}")
+        self.gateway = region_gateway(self.config, spark)
+        await self._serve(
+            gateway_app(self.config, self.gateway), self.config.gateway.port, self.config.gateway.server_tls()
+        )
         tls = self.config.gateway.client_tls()
         upstream = {node.name: self.url for node in self.nodes}
         for name, members in self.routers.items():

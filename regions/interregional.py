@@ -34,13 +34,14 @@ import pyarrow as pa
 from aiohttp import web
 
 from balancer import arrow_payload, read_payload
-from gateway import Config, Gateway
-from gateway.config import Peer, TokenConfig
+from gateway import Gateway, TokenConfig
 from gateway.errors import ApiError, bad_request
 from gateway.lifecycle import RemoteResult
 from gateway.statements import FAILED, SUCCEEDED, Statement
 from regions.balancing import Decentralized, IdlePull, method
-from regions.region_load import LIVE_SCALE, OverloadWatch, QueueView, region_queue
+from regions.config import Config
+from regions.region_load import LIVE_SCALE, QueueView, region_queue
+from regions.sections import Peer
 
 log = logging.getLogger("cxg.regions")
 FINAL = {400, 403, 404, 410, 413, 422, 504}  # statuses of an outcome the origin answers as is
@@ -438,15 +439,3 @@ def cluster_session(config: Config) -> aiohttp.ClientSession:
     token = config.gateway.cluster_token
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return aiohttp.ClientSession(headers=headers, timeout=aiohttp.ClientTimeout(total=config.balancing.peer_timeout))
-
-
-def gateway_app(gateway: Gateway) -> web.Application:
-    """The gateway's application: its report of overload, and the links to the other regions when it
-    has any."""
-    app = gateway.app()
-    view = QueueView(gateway.config, gateway)
-    region = gateway.config.region
-    OverloadWatch(view, region.overload_weight, region.overload_seconds).install(app, gateway)
-    if gateway.config.regions:
-        InterRegional(gateway.config, gateway).install(app)
-    return app

@@ -23,8 +23,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway import Client, Config, ConfigError, GatewayError, free_port
+from gateway import Client, GatewayError, free_port
+from regions.config import Config
 from regions.memory_budgets import node_memory_budget
+from storage import ConfigError
 
 
 def interrupt_on_sigterm() -> None:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import re
 
-from gateway.config import Config, ConfigError, parse_size
+from regions.config import Config
 from regions.spark_session import driver_memory, machine_memory
-from storage import default_processes
+from storage import ConfigError, default_processes, parse_size
 
 SYSTEM_SHARE = 0.10
 JVM_OVERHEAD = 1.10  # a JVM holds up to this much for each byte of its heap (metaspace, threads, buffers)

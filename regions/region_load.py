@@ -26,8 +26,9 @@ from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily
 
 from balancer.packets import NodeState
-from gateway import Config, Gateway
+from gateway import Gateway
 from regions.balancing import RegionQueue, Scale, Waiting, weight_per_server
+from regions.config import Config
 
 log = logging.getLogger("cxg.regions")
 LIVE_SCALE = Scale(1.0, 1)  # the weights' normalizers change no method's choice: any unit does

@@ -24,14 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway import ConfigError, SparkSettings
+from gateway import SparkSettings
 from regions.executor_package import project_zip
-from storage import CxgDataSource
+from storage import ConfigError, CxgDataSource
 
 _SESSIONS: dict[str, Any] = {}
 _LOCK = threading.Lock()
 
 
+APP_NAME = "cxg"
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")  # errors only: no WARN lines in a command's output
 JVM_THREAD_STACK = "32m"  # Spark parses 300 nested function calls with the default 1 MiB; 800 with this
 # spark.driver_memory "auto": this share of the machine's memory (the driver of a local master runs
@@ -109,7 +110,7 @@ def spark_options(settings: SparkSettings) -> dict[str, str]:
     return {
         "spark.master": master,
         **parallelism,
-        "spark.app.name": settings.app_name,
+        "spark.app.name": APP_NAME,
         "spark.driver.memory": driver_memory(settings.driver_memory),
         # thread stacks for expressions MAX_EXPRESSION_DEPTH deep (Spark's parser recurses per level)
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG} -Xss{JVM_THREAD_STACK}",

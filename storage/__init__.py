@@ -16,6 +16,7 @@ _FACE: dict[str, tuple[str, ...]] = {
     "bucket_balance": ("BucketMove", "balance", "spread"),
     "bucket_load": ("BucketWork", "costs", "row_costs"),
     "catalog": ("Column", "Placement", "TableSchema"),
+    "config": ("DEFAULT_DATA", "ConfigError", "Size", "StorageConfig", "format_size", "parse_size"),
     "encoding_choice": ("CHAIN_PREFERENCE", "EncodingOptions"),
     "errors": (
         "CorruptBlockError",

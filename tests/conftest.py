@@ -121,8 +121,7 @@ def native_gateway(region_stores, region, spark):
     joins run on the test session's Spark."""
     from balancer import NodeServer
     from balancer.native_backend import NativeBackend
-    from gateway import load_config
-    from regions import EmbeddedRegion
+    from regions import EmbeddedRegion, load_config
 
     config = load_config(None, ["gateway.port=0", 'spark.master="local[2]"', 'spark.driver_memory="2g"'])
     nodes = [NodeServer(s.node, NativeBackend(s), 2, region[s.node]) for s in region_stores]

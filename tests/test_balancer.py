@@ -14,8 +14,8 @@ from balancer.downstream import Pool
 from balancer.link import CONNECT_PATH, accept
 from balancer.packets import Answer, Hello, NodeInfo, Request, Status, decode, encode
 from balancer.serving import serve_member
-from gateway import free_port, load_config
-from regions import EmbeddedRegion
+from gateway import free_port
+from regions import EmbeddedRegion, load_config
 from tests.balancing import Gate, on_loop, until
 
 

@@ -15,9 +15,9 @@ import pytest
 from cxg import build_parser, main
 from cxg.data_dirs import stores_of
 from cxg.serve import served_data
-from gateway import ConfigError, free_port, load_config, parse_size
-from regions import LocalRegion
-from storage import Store
+from gateway import free_port
+from regions import LocalRegion, load_config
+from storage import ConfigError, Store, parse_size
 
 CSV = "id,city,amount,day\n1,Zürich,10.50,2024-01-02\n2,,7.25,2024-01-02\n3,東京,,2024-01-03\n"
 
@@ -154,9 +154,9 @@ def test_device_memory_is_auto_or_a_size() -> None:
 
 
 def test_spark_exchange_is_checked_and_reaches_the_settings() -> None:
-    settings = load_config(None, ["spark.exchange=source", "spark.exchange_dir=/shared/x"]).spark.settings()
+    settings = load_config(None, ["spark.exchange=source", "spark.exchange_dir=/shared/x"]).spark
     assert settings.exchange_mode() == "source" and settings.exchange_dir == "/shared/x"
-    assert load_config(None, ['spark.exchange_dir=""']).spark.settings().exchange_dir is None  # the temp dir
+    assert load_config(None, ['spark.exchange_dir=""']).spark.exchange_dir is None  # the temp dir
     with pytest.raises(ConfigError, match="exchange must be auto, files or source"):
         load_config(None, ["spark.exchange=carrier-pigeon"])
 

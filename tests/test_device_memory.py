@@ -9,9 +9,9 @@ import pyarrow as pa
 import pytest
 
 from cxg.load import load_options
-from gateway import load_config
 from gateway.background import serve
 from gpu_kernels import get_backend
+from regions import load_config
 from storage import LoadOptions, Node, NodeClient, NodeError, Store, TableCache, TableSchema, load_table, scan_table
 
 BUDGET = 3 << 20  # bytes of the device the scans may use: areas of 1 MiB

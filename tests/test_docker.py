@@ -33,8 +33,8 @@ from aiohttp import web
 from balancer import NodeServer
 from balancer.native_backend import NativeBackend
 from cxg.cli import build_parser
-from gateway import Config, Gateway, load_config
 from gpu_kernels import get_backend
+from regions import Config, load_config, region_gateway
 from storage import Node, Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -285,7 +285,7 @@ def test_gateways_run_joins_on_their_regions_spark_cluster_through_the_data_sour
     assert master.scheme == "spark" and master.hostname in services("spark master", region)
     master_args = parse(argv_of(master.hostname))
     assert (master_args.host, master_args.port) == (master.hostname, master.port)
-    assert config.spark.settings().exchange_mode() == "source"
+    assert config.spark.exchange_mode() == "source"
     workers = services("spark worker", region)
     assert workers and all(parse(argv_of(w)).master == config.spark.master for w in workers)
 
@@ -353,7 +353,7 @@ def test_health_checks_reach_the_port_each_service_listens_on(name: str) -> None
 
 
 def _gateway_app(tmp: Path) -> web.Application:
-    return Gateway(config_of(services("gateway")[0])).app()
+    return region_gateway(config_of(services("gateway")[0])).app()
 
 
 def _node_app(tmp: Path) -> web.Application:
@@ -403,7 +403,7 @@ def test_health_checks_pass_on_the_real_application_and_fail_off_it(
 def test_a_gateway_is_healthy_once_every_node_of_its_region_has_joined(name: str, tmp_path: Path) -> None:
     image, env = dockerfile_of(name), {**dockerfile_of(name).env, **environment(name)}
     needed = int(env["CXG_HEALTH_NODES"])
-    gateway = Gateway(config_of(name))
+    gateway = region_gateway(config_of(name))
 
     async def probes() -> list[int]:
         statuses, joined = [], []

@@ -17,8 +17,8 @@ import pytest
 from balancer import NodeServer
 from balancer.region_balancer import QUEUE_PER_SLOT
 from balancer.simulation import QueryType, SimulationBackend
-from gateway import Client, GatewayError, load_config
-from regions import EmbeddedRegion
+from gateway import Client, GatewayError
+from regions import EmbeddedRegion, load_config
 from tests.balancing import on_loop, until
 from tests.http import http
 

@@ -234,8 +234,7 @@ def test_error_messages_show_no_server_paths(native_gateway) -> None:
 def test_a_token_reads_only_the_tables_it_is_given(region_stores, region) -> None:
     from balancer import NodeServer
     from balancer.native_backend import NativeBackend
-    from gateway import load_config
-    from regions import EmbeddedRegion
+    from regions import EmbeddedRegion, load_config
 
     tokens = 'gateway.tokens=[{name="analyst", token="t-1", tables=["nation", "Region"]}, {name="all", token="t-2"}]'
     config = load_config(None, ["gateway.port=0", 'spark.master="local[2]"', 'spark.driver_memory="2g"', tokens])

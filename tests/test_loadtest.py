@@ -19,11 +19,10 @@ import pytest
 
 from balancer import NodeServer
 from balancer.simulation import QueryType, SimulationBackend
-from gateway import load_config
 from loadtests.measures import Record, counted, stats, summarize
 from loadtests.scenario import Query, Scenario, ScenarioError, Step, scenario_from
 from loadtests.simulator import Simulator, Target
-from regions import EmbeddedRegion
+from regions import EmbeddedRegion, load_config
 
 TYPES = {"a": QueryType(0.004, 3), "b": QueryType(0.012, 5), "slow": QueryType(0.2, 1)}
 QUERIES = [Query("a", "SELECT 'a'"), Query("b", "SELECT 'b'")]

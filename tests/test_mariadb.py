@@ -12,10 +12,10 @@ from sqlalchemy import create_engine, text
 
 from balancer import NodeServer
 from balancer.mysql_backend import MysqlBackend
-from gateway import Client, GatewayError, load_config
+from gateway import Client, GatewayError
 from loadtests.compare import rows, rows_match
 from loadtests.tpch_queries import query
-from regions import EmbeddedRegion
+from regions import EmbeddedRegion, load_config
 from storage import StorageError, load_mysql
 from tests.balancing import until
 from tests.http import http

@@ -11,11 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gateway import ConfigError, load_config
 from gateway.errors import ApiError
-from regions import machine_memory, node_memory_budget
+from regions import load_config, machine_memory, node_memory_budget
 from regions.memory_budgets import NODE_SHARES, SMALLEST_PART, SYSTEM_SHARE, jvm_bytes
-from storage import OUT_OF_MEMORY, NodeError
+from storage import OUT_OF_MEMORY, ConfigError, NodeError
 
 
 def test_a_budget_bounds_private_memory_but_not_mapped_block_files(tmp_path: Path) -> None:

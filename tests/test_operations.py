@@ -25,8 +25,8 @@ from balancer import Answer, DispatchFailed, NodeServer, Request
 from balancer.logs import JsonFormatter, TextFormatter
 from balancer.packets import Cancel
 from balancer.simulation import QueryType, SimulationBackend
-from gateway import Client, GatewayError, free_port, load_config
-from regions import EmbeddedRegion, LocalRegion
+from gateway import Client, GatewayError, free_port
+from regions import EmbeddedRegion, LocalRegion, load_config
 from tests.balancing import Gate, on_loop, until
 from tests.http import http
 from tests.test_cli import run

@@ -21,10 +21,11 @@ import pytest
 
 from balancer import NodeServer
 from balancer.simulation import QueryType, SimulationBackend
-from gateway import Client, ConfigError, free_port, load_config
+from gateway import Client, free_port
 from loadtests.faults import rows
-from regions import EmbeddedRegion
+from regions import EmbeddedRegion, load_config
 from regions.central_balancer import CentralBalancer
+from storage import ConfigError
 from tests.http import http
 
 SLOW = {"slow": QueryType(0.3, 3), "long": QueryType(2.0, 3)}

@@ -18,8 +18,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.config import format_size
-from storage import NodeClient, ScanRequest, ScanStream
+from storage import NodeClient, ScanRequest, ScanStream, format_size
 
 
 @dataclass
