@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtests.compare import rows, rows_match
+from benchmarks.compare import rows, rows_match
 
 QUERIES = [
     # window functions

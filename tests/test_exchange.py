@@ -10,10 +10,10 @@ import decimal
 import pyarrow as pa
 import pytest
 
+from benchmarks.compare import rows, rows_match
 from gateway.sql import exchange
 from gateway.sql.engine import Engine
 from gateway.sql.errors import ExecutionError, InvalidQuery
-from loadtests.compare import rows, rows_match
 from loadtests.tpch_queries import query
 
 JOINS = [

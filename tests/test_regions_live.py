@@ -21,8 +21,8 @@ import pytest
 
 from balancer import NodeServer
 from balancer.simulation import QueryType, SimulationBackend
+from benchmarks.faults import rows
 from gateway import Client, ConfigError, free_port, load_config
-from loadtests.faults import rows
 from regions import EmbeddedRegion
 from regions.central_balancer import CentralBalancer
 from tests.http import http

@@ -6,6 +6,7 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
+from benchmarks.compare import rows, rows_match
 from gateway.sql.errors import (
     InvalidLiteral,
     InvalidQuery,
@@ -18,7 +19,6 @@ from gateway.sql.errors import (
 )
 from gateway.sql.params import InvalidParameter
 from gateway.sql.tree import factor_or
-from loadtests.compare import rows, rows_match
 from loadtests.tpch_queries import query
 
 # ---- the regular plan ----------------------------------------------------------------------------
