@@ -16,23 +16,23 @@ test:
 
 bench:
 	scripts/bootstrap.sh dev
-	.venv/bin/python -m loadtests.bench_storage --sf 1 --json docs/bench/storage_sf1.json
-	.venv/bin/python -m loadtests.bench_scan --sf 1 --json docs/bench/scan_sf1.json
-	.venv/bin/python -m loadtests.bench_tpch --sf 1 --json docs/bench/tpch_sf1.json
-	.venv/bin/python -m loadtests.bench_tpch --sf 1 --cluster 2 --json docs/bench/tpch_sf1_cluster.json
-	.venv/bin/python -m loadtests.bench_tpcds --sf 1 --json docs/bench/tpcds_sf1.json
-	.venv/bin/python -m loadtests.bench_gateway --dispatch both --json docs/bench/gateway.json
-	.venv/bin/python -m loadtests.bench_performsys --json docs/bench/performsys.json
-	.venv/bin/python -m loadtests.bench_performsys --tables 4.1 --dispatch free-slot-first \
+	.venv/bin/python -m benchmarks.bench_storage --sf 1 --json docs/bench/storage_sf1.json
+	.venv/bin/python -m benchmarks.bench_scan --sf 1 --json docs/bench/scan_sf1.json
+	.venv/bin/python -m benchmarks.bench_tpch --sf 1 --json docs/bench/tpch_sf1.json
+	.venv/bin/python -m benchmarks.bench_tpch --sf 1 --cluster 2 --json docs/bench/tpch_sf1_cluster.json
+	.venv/bin/python -m benchmarks.bench_tpcds --sf 1 --json docs/bench/tpcds_sf1.json
+	.venv/bin/python -m benchmarks.bench_gateway --dispatch both --json docs/bench/gateway.json
+	.venv/bin/python -m benchmarks.bench_performsys --json docs/bench/performsys.json
+	.venv/bin/python -m benchmarks.bench_performsys --tables 4.1 --dispatch free-slot-first \
 		--plot docs/bench/performsys_speedup_free_slot_first.png --json docs/bench/performsys_free_slot_first.json
-	.venv/bin/python -m loadtests.bench_live --sf 0.1 --out docs/bench/live --json docs/bench/live_sf0.1.json
-	.venv/bin/python -m loadtests.bench_live --sf 1 --queries 100 --exclude 10 --out docs/bench/live_sf1 \
+	.venv/bin/python -m benchmarks.bench_live --sf 0.1 --out docs/bench/live --json docs/bench/live_sf0.1.json
+	.venv/bin/python -m benchmarks.bench_live --sf 1 --queries 100 --exclude 10 --out docs/bench/live_sf1 \
 		--json docs/bench/live_sf1.json
-	.venv/bin/python -m loadtests.bench_faults --sf 0.1 --json docs/bench/faults_sf0.1.json
-	.venv/bin/python -m loadtests.bench_overload --sf 0.1 --json docs/bench/overload_sf0.1.json
-	.venv/bin/python -m loadtests.bench_regions --json docs/bench/regions_sim.json --plot docs/bench/regions_sim.png
-	.venv/bin/python -m loadtests.bench_regions_live --json docs/bench/regions_live.json --plot docs/bench/regions_live.png
-	.venv/bin/python -m loadtests.bench_regions_live --native --sf 0.1 --json docs/bench/regions_live_native_sf0.1.json
-	.venv/bin/python -m loadtests.bench_rebalance --json docs/bench/rebalance.json
+	.venv/bin/python -m benchmarks.bench_faults --sf 0.1 --json docs/bench/faults_sf0.1.json
+	.venv/bin/python -m benchmarks.bench_overload --sf 0.1 --json docs/bench/overload_sf0.1.json
+	.venv/bin/python -m benchmarks.bench_regions --json docs/bench/regions_sim.json --plot docs/bench/regions_sim.png
+	.venv/bin/python -m benchmarks.bench_regions_live --json docs/bench/regions_live.json --plot docs/bench/regions_live.png
+	.venv/bin/python -m benchmarks.bench_regions_live --native --sf 0.1 --json docs/bench/regions_live_native_sf0.1.json
+	.venv/bin/python -m benchmarks.bench_rebalance --json docs/bench/rebalance.json
 	.venv/bin/python -m pytest tests/test_fuzz.py --long
-	.venv/bin/python -m loadtests.bench_memory --sf 10 --json docs/bench/memory_sf10.json
+	.venv/bin/python -m benchmarks.bench_memory --sf 10 --json docs/bench/memory_sf10.json

@@ -1,8 +1,9 @@
-"""Benchmarks and load tests; each runs as `python -m loadtests.<name>`.
+"""The load tester the product ships: `cxg loadtest`, the demo's load, the Locust file.
 
 The public names below serve the demo and the `cxg loadtest` command (`loadtests.cli`): a
 scenario, the simulated users that play it against gateways, the measures of a run and its logs.
-They load their module on first use (`lazy_loader.attach`, PEP 562), so that running one benchmark loads no other.
+They load their module on first use (`lazy_loader.attach`, PEP 562), so that a command loads only
+what it uses. The benchmarks, which build on these, are `benchmarks/`, above every floor.
 """
 
 from __future__ import annotations

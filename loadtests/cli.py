@@ -10,9 +10,9 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from loadtests.common import console, print_table
 from loadtests.logs import STATS_HEADERS, stats_rows, write_logs
 from loadtests.measures import Record, Summary, summarize
+from loadtests.output import console, print_table
 from loadtests.scenario import BUILT_IN, Scenario, ScenarioError, load_scenario
 from loadtests.simulator import Run, Simulator, Target
 from regions import Config

@@ -10,8 +10,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from loadtests.common import pyplot, save_figure
 from loadtests.measures import Stats, Summary
+from loadtests.output import pyplot, save_figure
 from loadtests.simulator import Run
 
 QUERY_COLUMNS = [

@@ -28,11 +28,11 @@ REAL_GPU = cuda_available()
 @pytest.fixture(autouse=True)
 def cupy_standin(request: pytest.FixtureRequest):
     """A `gpu` test runs on the real device where there is one, else against the strict stand-in of
-    CuPy (`tests.cupy_standin`), which it gets as this fixture's value."""
+    CuPy (`benchmarks.cupy_standin`), which it gets as this fixture's value."""
     if REAL_GPU or request.node.get_closest_marker("gpu") is None:
         yield None
         return
-    from tests.cupy_standin import installed
+    from benchmarks.cupy_standin import installed
 
     marker = request.node.get_closest_marker("gpu")
     with installed(devices=marker.kwargs.get("devices", 1)) as standin:
@@ -132,7 +132,7 @@ def native_gateway(region_stores, region, spark):
 @pytest.fixture(scope="session")
 def mariadb(tmp_path_factory: pytest.TempPathFactory, tpch_files: dict[str, Path]):
     """A MariaDB server in a temporary directory with TPC-H SF 0.01 loaded; yields its URL."""
-    from loadtests.mariadb_server import MariaDB
+    from benchmarks.mariadb_server import MariaDB
     from storage import load_mysql, read_parquet
 
     server = MariaDB(tmp_path_factory.mktemp("mariadb"))
@@ -147,8 +147,8 @@ def mariadb(tmp_path_factory: pytest.TempPathFactory, tpch_files: dict[str, Path
 
 @pytest.fixture(scope="session")
 def expected(duck) -> dict[str, list[tuple]]:
-    """DuckDB's answers to the queries of `loadtests.faults` (what a region of processes must give)."""
-    from loadtests import faults
+    """DuckDB's answers to the queries of `benchmarks.faults` (what a region of processes must give)."""
+    from benchmarks import faults
 
     return {name: faults.rows(duck.sql(sql).fetchall()) for name, sql in faults.QUERIES.items()}
 
@@ -156,8 +156,8 @@ def expected(duck) -> dict[str, list[tuple]]:
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory, tpch_files: dict[str, Path]):
     """A supervised region of processes (gateway and two nodes) over TPC-H SF 0.01, one per test
-    module (`loadtests.faults.FaultRegion`): its tests kill, hang and reload it, or move its tables."""
-    from loadtests.faults import FaultRegion
+    module (`benchmarks.faults.FaultRegion`): its tests kill, hang and reload it, or move its tables."""
+    from benchmarks.faults import FaultRegion
 
     region = FaultRegion.start(tmp_path_factory.mktemp("region-of-processes"), tpch_files)
     try:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.compare import rows, rows_match
 from gateway.errors import ApiError
-from loadtests.compare import rows, rows_match
 
 QUERIES = [
     # window functions

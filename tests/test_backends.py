@@ -1,5 +1,5 @@
 """Every operation a backend implements, on NumPy and on CuPy (a device, or the strict stand-in of
-`tests.cupy_standin`), against the same NumPy reference, over sizes from empty to several blocks of
+`benchmarks.cupy_standin`), against the same NumPy reference, over sizes from empty to several blocks of
 lanes and over the dtypes the kernels give them; and the device pipeline itself: blocks round-robin
 over one or two devices, results in order, a failing block's error surfaced, a cancelled scan stopped."""
 

@@ -13,8 +13,8 @@ import pytest
 import sqlalchemy
 from sqlalchemy import create_engine, inspect, text
 
+from benchmarks.compare import rows_match
 from gateway import dbapi
-from loadtests.compare import rows_match
 from loadtests.tpch_queries import query
 
 

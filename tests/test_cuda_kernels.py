@@ -14,9 +14,10 @@ import sys
 import numpy as np
 import pytest
 
+from benchmarks import bench_gpu
+from benchmarks.cupy_standin import installed
 from gpu_kernels import bitpack, get_backend
 from gpu_kernels.cuda_kernels import ARCHES, KERNELS, launch_shape
-from tests.cupy_standin import installed
 
 SHAPES = [((1,), (1,)), ((1,), (32,)), ((3,), (7,)), ((2,), (256,)), None]  # None: the backend's own
 SIZES = [1, 7, 8, 9, 255, 256, 257, 5000]
@@ -105,8 +106,6 @@ def test_kernels_run_clean_under_address_and_undefined_behaviour_sanitizers() ->
 
 
 def test_the_gpu_benchmark_counts_each_scans_work_per_block_on_the_stand_in(tmp_path) -> None:
-    from loadtests import bench_gpu
-
     out = tmp_path / "gpu.json"
     bench_gpu.main(["--dry-run", "--sf", "0.01", "--json", str(out)])  # every answer is checked against NumPy's
     figures = json.loads(out.read_text())["queries"]
@@ -126,8 +125,6 @@ def test_the_gpu_benchmark_counts_each_scans_work_per_block_on_the_stand_in(tmp_
 
 
 def test_the_timed_gpu_benchmark_runs_end_to_end_on_the_stand_in(tmp_path) -> None:
-    from loadtests import bench_gpu
-
     out = tmp_path / "timed.json"
     bench_gpu.main(["--standin", "--repeat", "1", "--json", str(out)])  # stops at any answer unlike NumPy's
     figures = json.loads(out.read_text())

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tests.cupy_standin import OutOfMemoryError, StreamOrderError, installed
+from benchmarks.cupy_standin import OutOfMemoryError, StreamOrderError, installed
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 

@@ -10,11 +10,11 @@ import decimal
 import pyarrow as pa
 import pytest
 
+from benchmarks.compare import rows, rows_match
 from gateway.errors import ApiError
 from gateway.sql import exchange
 from gateway.sql.engine import Engine
 from gateway.sql.errors import ExecutionError, InvalidQuery
-from loadtests.compare import rows, rows_match
 from loadtests.tpch_queries import query
 
 JOINS = [

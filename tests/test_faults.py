@@ -6,7 +6,7 @@ never part of a table, never one statement answering two queries.
 
 One region (gateway and two nodes as processes, supervised as `cxg up` does) serves TPC-H SF 0.01
 for the whole module; each test leaves it whole again. The faults themselves are
-`loadtests.faults`, which `loadtests.bench_faults` also runs for the README's report."""
+`benchmarks.faults`, which `benchmarks.bench_faults` also runs for the README's report."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from benchmarks import faults
+from benchmarks.faults import NODE_QUERIES, QUERIES, FaultRegion, Report, ask, judge, wait_until
 from gateway import Client, GatewayError
-from loadtests import faults
-from loadtests.faults import NODE_QUERIES, QUERIES, FaultRegion, Report, ask, judge, wait_until
 from regions import machine_memory, node_memory_budget
 from regions.memory_budgets import JVM_OVERHEAD, NODE_SHARES, SYSTEM_SHARE, jvm_bytes
 from regions.spark_session import driver_memory

@@ -14,6 +14,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from benchmarks.kernel_checks import (
+    ARGUMENTS,
+    check_operations,
+    compare_fused,
+    dictionary_encoded,
+    final_rows,
+    random_block,
+    random_literal,
+)
 from gpu_kernels import fused_scan, get_backend
 from gpu_kernels.aggregate import AggSpec, NamedExpr
 from gpu_kernels.column_types import Kind
@@ -23,15 +32,6 @@ from gpu_kernels.encoded_block import EncodedBlock, EncodedColumn
 from gpu_kernels.encodings import BitPacked, Plain, RunLength
 from gpu_kernels.expr import Call, Col, Lit, Type
 from gpu_kernels.operators import BlockTask, run_block
-from loadtests.kernel_checks import (
-    ARGUMENTS,
-    check_operations,
-    compare_fused,
-    dictionary_encoded,
-    final_rows,
-    random_block,
-    random_literal,
-)
 from tests.test_cuda_kernels import nvrtc_compile, run_sanitized
 
 REGISTER_BUDGET = 64  # per thread, for the generated kernels of the benchmark's scans
@@ -50,7 +50,7 @@ def test_every_backend_operation_against_numpy_on_fresh_data() -> None:
 @pytest.mark.slow
 def test_fused_kernels_run_clean_under_address_and_undefined_behaviour_sanitizers() -> None:
     out = run_sanitized(
-        "from tests.cupy_standin import installed\nfrom loadtests.kernel_checks import compare_fused\n"
+        "from benchmarks.cupy_standin import installed\nfrom benchmarks.kernel_checks import compare_fused\n"
         "with installed(sanitize=True) as standin:\n    print(compare_fused(40, standin))"
     )
     assert int(out.split()[-1]) == 40

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from sqlglot import exp
 
-from loadtests.compare import rows, rows_match
+from benchmarks.compare import rows, rows_match
 from loadtests.tpch_queries import all_queries
 from tests.http import http
 

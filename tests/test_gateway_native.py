@@ -9,10 +9,10 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
+from benchmarks.compare import rows, rows_match
 from gateway import Client, GatewayError
 from gateway.server import MAX_REQUEST
 from gateway.sql.limits import MAX_SQL_LENGTH
-from loadtests.compare import rows, rows_match
 from loadtests.tpch_queries import query
 from storage import MAX_EXPRESSION_DEPTH
 from tests.balancing import until

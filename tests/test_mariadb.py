@@ -12,8 +12,8 @@ from sqlalchemy import create_engine, text
 
 from balancer import NodeServer
 from balancer.mysql_backend import MysqlBackend
+from benchmarks.compare import rows, rows_match
 from gateway import Client, GatewayError
-from loadtests.compare import rows, rows_match
 from loadtests.tpch_queries import query
 from regions import EmbeddedRegion, load_config
 from storage import StorageError, load_mysql

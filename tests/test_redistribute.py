@@ -15,9 +15,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from benchmarks import faults
+from benchmarks.faults import NODE_QUERIES, FaultRegion, wait_until
 from gateway import Client, free_port
-from loadtests import faults
-from loadtests.faults import NODE_QUERIES, FaultRegion, wait_until
 from regions.redistribution import RegionView, measure, plan_nodes, plan_rebalance, run, wait_served
 from storage import (
     BucketMove,

@@ -7,7 +7,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from loadtests.bench_regions import TABLE_5_7
 from regions.balancing import (
     PUBLISHED,
     Centralized,
@@ -20,6 +19,7 @@ from regions.balancing import (
     weight_as_printed,
     weight_per_server,
 )
+from regions.cross_figures import TABLE_5_7
 from regions.cross_simulation import Experiment, simulate
 
 SCALE = PUBLISHED  # 15 GB, 3 servers

@@ -1,6 +1,6 @@
 """Regions on hosts of their own: the WAN link delays what crosses it and keeps every byte in order;
 three regions, each in a network namespace with its own address, reached by the others only through
-their links, run a compressed day of the published schedule (`loadtests.bench_regions_live`) with
+their links, run a compressed day of the published schedule (`benchmarks.bench_regions_live`) with
 every query answered once, by its own region's gateway."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from benchmarks import bench_regions_live, netns
+from benchmarks.wan import DelayLink
 from gateway import free_port
-from loadtests import bench_regions_live, netns
-from loadtests.wan import DelayLink
 
 
 def test_the_wan_link_delays_each_way_and_keeps_the_bytes() -> None:

@@ -21,8 +21,8 @@ import pytest
 
 from balancer import NodeServer
 from balancer.simulation import QueryType, SimulationBackend
+from benchmarks.faults import rows
 from gateway import Client, free_port
-from loadtests.faults import rows
 from regions import EmbeddedRegion, load_config
 from regions.central_balancer import CentralBalancer
 from storage import ConfigError

@@ -11,9 +11,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from benchmarks.compare import rows, rows_match
 from gateway.sql.errors import SqlError
 from gateway.sql.limits import MAX_IN_LIST, MAX_SQL_LENGTH, checked_text
-from loadtests.compare import rows, rows_match
 from storage import MAX_EXPRESSION_DEPTH
 from tests.refusals import refusal
 

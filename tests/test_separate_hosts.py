@@ -1,5 +1,5 @@
 """A region whose roles live on hosts of their own: the gateway, two storage nodes, a Spark master
-and a Spark worker, each in a Linux network namespace with its own address (`loadtests.netns`),
+and a Spark worker, each in a Linux network namespace with its own address (`benchmarks.netns`),
 configured only by those addresses (nothing listens on or dials localhost between roles). TPC-H
 SF 0.01 is loaded through Spark (`cxg load tpch --live`, from the gateway's host: the worker's
 executors generate the rows and upload the blocks to the nodes) and queried through the gateway,
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import netns
+from benchmarks.compare import rows, rows_match
 from gateway import Client
 from gateway.spark_status import master_status
-from loadtests import netns
-from loadtests.compare import rows, rows_match
 from loadtests.tpch_queries import query
 
 ROLES = ["gateway", "node-0", "node-1", "spark-master", "spark-worker"]

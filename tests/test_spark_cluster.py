@@ -16,8 +16,8 @@ import time
 
 import pytest
 
+from benchmarks.compare import rows, rows_match
 from gateway import Client, free_port
-from loadtests.compare import rows, rows_match
 from loadtests.tpch_queries import query
 from regions.standalone import StandaloneCluster
 from tests.http import http

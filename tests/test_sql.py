@@ -8,6 +8,7 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
+from benchmarks.compare import rows, rows_match
 from gateway.sql.errors import (
     InvalidLiteral,
     InvalidQuery,
@@ -20,7 +21,6 @@ from gateway.sql.errors import (
 )
 from gateway.sql.params import InvalidParameter
 from gateway.sql.tree import factor_or
-from loadtests.compare import rows, rows_match
 from loadtests.tpch_queries import query
 from tests.refusals import refusal
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from benchmarks.compare import rows, rows_match, same_value
 from gateway.sql.local import scan_nodes
-from loadtests.compare import rows, rows_match, same_value
 from loadtests.tpch_queries import SINGLE_TABLE, query
 from storage.scan_protocol import ScanRequest
 

@@ -1,5 +1,5 @@
 """TPC-DS whole: its 99 queries at SF 0.01 on two storage nodes and Spark, every answer equal to
-DuckDB's on the same data (`loadtests.tpcds` generates both, offline)."""
+DuckDB's on the same data (`benchmarks.tpcds` generates both, offline)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import tpcds
+from benchmarks.compare import rows, rows_match
 from gateway.background import serve
 from gpu_kernels import get_backend
-from loadtests import tpcds
-from loadtests.compare import rows, rows_match
 from storage import Node, Store, load_table, read_parquet
 
 SF = 0.01

@@ -2,7 +2,7 @@
 started as `cxg up` starts it, answer the 22 queries through the HTTP API, and report the peak memory
 of every process, sampled twice a second.
 
-    python -m loadtests.bench_memory --sf 10 --json docs/bench/memory_sf10.json
+    python -m benchmarks.bench_memory --sf 10 --json docs/bench/memory_sf10.json
 
 RSS counts a page each process maps, shared or not; PSS divides a shared page among the processes
 mapping it, so the region's PSS is what it really holds (the nodes and their scan workers map the
@@ -24,8 +24,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import parser
 from gateway import Client, GatewayError
-from loadtests.common import console, parser, print_table, write_json
+from loadtests.output import console, print_table, write_json
 from loadtests.tpch_queries import all_queries
 from regions import LocalRegion, load_config, machine_memory
 

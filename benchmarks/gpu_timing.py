@@ -1,4 +1,4 @@
-"""Timings on a GPU for `loadtests.bench_gpu`: CUDA events around work after warm-up, and what the
+"""Timings on a GPU for `benchmarks.bench_gpu`: CUDA events around work after warm-up, and what the
 design is measured against in the same run: the copy ceilings (device to device, host to device
 from pinned and from pageable memory), the compressed-transfer sweep of the dissertation's Tables
 5.1/5.2 and hash partitioning. Every function takes the `cupy` module in use (a GPU's, or the

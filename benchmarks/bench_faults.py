@@ -1,9 +1,9 @@
 """The fault report: a two-node region of real processes serving TPC-H, faults injected one after
 another while clients query, and what the clients got.
 
-    python -m loadtests.bench_faults --sf 0.1 --json docs/bench/faults_sf0.1.json
+    python -m benchmarks.bench_faults --sf 0.1 --json docs/bench/faults_sf0.1.json
 
-Each fault is one of `loadtests.faults`; `--fault NAME` runs one alone. The right answers are
+Each fault is one of `benchmarks.faults`; `--fault NAME` runs one alone. The right answers are
 DuckDB's over the same data. Must be 0: wrong answers, errors that are not retryable, queries lost
 (sent and never answered), statement ids that answered twice.
 """
@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from loadtests import faults
-from loadtests.common import console, parser, print_table, write_json
+from benchmarks import faults
+from benchmarks.common import parser
+from loadtests.output import console, print_table, write_json
 
 FAULTS = {
     "node": lambda region, expected, files: faults.kill_node(region, expected),

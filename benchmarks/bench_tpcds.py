@@ -1,12 +1,12 @@
 """TPC-DS benchmark: the 99 queries on this engine, on plain Spark SQL over Parquet, and on DuckDB.
 
-All in one run on the same data, as `loadtests.bench_tpch` does it (`measure`): TPC-DS generated
-offline by DuckDB's TPC-DS extension (`loadtests.tpcds`), loaded into one storage node (a `cxg node`
+All in one run on the same data, as `benchmarks.bench_tpch` does it (`measure`): TPC-DS generated
+offline by DuckDB's TPC-DS extension (`benchmarks.tpcds`), loaded into one storage node (a `cxg node`
 process, CPU backend), the same Parquet files read by plain Spark SQL in the same session, and
 DuckDB. Every answer of this engine is checked against DuckDB's. Times are the best of `--repeat`
 warm runs.
 
-    python -m loadtests.bench_tpcds [--sf 1] [--json PATH] [--repeat 1]
+    python -m benchmarks.bench_tpcds [--sf 1] [--json PATH] [--repeat 1]
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from loadtests import tpcds
-from loadtests.bench_tpch import measure, summarize
-from loadtests.common import bench_main, console, print_table
+from benchmarks import tpcds
+from benchmarks.bench_tpch import measure, summarize
+from benchmarks.common import bench_main
+from loadtests.output import console, print_table
 
 
 def run(sf: float, repeat: int) -> dict[str, Any]:

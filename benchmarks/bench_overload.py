@@ -1,7 +1,7 @@
 """The overload report: a two-node region of real processes (as `cxg up` starts it) with its
 default admission, offered twice the load it can serve, in the open model.
 
-    python -m loadtests.bench_overload --sf 0.1 --json docs/bench/overload_sf0.1.json
+    python -m benchmarks.bench_overload --sf 0.1 --json docs/bench/overload_sf0.1.json
 
 1. Capacity: closed-loop clients (one per slot and one more) for `--seconds`; served queries/s.
 2. Unloaded latency: one client, one query at a time.
@@ -25,9 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from benchmarks import faults
+from benchmarks.common import parser
 from gateway import Client
-from loadtests import faults
-from loadtests.common import console, parser, print_table, write_json
+from loadtests.output import console, print_table, write_json
 
 RUNAWAY = "SELECT count(*) AS n FROM lineitem a JOIN lineitem b ON a.l_orderkey < b.l_orderkey"  # N² / 2 pairs
 REFUSED = {"queue_full", "too_many_queries", "no_nodes"}

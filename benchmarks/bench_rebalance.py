@@ -1,6 +1,6 @@
 """Rebalancing a skewed load: seed 003's Balance on buckets, measured.
 
-    python -m loadtests.bench_rebalance --json docs/bench/rebalance.json
+    python -m benchmarks.bench_rebalance --json docs/bench/rebalance.json
 
 A table whose keys are skewed (one key holds `--hot` of the rows, the rest are spread evenly) is
 hash-placed in 16 buckets over two storage nodes; each node is pinned to a core of its own, so it
@@ -33,9 +33,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from benchmarks import faults
+from benchmarks.common import parser
 from gateway import Client, SparkSettings
-from loadtests import faults
-from loadtests.common import console, print_table, write_json
+from loadtests.output import console, print_table, write_json
 from regions import LocalRegion, load_config, spark_session
 from regions.redistribution import RegionView, measure, plan_rebalance, run, wait_served
 from storage import LoadOptions, Placement, Store, TableSchema, load_table
@@ -128,8 +129,6 @@ def _rows_per_node(url: str) -> dict[str, int]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from loadtests.common import parser
-
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=3_000_000, help="rows of the skewed table")
     p.add_argument("--hot", type=float, default=0.4, help="share of the rows under the one hot key")

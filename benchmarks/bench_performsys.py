@@ -4,10 +4,10 @@ curves as a PNG.
 Table 4.1: 50 users, 1..7 nodes of 8 slots. Table 4.2: 200 users, 1..6 routers of 3 nodes of
 8 slots. Both: 1000 queries uniform over the 14 TPC-H query times of Table 5.5 (5 GB), the
 first and last 100 answers excluded; T, M and σ in simulated minutes next to the published ones.
-See loadtests/performsys.py for the setup.
+See benchmarks/performsys.py for the setup.
 
-    python -m loadtests.bench_performsys [--json PATH] [--plot PATH] [--time-scale 0.05]
-                                         [--tables 4.1,4.2] [--dispatch round-robin]
+    python -m benchmarks.bench_performsys [--json PATH] [--plot PATH] [--time-scale 0.05]
+                                          [--tables 4.1,4.2] [--dispatch round-robin]
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadtests.common import console, print_table, pyplot, save_figure, write_json
-from loadtests.performsys import TABLE_4_1, TABLE_4_2, Setup, run_setup
+from benchmarks.performsys import TABLE_4_1, TABLE_4_2, Setup, run_setup
+from loadtests.output import console, print_table, pyplot, save_figure, write_json
 
 
 def run_table(name: str, setups: list[Setup], published: dict[int, tuple[float, float, float]]) -> list[dict[str, Any]]:

@@ -9,8 +9,8 @@ out at each end. The peer, run in the same way on the same data when MariaDB is 
 region of two MariaDB nodes (PerformSys: K connections per node, the SQL unchanged) on one
 MariaDB server whose InnoDB buffer pool (2 GB) holds all the data.
 
-    python -m loadtests.bench_live [--sf 0.1] [--users 16] [--queries 200] [--exclude 20]
-                                   [--out DIR] [--json PATH] [--no-mariadb]
+    python -m benchmarks.bench_live [--sf 0.1] [--users 16] [--queries 200] [--exclude 20]
+                                    [--out DIR] [--json PATH] [--no-mariadb]
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from typing import Any
 
 import sqlglot
 
+from benchmarks.mariadb_server import MariaDB, available
 from gateway import Client
 from loadtests.cli import report, run_load
-from loadtests.common import console, print_table, write_json
 from loadtests.logs import write_logs
-from loadtests.mariadb_server import MariaDB, available
 from loadtests.measures import Summary, summarize
+from loadtests.output import console, print_table, write_json
 from loadtests.scenario import Query, Scenario, tpch_list
 from loadtests.simulator import Simulator, Target
 from regions import LocalRegion, load_config

@@ -6,7 +6,7 @@ file. Ours: encoded blocks in memory (the Arrow parts) and block files on disk (
 Per-column on-disk bytes of ours are each column's parts compressed alone; DuckDB's per-column
 bytes are estimated from segment offsets (`pragma_storage_info`), its total is the file size.
 
-    python -m loadtests.bench_storage [--sf 1] [--json PATH]
+    python -m benchmarks.bench_storage [--sf 1] [--json PATH]
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
+from benchmarks.common import mb, parser, timed
 from gpu_kernels import EncodedBlock, plain_nbytes
-from loadtests.common import console, mb, parser, print_table, timed, write_json
+from loadtests.output import console, print_table, write_json
 from storage import ZSTD_LEVEL, LoadOptions, Store, block_to_ipc, load_table, read_parquet, tpch
 
 DUCKDB_BLOCK = 256 * 1024

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import gc
 import hashlib
 import importlib.machinery
 import inspect
@@ -52,6 +53,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from gpu_kernels import backend_choice
 
 # ---- the real wheel's surface ----------------------------------------------------------------------
 
@@ -1004,8 +1007,6 @@ class StandIn:
 
     def check(self) -> None:
         """Raise what the run broke that raised nowhere (a buffer freed under a copy)."""
-        import gc
-
         gc.collect()
         if self.errors:
             raise StreamOrderError("; ".join(dict.fromkeys(self.errors)))
@@ -1098,8 +1099,6 @@ def installed(devices: int = 1, memory: int = 1 << 30, sanitize: bool = False) -
     real = surface()
     _REAL_UFUNC_TYPES = tuple({type(v) for v in real["cupy"].values() if type(v).__name__ == "ufunc"})
     saved = {name: sys.modules.pop(name) for name in list(sys.modules) if name.split(".")[0] in ("cupy", "cupyx")}
-    from gpu_kernels import backend_choice
-
     cached = backend_choice._BACKENDS.pop("cupy", None)
     _STANDIN = standin = StandIn(devices, memory, sanitize)
     sys.modules["cupy"], sys.modules["cupyx"] = standin.module, standin.cupyx

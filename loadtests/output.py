@@ -1,14 +1,11 @@
-"""What every benchmark shares: its command line, timing, a printed table and a JSON file."""
+"""Where a run's figures go: a table on the console, a JSON file stamped with the machine, a PNG."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,35 +16,6 @@ from rich.table import Table
 console = Console()
 if not console.is_terminal:
     console = Console(width=180)
-
-
-def parser(description: str, default_sf: float = 1.0) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=description)
-    p.add_argument("--sf", type=float, default=default_sf, help=f"TPC-H scale factor (default {default_sf:g})")
-    p.add_argument("--json", type=Path, metavar="PATH", help="also write the figures as JSON")
-    return p
-
-
-def bench_main(argv: list[str] | None, doc: str, run: Any, report: Any, repeat: int) -> None:
-    """The command line of a benchmark that takes a scale factor and a number of timed runs: run,
-    print the report, write the JSON figures."""
-    p = parser(doc.splitlines()[0])
-    p.add_argument("--repeat", type=int, default=repeat, help=f"timed runs per query and system (default {repeat})")
-    args = p.parse_args(argv)
-    figures = run(args.sf, args.repeat)
-    report(figures)
-    write_json(args.json, figures)
-
-
-@contextmanager
-def timed() -> Iterator[dict[str, float]]:
-    """`with timed() as t: ...` then t["s"] holds the elapsed seconds."""
-    box: dict[str, float] = {}
-    started = time.perf_counter()
-    try:
-        yield box
-    finally:
-        box["s"] = time.perf_counter() - started
 
 
 def machine() -> dict[str, Any]:
@@ -97,7 +65,3 @@ def save_figure(figure: Any, path: Path, what: str = "") -> None:
     pyplot().close(figure)
     if what:
         console.print(f"{what} written to {path}")
-
-
-def mb(n: float) -> str:
-    return f"{n / 1e6:,.1f}"

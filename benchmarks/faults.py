@@ -1,5 +1,5 @@
 """Faults injected into a region of real processes, and how what clients got is judged: the parts
-the fault tests (`tests/test_faults.py`) and the fault report (`loadtests.bench_faults`) share.
+the fault tests (`tests/test_faults.py`) and the fault report (`benchmarks.bench_faults`) share.
 
 A `FaultRegion` is a gateway and two nodes started as `cxg up` starts them, supervised as it does
 (an exited process is started again). Clients send queries whose right answers are known; each
@@ -34,7 +34,7 @@ import duckdb
 import pyarrow as pa
 
 from gateway import Client, GatewayError
-from loadtests.common import console
+from loadtests.output import console
 from regions import LocalRegion, load_config
 from storage import Placement, Store, TableSchema, load_table, read_parquet, tpch
 

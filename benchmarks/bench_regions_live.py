@@ -2,9 +2,9 @@
 host of its own (a network namespace), the links between regions delayed, every query answered by
 its own region's gateway wherever it ran.
 
-    python -m loadtests.bench_regions_live [--day-seconds 144] [--wan-delay 0.005]
-                                           [--json PATH] [--plot PATH]
-    python -m loadtests.bench_regions_live --native --sf 0.1 [--day-seconds 60] [--json PATH]
+    python -m benchmarks.bench_regions_live [--day-seconds 144] [--wan-delay 0.005]
+                                            [--json PATH] [--plot PATH]
+    python -m benchmarks.bench_regions_live --native --sf 0.1 [--day-seconds 60] [--json PATH]
 
 Simulation nodes (the default): 3 regions, region r with r nodes of one slot, 30·r users and the
 query times of Table 5.5 for its 5·r GB database; users active 16 h of each model day, each region
@@ -18,7 +18,7 @@ regions 2 and 3 by `cxg redistribute`'s moves (the same rows' identity, so queri
 fewer users (`--users-per-node`): every region shares this machine's cores, so the run shows the
 mechanism under real queries, not three regions' capacity.
 
-Each region's gateway is reached by the others through a WAN link (`loadtests.wan`) adding
+Each region's gateway is reached by the others through a WAN link (`benchmarks.wan`) adding
 `--wan-delay` seconds each way; its own users reach it directly. Without root (no namespaces) the
 regions run on loopback with the same links (`--no-netns`).
 """
@@ -43,14 +43,18 @@ import aiohttp
 import duckdb
 
 from balancer.simulation import TABLE_5_5, TABLE_5_6
-from gateway import free_port
-from loadtests import faults, netns
-from loadtests.bench_regions import TABLE_5_7, plot_hourly
-from loadtests.common import console, print_table, write_json
-from regions import LocalRegion, load_config
+from benchmarks import faults, netns
+from cxg.simulate import plot_hourly
+from gateway import Client, SparkSettings, free_port
+from loadtests.output import console, print_table, write_json
+from regions import LocalRegion, load_config, spark_session
 from regions.balancing import METHODS
 from regions.balancing import method as balancing_method
+from regions.cross_figures import TABLE_5_7
 from regions.cross_simulation import DAY, HOUR, Experiment, simulate
+from regions.redistribution import RegionView, plan_copy, wait_served
+from regions.redistribution import run as run_move
+from storage import LoadOptions, Store, load_table, read_parquet, tpch
 
 NAMES = ("r1", "r2", "r3")
 GATEWAY_PORT = 8080
@@ -203,7 +207,7 @@ class Regions:
                 )
                 self.regions[name] = region
                 region.start(timeout=120)
-                link = [sys.executable, "-m", "loadtests.wan", "--listen", f"{machine}:{self.links[name]}"]
+                link = [sys.executable, "-m", "benchmarks.wan", "--listen", f"{machine}:{self.links[name]}"]
                 link += ["--to", f"{config.gateway.host}:{config.gateway.port}", "--delay", str(self.setup.wan_delay)]
                 self.link_processes.append(subprocess.Popen(link))
         except BaseException:
@@ -322,8 +326,6 @@ def simulated(setup: Setup, seed: int) -> dict[str, Any]:
 def native_data(root: Path, sf: float) -> tuple[dict[str, list[Path]], dict[str, list]]:
     """TPC-H's lineitem and orders at `sf` in region 1's node directories (the copies are made
     live, once the regions run): every region's directories, and DuckDB's answers."""
-    from storage import Store, load_table, read_parquet, tpch
-
     dirs = {name: [root / name / f"node-{i}" for i in range(r)] for r, name in enumerate(NAMES, start=1)}
     with console.status(f"generating TPC-H SF {sf:g} and loading it into region r1"):
         files = tpch.generate(sf, root / "tpch", ["lineitem", "orders"])
@@ -340,11 +342,6 @@ def native_data(root: Path, sf: float) -> tuple[dict[str, list[Path]], dict[str,
 
 def copy_tables(regions: Regions) -> list[str]:
     """lineitem and orders copied from r1 to r2 and r3 (`cxg redistribute --to`); what it did."""
-    from gateway import Client, SparkSettings
-    from regions import spark_session
-    from regions.redistribution import RegionView, plan_copy, run, wait_served
-    from storage import LoadOptions
-
     spark = spark_session(SparkSettings(master="local[2]", driver_memory="2g"))
     home = RegionView.of(Client(regions.url("r1")), "r1")
     done = []
@@ -354,7 +351,7 @@ def copy_tables(regions: Regions) -> list[str]:
             if target.served(table) and target.served(table)["stamp"] == home.table(table).stamp:
                 continue  # copied by an earlier run
             move = plan_copy(home, target, table)
-            run(spark, move, home, target, LoadOptions())
+            run_move(spark, move, home, target, LoadOptions())
             wait_served(target, move)
             done.append(f"{table} -> {name}")
     return done

@@ -5,9 +5,9 @@ TPC-H Q1 and Q6, and range filters (selective and unselective) on the sorted l_s
 unsorted l_partkey. Ours: the storage node's scan (kernels on encoded blocks, one worker thread:
 a query holds one core) plus the final merge of the partial aggregates. DuckDB: the same SQL on a
 table of the same Arrow data, with one thread and with all threads. Every answer is checked
-against DuckDB's. The CuPy backend on a GPU is measured by `loadtests.bench_gpu`.
+against DuckDB's. The CuPy backend on a GPU is measured by `benchmarks.bench_gpu`.
 
-    python -m loadtests.bench_scan [--sf 1] [--json PATH] [--repeat 7]
+    python -m benchmarks.bench_scan [--sf 1] [--json PATH] [--repeat 7]
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from benchmarks.common import bench_main
 from gpu_kernels import NumpyBackend, final_aggregate, get_backend
 from gpu_kernels import expr as kernel_expr
-from loadtests.common import bench_main, console, print_table
+from loadtests.output import console, print_table
 from storage import LoadOptions, Store, TableCache, load_table, read_parquet, scan_table, tpch
 
 

@@ -11,8 +11,8 @@ Table 4.1 on simulation-mode nodes.
    5.5 at 5 GB, first and last 100 answers excluded, 1..7 nodes of 8 slots; T, M and σ in
    simulated minutes next to the published values, and the speedup T(1)/T(n).
 
-    python -m loadtests.bench_gateway [--json PATH] [--time-scale 0.05] [--nodes 1-7]
-                                      [--dispatch round-robin|free-slot-first|both] [--skip-table]
+    python -m benchmarks.bench_gateway [--json PATH] [--time-scale 0.05] [--nodes 1-7]
+                                       [--dispatch round-robin|free-slot-first|both] [--skip-table]
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ import pymysql
 from aiohttp import web
 from hdrh.histogram import HdrHistogram
 
+from benchmarks.mariadb_server import MariaDB, available
+from benchmarks.performsys import TABLE_4_1, Setup, run_setup
 from gateway import Client, GatewayError, free_port
-from loadtests.common import console, print_table, write_json
-from loadtests.mariadb_server import MariaDB, available
-from loadtests.performsys import TABLE_4_1, Setup, run_setup
+from loadtests.output import console, print_table, write_json
 from regions import LocalRegion, load_config
 from storage import create_database
 
@@ -117,7 +117,7 @@ def _wait_http(url: str, process: subprocess.Popen) -> None:
 
 def _serve_echo(port: int) -> subprocess.Popen:
     code = (
-        "from aiohttp import web; from loadtests.bench_gateway import echo_app; "
+        "from aiohttp import web; from benchmarks.bench_gateway import echo_app; "
         f"web.run_app(echo_app(), host='127.0.0.1', port={port}, print=None, access_log=None)"
     )
     process = subprocess.Popen([sys.executable, "-c", code])

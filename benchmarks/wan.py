@@ -1,7 +1,7 @@
 """A WAN link between regions on one machine: a TCP relay that delays every byte by a fixed time in
 each direction, order kept (the kernel's netem, which would do this, is missing on such machines).
 
-    python -m loadtests.wan --listen 10.77.0.254:9001 --to 10.77.0.1:8080 --delay 0.005
+    python -m benchmarks.wan --listen 10.77.0.254:9001 --to 10.77.0.1:8080 --delay 0.005
 
 A region's gateway is reached by the others through its link (`url` of `[regions.NAME]`), while its
 own clients reach it directly: a query moved between regions pays the delay each time it crosses.

@@ -11,7 +11,7 @@ the machine's cores shared between them) instead of an embedded local one: this 
 sub-queries then reach the executors through the cxg data source (`spark.exchange` auto), and
 plain Spark reads the Parquet files with those same executors.
 
-    python -m loadtests.bench_tpch [--sf 1] [--json PATH] [--repeat 3] [--cluster 2]
+    python -m benchmarks.bench_tpch [--sf 1] [--json PATH] [--repeat 3] [--cluster 2]
 """
 
 from __future__ import annotations
@@ -31,11 +31,12 @@ from typing import Any
 import duckdb
 import sqlglot
 
+from benchmarks.common import parser
+from benchmarks.compare import rows, rows_match
 from gateway import SparkSettings, free_port
 from gateway.sql.engine import Engine
 from gateway.sql.local import scan_nodes
-from loadtests.common import console, parser, print_table, write_json
-from loadtests.compare import rows, rows_match
+from loadtests.output import console, print_table, write_json
 from loadtests.tpch_queries import SINGLE_TABLE, all_queries
 from regions import session_factory, spark_options, spark_session
 from regions.standalone import StandaloneCluster

@@ -2,7 +2,7 @@
 operation at several sizes, and the fused scan kernel (`gpu_kernels.fused_scan`) on random blocks
 whose columns take every encoding it reads, with random predicates, group keys and aggregates. New
 device arrays hold garbage (on a GPU, what was there; under the stand-in, a poison pattern), so an
-output a kernel leaves unwritten shows. Used by the tests and by `loadtests.bench_gpu`, which runs
+output a kernel leaves unwritten shows. Used by the tests and by `benchmarks.bench_gpu`, which runs
 them first on a real GPU."""
 
 from __future__ import annotations

@@ -1,0 +1,46 @@
+"""What every benchmark shares beyond the load tester's output (`loadtests.output`): its command
+line, with a scale factor and a JSON file, and timing."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from loadtests.output import write_json
+
+
+def parser(description: str, default_sf: float = 1.0) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--sf", type=float, default=default_sf, help=f"TPC-H scale factor (default {default_sf:g})")
+    p.add_argument("--json", type=Path, metavar="PATH", help="also write the figures as JSON")
+    return p
+
+
+def bench_main(argv: list[str] | None, doc: str, run: Any, report: Any, repeat: int) -> None:
+    """The command line of a benchmark that takes a scale factor and a number of timed runs: run,
+    print the report, write the JSON figures."""
+    p = parser(doc.splitlines()[0])
+    p.add_argument("--repeat", type=int, default=repeat, help=f"timed runs per query and system (default {repeat})")
+    args = p.parse_args(argv)
+    figures = run(args.sf, args.repeat)
+    report(figures)
+    write_json(args.json, figures)
+
+
+@contextmanager
+def timed() -> Iterator[dict[str, float]]:
+    """`with timed() as t: ...` then t["s"] holds the elapsed seconds."""
+    box: dict[str, float] = {}
+    started = time.perf_counter()
+    try:
+        yield box
+    finally:
+        box["s"] = time.perf_counter() - started
+
+
+def mb(n: float) -> str:
+    return f"{n / 1e6:,.1f}"
