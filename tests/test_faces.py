@@ -74,5 +74,5 @@ def test_a_client_imports_nothing_of_the_server(client: str) -> None:
 def test_the_coordinators_sql_code_loads_none_of_the_nodes_server() -> None:
     """Through the lazy storage face import-linter sees no edge: check what the engine really loads."""
     loaded = _loaded_by("gateway.sql.engine")
-    assert "gateway.sql.run" in loaded and "storage.node_client" in loaded
+    assert "gateway.sql.execute" in loaded and "storage.node_client" in loaded
     assert not {m for m in loaded if _within(m, ["storage.node", "storage.scan", "storage.scan_workers"])}
