@@ -74,13 +74,14 @@ def _start_node(data: Path, port: int) -> subprocess.Popen:
 def spark_floor(engine: Engine, sql: str, repeat: int) -> float | None:
     """Spark's time for the SQL this engine hands it, over one row per sub-query: the part of a
     join query that no work on the nodes can remove. None for a query that does not reach Spark."""
-    plan = engine.plan(sql)
+    staged = engine.stage(sql)
+    plan = staged.plan
     if plan.engine != "spark":
         return None
     spark = engine.spark
     handed = [scan for scan in plan.scans if scan.index not in plan.dropped]
     for scan in handed:
-        fetched = plan.inputs.get(scan.index)
+        fetched = staged.fetched.get(scan.index)
         if fetched is None:  # one row of a projection; an aggregate's few rows whole (a limit is for projections)
             request = scan.request()
             one_row = request if request.aggregating else dataclasses.replace(request, limit=1)
