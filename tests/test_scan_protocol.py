@@ -82,7 +82,7 @@ DOCUMENTS = st.recursive(
 )
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.dictionaries(FIELDS, DOCUMENTS, max_size=4).map(lambda d: {"table": "t", **d}) | DOCUMENTS)
 def test_the_schema_and_the_node_read_the_same_shapes(data: Any) -> None:
     try:
