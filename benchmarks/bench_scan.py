@@ -24,9 +24,19 @@ import pyarrow as pa
 
 from benchmarks.common import bench_main
 from gpu_kernels import NumpyBackend, final_aggregate, get_backend
-from gpu_kernels import expr as kernel_expr
+from gpu_kernels import expr as E
 from loadtests.output import console, print_table
-from storage import LoadOptions, Store, TableCache, load_table, read_parquet, scan_table, tpch
+from storage import (
+    LoadOptions,
+    Store,
+    TableCache,
+    expr_from_json,
+    kernel_expr,
+    load_table,
+    read_parquet,
+    scan_table,
+    tpch,
+)
 
 
 def _col(name: str) -> dict:
@@ -163,7 +173,7 @@ def decoded_bytes(cache: TableCache, request: dict, stats) -> int:
     names = set()
     for part in (request.get("filter"), *(a.get("arg") for a in request.get("aggregates", []))):
         if part is not None:
-            names |= kernel_expr.columns_of(kernel_expr.from_json(part))
+            names |= E.columns_of(kernel_expr(expr_from_json(part)))
     names |= set(request.get("group_by", []))
     total_rows = sum(entry.rows for entry, _ in loaded.blocks)
     plain = sum(entry.columns[n].plain_bytes for entry, _ in loaded.blocks for n in names)

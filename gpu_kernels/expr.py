@@ -1,18 +1,17 @@
-"""Scalar expressions pushed down to the storage nodes, as a small JSON-serializable tree.
+"""Scalar expressions pushed down to the storage nodes, as the kernels evaluate them.
 
-``{"col": "l_discount"}`` is a column, ``{"lit": "0.05", "type": "decimal(3,2)"}`` a typed
-literal (dates as ISO strings, decimals as strings, intervals as ``interval_day``,
-``interval_month`` or ``interval_year`` counts) and ``{"op": "<=", "args": [...]}`` an
-operation. `check` types an expression against a table so that a bad request fails before
-any block is read.
+A column (`Col`), a typed literal (`Lit`: `literal` reads one as the scan protocol sends it, dates
+as ISO strings, decimals as strings, intervals as ``interval_day``, ``interval_month`` or
+``interval_year`` counts), the right side of a long IN (`Values`) and an operation (`Call`).
+`check` types an expression against a table so that a bad request fails before any block is read.
 """
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import decimal
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,7 +108,8 @@ def arrow_kind(t: pa.DataType) -> Type:
     return Type(kind)
 
 
-def _literal(value: Any, type_name: str | None) -> Lit:
+def literal(value: Any, type_name: str | None) -> Lit:
+    """A literal as the kernels compute with it: `value` read as `type_name` (None: as JSON types it)."""
     if value is None:
         return Lit(None, Type(Kind.NULL))
     if type_name in INTERVALS:
@@ -150,36 +150,21 @@ def _literal(value: Any, type_name: str | None) -> Lit:
     raise ExprError(f"literal of type {type_name} is not supported")
 
 
-def from_json(data: dict[str, Any]) -> Expr:
-    """The kernels' form of an expression whose shape the scan protocol has checked; raises
-    ExprError for what only the kernels know (their operations, literal values, list contents)."""
-    if "col" in data:
-        return Col(data["col"])
-    if "int64" in data:  # a long integer list as base64 of little-endian int64: no JSON numbers to parse
-        try:
-            integers = np.frombuffer(base64.b64decode(data["int64"], validate=True), dtype="<i8")
-        except (TypeError, ValueError) as e:
-            raise ExprError(f"int64 must be base64 of little-endian 64-bit integers: {e}") from None
-        if not len(integers):
-            raise ExprError("int64 must hold at least one value")
-        return _int_values(integers.astype(np.int64), Type(Kind.INT))
-    if "values" in data:
-        items, type_name = data["values"], data.get("type")
-        if None in items:
-            raise ExprError("values must be a non-empty list without NULLs")
-        literals = [_literal(v, type_name) for v in items[:1]]
-        kind = literals[0].type
-        if kind.kind is Kind.DATE:
-            return Values(tuple(dt.date.fromisoformat(v) for v in items), kind)
-        if kind.kind is Kind.DEC:
-            return Values(tuple(_literal(v, type_name).value for v in items), kind)
-        return Values(tuple(items), kind)
-    if "lit" in data:
-        return _literal(data["lit"], data.get("type"))
-    op = data["op"]
-    if op not in OPS:
-        raise ExprError(f"unsupported operation {op!r}")
-    return Call(op, tuple(from_json(a) for a in data.get("args", [])))
+def value_list(items: Sequence[Any], type_name: str | None) -> Values:
+    """The right side of a long IN: `items` read as literals of `type_name`; raises ExprError."""
+    if None in items:
+        raise ExprError("values must be a non-empty list without NULLs")
+    kind = literal(items[0], type_name).type
+    if kind.kind is Kind.DATE:
+        return Values(tuple(dt.date.fromisoformat(v) for v in items), kind)
+    if kind.kind is Kind.DEC:
+        return Values(tuple(literal(v, type_name).value for v in items), kind)
+    return Values(tuple(items), kind)
+
+
+def integer_list(integers: np.ndarray) -> Values:
+    """The right side of a long IN over integers, kept as the array it arrived as."""
+    return _int_values(integers.astype(np.int64), Type(Kind.INT))
 
 
 def columns_of(expr: Expr) -> set[str]:

@@ -12,9 +12,6 @@ also evict under pressure, instead of a private copy per process.
 
 from __future__ import annotations
 
-import errno
-import os
-import threading
 import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,8 +21,9 @@ import pyarrow as pa
 import zstandard
 
 from gpu_kernels import EncodedBlock
+from storage.atomic_write import write_atomically
 from storage.block import ChosenColumn, block_from_ipc, block_to_ipc
-from storage.errors import CorruptBlockError, DiskFullError
+from storage.errors import CorruptBlockError
 
 COMPRESSIONS = ("zstd", "none")
 DECODED = "decoded"  # the table directory's folder of decompressed block files (see `map_block`)
@@ -74,21 +72,6 @@ def _stat_value(value: Any) -> Any:
     return value
 
 
-def _fsync_write(path: Path, data: bytes | pa.Buffer) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_block(directory: Path, name: str, block: EncodedBlock, bucket: int, compression: str) -> BlockEntry:
     """Write `block` as `directory/name` (via a temp file and rename) and describe it."""
     payload, entry = serialize_block(block, name, bucket, compression)
@@ -97,17 +80,8 @@ def write_block(directory: Path, name: str, block: EncodedBlock, bucket: int, co
 
 
 def write_file(directory: Path, name: str, payload: bytes | pa.Buffer) -> None:
-    """Write a block file atomically: a temp file, fsynced, renamed into place; a disk that fills
-    up leaves no part of it (DiskFullError)."""
-    tmp = directory / f"{name}.tmp"
-    try:
-        _fsync_write(tmp, payload)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        if e.errno == errno.ENOSPC:
-            raise DiskFullError(f"no space left on the disk of {directory} for block {name}") from None
-        raise
-    os.replace(tmp, directory / name)
+    """Write a block file atomically; a disk that fills up leaves no part of it (DiskFullError)."""
+    write_atomically(directory / name, payload, f"block {name}")
 
 
 def serialize_block(block: EncodedBlock, name: str, bucket: int, compression: str) -> tuple[bytes, BlockEntry]:
@@ -191,20 +165,9 @@ def map_block(path: Path, entry: BlockEntry, verify: bool = True) -> EncodedBloc
             check_file(path, entry)
     elif verify or not mapped.exists():
         data = _ipc_bytes(path, entry)  # checked, then its decompressed bytes kept for mapping
-        if not mapped.exists():
+        if not mapped.exists():  # made by whichever process maps it first
             mapped.parent.mkdir(exist_ok=True)
-            tmp = mapped.with_name(f"{mapped.name}.{os.getpid()}-{threading.get_ident()}.tmp")
-            try:
-                tmp.write_bytes(data)
-                os.replace(tmp, mapped)
-            except OSError as e:  # no part of a decoded copy is left
-                tmp.unlink(missing_ok=True)
-                if e.errno == errno.ENOSPC:
-                    where = mapped.parent
-                    raise DiskFullError(
-                        f"no space left on the disk of {where} for the decoded copy of {path.name}"
-                    ) from None
-                raise
+            write_atomically(mapped, data, f"the decoded copy of {path.name}", durable=False)
     try:
         buffer = pa.memory_map(str(mapped)).read_buffer()
     except FileNotFoundError:

@@ -1,14 +1,19 @@
-"""Errors raised by the storage layer; each has a stable code for the HTTP API."""
+"""Errors raised by the storage layer; each has a stable code and the HTTP status a node answers it
+with (`storage.node`'s one middleware reads both): a request the node refuses is a 4xx, a failure
+of the node's own files, disk or memory a 5xx."""
 
 
 class StorageError(Exception):
-    """Base class; `code` is stable and machine-readable."""
+    """Base class; `code` is stable and machine-readable. Raised as such, it is a request the node
+    refuses (a malformed name or version, a block that does not belong to its load)."""
 
     code = "storage_error"
+    status = 400
 
 
 class TableNotFoundError(StorageError):
     code = "table_not_found"
+    status = 404
 
 
 class SchemaError(StorageError):
@@ -21,10 +26,12 @@ class CorruptBlockError(StorageError):
     """A block file is missing, truncated or fails its checksum; the message names the file."""
 
     code = "corrupt_block"
+    status = 500
 
 
 class ManifestError(StorageError):
     code = "corrupt_manifest"
+    status = 500
 
 
 class VersionGoneError(StorageError):
@@ -32,6 +39,7 @@ class VersionGoneError(StorageError):
     query held the old one); running the query again reads the current version."""
 
     code = "version_gone"
+    status = 409
 
 
 class VersionConflictError(StorageError):
@@ -39,6 +47,7 @@ class VersionConflictError(StorageError):
     first)."""
 
     code = "version_conflict"
+    status = 409
 
 
 class DiskFullError(StorageError):
@@ -46,6 +55,24 @@ class DiskFullError(StorageError):
     naming its table; what was already served stays as it was."""
 
     code = "disk_full"
+    status = 507
+
+
+class OutOfMemoryError(StorageError):
+    """A scan needed more memory than its process may hold (`storage.memory_budget`); the node goes
+    on, and the same scan may pass when fewer run beside it."""
+
+    code = "out_of_memory"
+    status = 503
+
+
+class UnreadableRequestError(StorageError):
+    """A request body the node cannot read (not JSON, a field missing or of the wrong kind); the
+    code says which request (``invalid_json``, ``invalid_commit``)."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
 
 
 class RedistributionError(StorageError):

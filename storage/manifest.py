@@ -7,17 +7,16 @@ table or the new one, never a mix, and a load that dies leaves the old version i
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from storage.blockfile import BlockEntry, fsync_dir
+from storage.atomic_write import fsync_dir, write_atomically
+from storage.blockfile import BlockEntry
 from storage.catalog import TableSchema
-from storage.errors import DiskFullError, ManifestError
+from storage.errors import ManifestError
 
 MANIFEST = "MANIFEST.json"
 FORMAT_VERSION = 1
@@ -95,17 +94,6 @@ def read_manifest(table_dir: Path, name: str = MANIFEST) -> Manifest | None:
 
 
 def write_manifest(table_dir: Path, manifest: Manifest, name: str = MANIFEST) -> None:
-    """Replace the manifest `name` atomically: temp file, fsync, rename, fsync the directory."""
-    tmp = table_dir / f"{name}.tmp"
-    try:
-        with open(tmp, "w") as f:
-            json.dump(manifest.to_json(), f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        if e.errno == errno.ENOSPC:
-            raise DiskFullError(f"no space left on the disk of {table_dir} for its manifest") from None
-        raise
-    os.replace(tmp, table_dir / name)
+    """Replace the manifest `name` atomically, then fsync the directory: the new version is durable."""
+    write_atomically(table_dir / name, json.dumps(manifest.to_json(), indent=1).encode(), "its manifest")
     fsync_dir(table_dir)

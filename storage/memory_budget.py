@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import resource
 
-OUT_OF_MEMORY = "out_of_memory"  # the code a scan that went past its process's budget fails with
+from storage.errors import OutOfMemoryError
+
+OUT_OF_MEMORY = OutOfMemoryError.code  # the code a scan that went past its process's budget fails with
 # RLIMIT_DATA counts address space reserved, not only used. Arrow's default allocator (mimalloc)
 # reserves 1 GiB at its first allocation and keeps growing arenas mapped once their memory is
 # freed (a node at SF 10 held 3.4 GiB of address space for 1.3 GiB resident), so Arrow allocates

@@ -19,9 +19,11 @@ Each scan holds one of the node's K slots (K = cores unless configured) while it
 blocks are processed on a worker thread (a long CPU scan's on the node's worker processes, one per
 core: storage.scan_workers) and written as they finish. A client that goes away
 mid-stream cancels its scan: the worker stops at the next block and the slot is freed.
-Errors are JSON ``{"error": {"code": ..., "message": ...}}`` (400 malformed or unsupported
-request, 404 unknown table, 409 ``version_gone`` for a version no longer kept); an error after the
-stream started ends it with a trailer batch carrying ``cxg.error``.
+Errors are JSON ``{"error": {"code": ..., "message": ...}}`` with the status each storage error
+carries (`storage.errors`: 400 malformed or unsupported request, 404 unknown table, 409
+``version_gone`` for a version no longer kept, 500 a corrupt block or manifest, 503 out of memory,
+507 disk full), answered by one middleware; an error after the stream started ends it with a
+trailer batch carrying ``cxg.error``.
 
 A scan reads the version its request names (`storage.store` keeps replaced versions until they are
 released), so a query pinned to one version reads the same data on every node while loads commit.
@@ -30,7 +32,6 @@ released), so a query pinned to one version reads the same data on every node wh
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import os
@@ -38,19 +39,20 @@ import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from gpu_kernels import NumpyBackend
 from storage.blockfile import BlockEntry
 from storage.bucket_load import BucketWork
 from storage.catalog import TableSchema
-from storage.errors import DiskFullError, StorageError, TableNotFoundError, VersionConflictError, VersionGoneError
+from storage.errors import OutOfMemoryError, StorageError, TableNotFoundError, UnreadableRequestError
 from storage.ingest import Commit, DirectoryTarget
 from storage.manifest import Sizing
-from storage.memory_budget import OUT_OF_MEMORY, private_memory_limit
+from storage.memory_budget import private_memory_limit
 from storage.scan import BlockScan, TableCache, scan_table
 from storage.scan_protocol import (
     ARROW_STREAM,
@@ -62,7 +64,6 @@ from storage.scan_protocol import (
     METADATA_STATS,
     SCAN_PATH,
     ScanRequest,
-    ScanRequestError,
     allow_deep_expressions,
 )
 from storage.scan_workers import ScanWorkers, default_processes
@@ -73,10 +74,17 @@ log = logging.getLogger("cxg.node")
 IN_FLIGHT = 4  # chunks produced ahead of the network
 EXPIRE_EVERY_S = 60.0  # how often replaced versions nobody released are looked at (storage.store.RETAIN_S)
 CHUNK_BYTES = 1 << 16  # encoded batches are written to the network in chunks of at least this size
+T = TypeVar("T")
 
 
-def error_response(status: int, code: str, message: str) -> web.Response:
-    return web.json_response({"error": {"code": code, "message": message}}, status=status)
+@web.middleware
+async def storage_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The node's one translation of its failures: a storage error a handler raises is answered
+    with its status and code (`storage.errors`)."""
+    try:
+        return await handler(request)
+    except StorageError as e:
+        return web.json_response({"error": {"code": e.code, "message": str(e)}}, status=e.status)
 
 
 class _Chunks:
@@ -203,15 +211,7 @@ class Node:
 
     async def table(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
-        try:
-            version = _version(request.query.get("version"))
-            table = await asyncio.get_running_loop().run_in_executor(None, self.store.table, name, version)
-        except TableNotFoundError as e:
-            return error_response(404, e.code, str(e))
-        except VersionGoneError as e:
-            return error_response(409, e.code, str(e))
-        except StorageError as e:
-            return error_response(400, e.code, str(e))
+        table = await _on_thread(self.store.table, name, _version(request.query.get("version")))
         s = summarize(table)
         return web.json_response(
             {
@@ -240,8 +240,8 @@ class Node:
 
     async def release(self, request: web.Request) -> web.Response:
         name, version = request.match_info["name"], request.match_info["version"]
-        released, failed = await _on_thread(lambda: self._release(name, _version(version)))
-        return failed or web.json_response({"table": name, "version": int(version), "released": released})
+        released = await _on_thread(self._release, name, _version(version))
+        return web.json_response({"table": name, "version": int(version), "released": released})
 
     def _release(self, name: str, version: int) -> bool:
         """Worker thread (the cache's lock may be held while a new version is mapped)."""
@@ -257,23 +257,8 @@ class Node:
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-            return error_response(400, "invalid_json", f"the scan request is not valid JSON: {e}")
-        loop = asyncio.get_running_loop()
-        try:
-            scan = await loop.run_in_executor(None, self._plan, body)
-        except TableNotFoundError as e:
-            return error_response(404, e.code, str(e))
-        except VersionGoneError as e:
-            return error_response(409, e.code, str(e))
-        except ScanRequestError as e:
-            return error_response(400, e.code, str(e))
-        except DiskFullError as e:  # no room for the decoded copies the scan maps
-            return error_response(507, e.code, str(e))
-        except StorageError as e:
-            return error_response(500, e.code, str(e))
-        except MemoryError:
-            message = f"planning the scan needed more memory than node {self.store.node}'s process may hold"
-            return error_response(503, OUT_OF_MEMORY, message)
+            raise UnreadableRequestError("invalid_json", f"the scan request is not valid JSON: {e}") from None
+        scan = await _on_thread(self._plan, body)
         async with self._slots:
             self.running += 1
             self.counters["started"] += 1
@@ -288,7 +273,12 @@ class Node:
     def _plan(self, body: object) -> BlockScan:
         """Worker thread: the request checked by the protocol, then planned on its table (a long IN
         list takes a while to read: not on the event loop)."""
-        return scan_table(self.cache, ScanRequest.from_json(body), self.backend)
+        try:
+            return scan_table(self.cache, ScanRequest.from_json(body), self.backend)
+        except MemoryError:
+            raise OutOfMemoryError(
+                f"planning the scan needed more memory than node {self.store.node}'s process may hold"
+            ) from None
 
     async def _stream(self, request: web.Request, scan: BlockScan) -> web.StreamResponse:
         response = web.StreamResponse(
@@ -352,11 +342,13 @@ class Node:
             trailer = {METADATA_STATS: json.dumps({**scan.stats.to_json(), "backend": self.backend.name}).encode()}
         except Exception as e:  # the stream has started: report in the trailer
             log.exception("scan of %s failed", scan.plan.table)
-            code, message = getattr(e, "code", "internal_error"), str(e)
+            failure = e
             if isinstance(e, MemoryError):
-                code = OUT_OF_MEMORY
-                message = f"the scan of {scan.plan.table} needed more memory than node {self.store.node} may hold"
-            trailer = {METADATA_ERROR: json.dumps({"code": code, "message": message}).encode()}
+                failure = OutOfMemoryError(
+                    f"the scan of {scan.plan.table} needed more memory than node {self.store.node} may hold"
+                )
+            error = {"code": getattr(failure, "code", "internal_error"), "message": str(failure)}
+            trailer = {METADATA_ERROR: json.dumps(error).encode()}
             outcome = "failed"
         finally:
             if scan.cancel.is_set():
@@ -370,14 +362,7 @@ class Node:
     async def put_block(self, request: web.Request) -> web.Response:
         info = request.match_info
         payload = await request.read()
-        try:
-            await asyncio.get_running_loop().run_in_executor(
-                None, self._target.put, info["name"], info["load"], info["file"], payload
-            )
-        except DiskFullError as e:
-            return error_response(507, e.code, str(e))
-        except StorageError as e:
-            return error_response(400, e.code, str(e))
+        await _on_thread(self._target.put, info["name"], info["load"], info["file"], payload)
         return web.json_response({"stored": info["file"], "bytes": len(payload)}, status=201)
 
     async def commit_load(self, request: web.Request) -> web.Response:
@@ -407,14 +392,9 @@ class Node:
                 base,
                 data,
             )
-            commit = functools.partial(self._target.commit, load, entries)
-            version = await asyncio.get_running_loop().run_in_executor(None, commit)
+            version = await _on_thread(self._target.commit, load, entries)
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-            return error_response(400, "invalid_commit", f"malformed commit request: {e}")
-        except VersionConflictError as e:
-            return error_response(409, e.code, str(e))
-        except StorageError as e:
-            return error_response(400, e.code, str(e))
+            raise UnreadableRequestError("invalid_commit", f"malformed commit request: {e}") from None
         for listener in self.on_commit:
             await listener()
         return web.json_response({"table": schema.name, "version": version, "blocks": len(entries)})
@@ -423,34 +403,27 @@ class Node:
         """The versions of a table kept here (a retired table's too) and the current one (null when
         retired): what a load numbers its new version above."""
         name = request.match_info["name"]
-        kept, failed = await _on_thread(self.store.versions, name)
-        if failed:
-            return failed
+        kept = await _on_thread(self.store.versions, name)
         current = kept[-1] if self.store.exists(name) else None
         return web.json_response({"table": name, "versions": kept, "current": current})
 
     async def retire(self, request: web.Request) -> web.Response:
         """Stop serving a table here (it moved away); scans pinned to its version still read it."""
         name = request.match_info["name"]
-        version, failed = await _on_thread(self.store.retire, name)
-        if failed:
-            return failed
+        version = await _on_thread(self.store.retire, name)
         for listener in self.on_commit:
             await listener()
         return web.json_response({"table": name, "retired": version})
 
     async def abort_load(self, request: web.Request) -> web.Response:
         info = request.match_info
-        try:
-            self._target.abort(info["name"], info["load"])
-        except StorageError as e:
-            return error_response(400, e.code, str(e))
+        self._target.abort(info["name"], info["load"])
         return web.json_response({"aborted": info["load"]})
 
     # ---- application ----------------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=1024 * 1024 * 1024)  # block uploads
+        app = web.Application(middlewares=[storage_errors], client_max_size=1024 * 1024 * 1024)  # block uploads
         app.add_routes(
             [
                 web.get("/healthz", self.healthz),
@@ -497,15 +470,9 @@ class Node:
             self.workers.close()
 
 
-async def _on_thread(work: Callable[..., Any], *args: Any) -> tuple[Any, web.Response | None]:
-    """`work` run off the event loop: its result, or the answer its storage error gets (404 for no
-    such table, else 400)."""
-    try:
-        return await asyncio.get_running_loop().run_in_executor(None, work, *args), None
-    except TableNotFoundError as e:
-        return None, error_response(404, e.code, str(e))
-    except StorageError as e:
-        return None, error_response(400, e.code, str(e))
+async def _on_thread(work: Callable[..., T], *args: Any) -> T:
+    """`work` run off the event loop (it reads or writes files)."""
+    return await asyncio.get_running_loop().run_in_executor(None, work, *args)
 
 
 def _bucket_rows(blocks: list[BlockEntry]) -> dict[str, int]:

@@ -23,9 +23,11 @@ decimals as strings, intervals as ``interval_day``/``interval_month``/``interval
 ``{"op": name, "args": [...]}``, or the right side of IN: ``{"values": [...], "type": name}`` or
 ``{"int64": base64 of little-endian int64}`` (a long integer list without JSON numbers to parse).
 
-`from_json` checks a request's shape and raises `ScanRequestError` naming the problem; what its
-expressions mean against a table (types, the output schema) is `storage.scan_typing`'s job. This
-module imports nothing of the node, the kernels or an HTTP server: a client needs only this.
+The request's shape is described once (`REQUEST`, with `storage.json_shape`): `from_json` reads a
+request by it, raising `ScanRequestError` naming the problem, and `REQUEST_SCHEMA`, the JSON Schema
+clients validate against, is written from it. What its expressions mean against a table (types, the
+output schema) is `storage.scan_typing`'s job. This module imports nothing of the node, the kernels
+or an HTTP server: a client needs only this.
 
 The answer is an Arrow IPC stream (`ARROW_STREAM`): one batch per block (or per hash partition of
 a block, metadata `partition`), then an empty trailer batch whose metadata holds the scan's
@@ -39,12 +41,28 @@ from __future__ import annotations
 
 import base64
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from storage.errors import StorageError
+from storage.json_shape import (
+    Either,
+    Field,
+    ListOf,
+    Nullable,
+    Object,
+    Ref,
+    Scalar,
+    Shape,
+    ShapeError,
+    Text,
+    Variants,
+    Whole,
+    json_schema,
+    read,
+)
 
 # ---- the wire around a request -----------------------------------------------------------------
 
@@ -127,6 +145,16 @@ class Int64List:
     def to_json(self) -> dict[str, Any]:
         return {"int64": self.data}
 
+    def integers(self) -> np.ndarray:
+        """The list decoded; raises ScanRequestError when its text is not one."""
+        try:
+            integers = np.frombuffer(base64.b64decode(self.data, validate=True), dtype="<i8")
+        except ValueError as e:  # binascii.Error is one
+            raise ScanRequestError(f"int64 must be base64 of little-endian 64-bit integers: {e}") from None
+        if not len(integers):
+            raise ScanRequestError("int64 must hold at least one value")
+        return integers
+
 
 @dataclass(frozen=True)
 class Call:
@@ -144,43 +172,6 @@ def allow_deep_expressions() -> None:
     """Let this process recurse as deep as expressions `MAX_EXPRESSION_DEPTH` deep need (Python's
     default of 1,000 frames is reached by about 50 nested parentheses in sqlglot's parser)."""
     sys.setrecursionlimit(max(sys.getrecursionlimit(), _FRAMES_PER_LEVEL * MAX_EXPRESSION_DEPTH + 1_000))
-
-
-def expr_from_json(data: Any, depth: int = 1) -> Expr:
-    """An expression from its JSON form; raises ScanRequestError naming what is malformed. What
-    its literals and lists hold, whether its operations exist and whether it is well typed are
-    checked against a table (`storage.scan_typing`): a list of 500,000 keys is read once."""
-    if depth > MAX_EXPRESSION_DEPTH:
-        raise ScanRequestError(f"an expression nests more than {MAX_EXPRESSION_DEPTH} deep")
-    if not isinstance(data, dict):
-        raise ScanRequestError(f"an expression must be an object, not {data!r}")
-    if "col" in data:
-        if not isinstance(data["col"], str):
-            raise ScanRequestError(f"column name must be a string, not {data['col']!r}")
-        return Column(data["col"])
-    if "int64" in data:  # decoded where it is typed, once
-        if not isinstance(data["int64"], str):
-            raise ScanRequestError(f"int64 must be base64 of little-endian 64-bit integers, not {data['int64']!r}")
-        return Int64List(data["int64"])
-    if "values" in data:  # its items are read where it is typed
-        items = data["values"]
-        if not isinstance(items, list) or not items:
-            raise ScanRequestError("values must be a non-empty list without NULLs")
-        return ValueList(tuple(items), data.get("type"))
-    if "lit" in data:
-        type_name = data.get("type")
-        if type_name is not None and not isinstance(type_name, str):
-            raise ScanRequestError(f"literal type must be a string, not {type_name!r}")
-        return Literal(data["lit"], type_name)
-    if "op" in data:
-        op = data["op"]
-        if not isinstance(op, str):
-            raise ScanRequestError(f"unsupported operation {op!r}")
-        args = data.get("args", [])
-        if not isinstance(args, list):
-            raise ScanRequestError(f"args of {op} must be a list")
-        return Call(op, tuple(expr_from_json(a, depth + 1) for a in args))
-    raise ScanRequestError(f"an expression needs 'col', 'lit' or 'op': {data!r}")
 
 
 # ---- building expressions ------------------------------------------------------------------------
@@ -354,18 +345,17 @@ class ScanRequest:
 
     @classmethod
     def from_json(cls, data: Any) -> ScanRequest:
-        """A request from its JSON form; raises ScanRequestError naming what is malformed."""
-        if not isinstance(data, dict) or not isinstance(data.get("table"), str):
-            raise ScanRequestError("a scan request names its table: {'table': ...}")
-        unknown = sorted(set(data) - set(REQUEST_SCHEMA["properties"]))
-        if unknown:
-            raise ScanRequestError(f"unknown field(s) in scan request: {', '.join(unknown)}")
-        predicate = None if data.get("filter") is None else expr_from_json(data["filter"])
-        columns = tuple(_named(c, "columns") for c in _list(data.get("columns"), "columns"))
-        select = tuple(_named(s, "select") for s in _list(data.get("select"), "select"))
-        keys = tuple(_named(k, "group_by") for k in _list(data.get("group_by"), "group_by"))
-        aggregates = tuple(_aggregate(a) for a in _list(data.get("aggregates"), "aggregates"))
-        request = cls(data["table"], columns, select, predicate, keys, aggregates)
+        """A request from its JSON form: its shape read by `REQUEST` (what `REQUEST_SCHEMA` says),
+        then what a shape cannot say; raises ScanRequestError naming what is malformed."""
+        fields = _read(REQUEST, data)
+        request = cls(
+            fields["table"],
+            fields.get("columns") or (),
+            fields.get("select") or (),
+            fields.get("filter"),
+            fields.get("group_by") or (),
+            fields.get("aggregates") or (),
+        )
         if request.aggregating and request.outputs:
             raise ScanRequestError("a scan either projects (columns/select) or aggregates (group_by/aggregates)")
         if not request.aggregating and not request.outputs:
@@ -374,168 +364,213 @@ class ScanRequest:
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ScanRequestError(f"output name(s) used twice: {', '.join(duplicates)}")
-        partition = _partition(data.get("partition"), names)
-        having = data.get("having")
+        partition = fields.get("partition")
+        missing = [k for k in partition.keys if k not in names] if partition is not None else []
+        if missing:
+            raise ScanRequestError(f"partition key(s) {', '.join(missing)} are not output columns")
+        having = fields.get("having")
         if having is not None:
             if not request.aggregating or partition is not None:
                 raise ScanRequestError("having needs group_by/aggregates, and no partition")
-            if any(a.func not in MERGED_ON_NODE for a in aggregates):
+            if any(a.func not in MERGED_ON_NODE for a in request.aggregates):
                 merged = ", ".join(MERGED_ON_NODE)
                 raise ScanRequestError(f"with having, the aggregates are {merged} (merged on the node)")
-            having = expr_from_json(having)
-        buckets = data.get("buckets")
-        if buckets is not None:
-            if not isinstance(buckets, list) or not all(isinstance(b, int) for b in buckets):
-                raise ScanRequestError("buckets must be a list of bucket numbers")
-            buckets = tuple(buckets)
-        limit = data.get("limit")
-        if limit is not None and (not isinstance(limit, int) or limit < 0 or request.aggregating):
-            raise ScanRequestError("limit is a non-negative integer, for projections only")
-        block_range = data.get("block_range")
-        if block_range is not None:
-            if not (
-                isinstance(block_range, list) and len(block_range) == 2 and all(isinstance(b, int) for b in block_range)
-            ):
-                raise ScanRequestError("block_range is [start, stop], two block numbers")
-            block_range = (block_range[0], block_range[1])
-        version = data.get("version")
-        if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 1):
-            raise ScanRequestError("version is a table version number (1 or more)")
-        return cls(
-            request.table,
-            columns,
-            select,
-            predicate,
-            keys,
-            aggregates,
-            having,
-            partition,
-            buckets,
-            block_range,
-            limit,
-            version,
+        limit = fields.get("limit")
+        if limit is not None and request.aggregating:
+            raise ScanRequestError(_LIMIT_REFUSED)
+        return replace(
+            request,
+            having=having,
+            partition=partition,
+            buckets=fields.get("buckets"),
+            block_range=fields.get("block_range"),
+            limit=limit,
+            version=fields.get("version"),
         )
 
 
-def _list(items: Any, what: str) -> list[Any]:
-    if items is None:
-        return []
-    if not isinstance(items, list):
-        raise ScanRequestError(f"{what} must be a list")
-    return items
+# ---- the request's shape: what `from_json` reads and what the JSON Schema says -------------------
 
 
-def _named(item: Any, what: str) -> Named:
-    if isinstance(item, str):
-        return Named.column(item)
-    if isinstance(item, dict) and isinstance(item.get("name"), str) and "expr" in item:
-        return Named(item["name"], expr_from_json(item["expr"]))
-    raise ScanRequestError(f"each entry of {what} is a column name or {{'name': ..., 'expr': ...}}, not {item!r}")
+def _read(shape: Shape, data: Any) -> Any:
+    try:
+        return read(shape, data)
+    except ShapeError as e:
+        raise ScanRequestError(str(e)) from None
 
 
-def _aggregate(item: Any) -> Aggregate:
-    if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not isinstance(item.get("func"), str):
-        raise ScanRequestError(f"an aggregate is {{'name': ..., 'func': ..., 'arg': ...}}, not {item!r}")
-    arg = item.get("arg")
-    return Aggregate(item["name"], item["func"], None if arg is None else expr_from_json(arg))
-
-
-def _partition(data: Any, names: list[str]) -> Partition | None:
-    if data is None:
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("keys"), list) or not data["keys"]:
-        raise ScanRequestError("partition is {'keys': [output column, ...], 'buckets': N}")
-    missing = [k for k in data["keys"] if k not in names]
-    if missing:
-        raise ScanRequestError(f"partition key(s) {', '.join(map(str, missing))} are not output columns")
-    buckets = data.get("buckets")
-    if not isinstance(buckets, int) or not 1 <= buckets <= MAX_PARTITION_BUCKETS:
-        raise ScanRequestError(f"partition buckets must be an integer in 1..{MAX_PARTITION_BUCKETS}, not {buckets!r}")
-    return Partition(tuple(data["keys"]), buckets)
-
-
-# ---- JSON Schema ---------------------------------------------------------------------------------
-
-
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"anyOf": [{"type": "null"}, schema]}
-
-
-_EXPRESSION = {"$ref": "#/$defs/expression"}
-_NAMED_LIST = {"type": "array", "items": {"$ref": "#/$defs/named"}}
-
-REQUEST_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "title": "scan request",
-    "description": "POST /v1/scan: a scan of one table on a storage node; the answer is an Arrow IPC stream.",
-    "type": "object",
-    "required": ["table"],
-    "additionalProperties": False,
-    "properties": {
-        "table": {"type": "string"},
-        "columns": _nullable(_NAMED_LIST),
-        "select": _nullable(_NAMED_LIST),
-        "filter": _nullable(_EXPRESSION),
-        "group_by": _nullable(_NAMED_LIST),
-        "aggregates": _nullable({"type": "array", "items": {"$ref": "#/$defs/aggregate"}}),
-        "having": _nullable(_EXPRESSION),
-        "partition": _nullable(
-            {
-                "type": "object",
-                "required": ["keys", "buckets"],
-                "properties": {
-                    "keys": {"type": "array", "minItems": 1, "items": {"type": "string"}},
-                    "buckets": {"type": "integer", "minimum": 1, "maximum": MAX_PARTITION_BUCKETS},
-                },
-            }
+_EXPRESSION_REF = Ref(
+    name="expression",
+    target=lambda: EXPRESSION,  # below: an expression's arguments are expressions
+    max_depth=MAX_EXPRESSION_DEPTH,
+    too_deep=f"an expression nests more than {MAX_EXPRESSION_DEPTH} deep",
+)
+_TYPE_NAME = Field("type", Nullable(shape=Text(message="literal type must be a string, not {value!r}")))
+EXPRESSION = Variants(
+    message="an expression must be an object, not {value!r}",
+    untold="an expression needs 'col', 'lit' or 'op': {value!r}",
+    variants=(
+        (
+            "col",
+            Object(
+                fields=(Field("col", Text(message="column name must be a string, not {value!r}"), required=True),),
+                build=lambda f: Column(f["col"]),
+            ),
         ),
-        "buckets": _nullable({"type": "array", "items": {"type": "integer"}}),
-        "block_range": _nullable({"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}),
-        "limit": _nullable({"type": "integer", "minimum": 0}),
-        "version": _nullable({"type": "integer", "minimum": 1}),
-    },
-    "$defs": {
-        "named": {
-            "anyOf": [
-                {"type": "string"},
-                {
-                    "type": "object",
-                    "required": ["name", "expr"],
-                    "properties": {"name": {"type": "string"}, "expr": _EXPRESSION},
-                },
-            ]
-        },
-        "aggregate": {
-            "type": "object",
-            "required": ["name", "func"],
-            "properties": {"name": {"type": "string"}, "func": {"type": "string"}, "arg": _nullable(_EXPRESSION)},
-        },
-        "expression": {
-            "anyOf": [
-                {"type": "object", "required": ["col"], "properties": {"col": {"type": "string"}}},
-                {"type": "object", "required": ["int64"], "properties": {"int64": {"type": "string", "minLength": 1}}},
-                {
-                    "type": "object",
-                    "required": ["values"],
-                    "properties": {
-                        "values": {"type": "array", "minItems": 1, "items": {"type": ["boolean", "number", "string"]}},
-                        "type": {"type": "string"},
-                    },
-                },
-                {
-                    "type": "object",
-                    "required": ["lit"],
-                    "properties": {
-                        "lit": {"type": ["null", "boolean", "number", "string"]},
-                        "type": _nullable({"type": "string"}),
-                    },
-                },
-                {
-                    "type": "object",
-                    "required": ["op"],
-                    "properties": {"op": {"type": "string"}, "args": {"type": "array", "items": _EXPRESSION}},
-                },
-            ]
-        },
-    },
-}
+        (
+            "int64",  # decoded where it is typed, once
+            Object(
+                fields=(
+                    Field(
+                        "int64",
+                        Text(message="int64 must be base64 of little-endian 64-bit integers, not {value!r}"),
+                        required=True,
+                    ),
+                ),
+                build=lambda f: Int64List(f["int64"]),
+            ),
+        ),
+        (
+            "values",  # what its items mean is read where it is typed
+            Object(
+                fields=(
+                    Field(
+                        "values",
+                        ListOf(
+                            item=Scalar(message="values are booleans, numbers or strings, not {value!r}"),
+                            min_items=1,
+                            message="values must be a non-empty list without NULLs",
+                        ),
+                        required=True,
+                    ),
+                    _TYPE_NAME,
+                ),
+                build=lambda f: ValueList(tuple(f["values"]), f.get("type")),
+            ),
+        ),
+        (
+            "lit",
+            Object(
+                fields=(
+                    Field(
+                        "lit",
+                        Scalar(message="a literal is null, a boolean, a number or a string, not {value!r}"),
+                        required=True,
+                    ),
+                    _TYPE_NAME,
+                ),
+                build=lambda f: Literal(f["lit"], f.get("type")),
+            ),
+        ),
+        (
+            "op",
+            Object(
+                fields=(
+                    Field("op", Text(message="unsupported operation {value!r}"), required=True),
+                    Field("args", ListOf(item=_EXPRESSION_REF, message="args of {within[op]} must be a list")),
+                ),
+                build=lambda f: Call(f["op"], tuple(f.get("args", ()))),
+            ),
+        ),
+    ),
+)
+
+
+def expr_from_json(data: Any) -> Expr:
+    """An expression from its JSON form; raises ScanRequestError naming what is malformed. What
+    its literals and lists hold, whether its operations exist and whether it is well typed are
+    checked against a table (`storage.scan_typing`): a list of 500,000 keys is read once."""
+    return _read(_EXPRESSION_REF, data)
+
+
+def _named_list(field: str) -> Nullable:
+    """Result columns: each a column name, or a name and the expression computing it."""
+    named = Either(
+        alternatives=(
+            Text(build=Named.column),
+            Object(
+                fields=(Field("name", Text(), required=True), Field("expr", _EXPRESSION_REF, required=True)),
+                build=lambda f: Named(f["name"], f["expr"]),
+            ),
+        ),
+        message=f"each entry of {field} is a column name or " + "{{'name': ..., 'expr': ...}}, not {value!r}",
+    )
+    return Nullable(shape=ListOf(item=named, message=f"{field} must be a list", build=tuple))
+
+
+_LIMIT_REFUSED = "limit is a non-negative integer, for projections only"
+REQUEST = Object(
+    message="a scan request names its table: {{'table': ...}}",
+    unknown="unknown field(s) in scan request: {names}",
+    fields=(
+        Field("table", Text(), required=True),
+        Field("columns", _named_list("columns")),
+        Field("select", _named_list("select")),
+        Field("filter", Nullable(shape=_EXPRESSION_REF)),
+        Field("group_by", _named_list("group_by")),
+        Field(
+            "aggregates",
+            Nullable(
+                shape=ListOf(
+                    item=Object(
+                        fields=(
+                            Field("name", Text(), required=True),
+                            Field("func", Text(), required=True),
+                            Field("arg", Nullable(shape=_EXPRESSION_REF)),
+                        ),
+                        message="an aggregate is {{'name': ..., 'func': ..., 'arg': ...}}, not {value!r}",
+                        build=lambda f: Aggregate(f["name"], f["func"], f.get("arg")),
+                    ),
+                    message="aggregates must be a list",
+                    build=tuple,
+                )
+            ),
+        ),
+        Field("having", Nullable(shape=_EXPRESSION_REF)),
+        Field(
+            "partition",
+            Nullable(
+                shape=Object(
+                    fields=(
+                        Field("keys", ListOf(item=Text(), min_items=1), required=True),
+                        Field(
+                            "buckets",
+                            Whole(
+                                minimum=1,
+                                maximum=MAX_PARTITION_BUCKETS,
+                                message=f"partition buckets must be an integer in 1..{MAX_PARTITION_BUCKETS}, "
+                                + "not {value!r}",
+                            ),
+                            required=True,
+                        ),
+                    ),
+                    message="partition is {{'keys': [output column, ...], 'buckets': N}}",
+                    build=lambda f: Partition(tuple(f["keys"]), f["buckets"]),
+                )
+            ),
+        ),
+        Field(
+            "buckets",
+            Nullable(shape=ListOf(item=Whole(), message="buckets must be a list of bucket numbers", build=tuple)),
+        ),
+        Field(
+            "block_range",
+            Nullable(
+                shape=ListOf(
+                    item=Whole(),
+                    min_items=2,
+                    max_items=2,
+                    message="block_range is [start, stop], two block numbers",
+                    build=tuple,
+                )
+            ),
+        ),
+        Field("limit", Nullable(shape=Whole(minimum=0, message=_LIMIT_REFUSED))),
+        Field("version", Nullable(shape=Whole(minimum=1, message="version is a table version number (1 or more)"))),
+    ),
+)
+REQUEST_SCHEMA: dict[str, Any] = json_schema(
+    REQUEST,
+    title="scan request",
+    description="POST /v1/scan: a scan of one table on a storage node; the answer is an Arrow IPC stream.",
+)

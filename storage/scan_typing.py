@@ -1,10 +1,10 @@
 """What a scan request means against its table: its expressions typed, its answer's schema.
 
 The node checks a request this way before it reads a block; the coordinator and the PySpark data
-source learn the schema of the answer the same way, without a node or a scan. The expressions are
-read by the kernels' own expression language (`gpu_kernels.expr`: literal semantics and the type
-rules the kernels evaluate by) and gathered into the per-block task whose partial-state layout is
-the answer's schema; nothing is evaluated here.
+source learn the schema of the answer the same way, without a node or a scan. The protocol's
+expressions become the kernels' own (`gpu_kernels.expr`: literal semantics and the type rules the
+kernels evaluate by) in `kernel_expr`, with no JSON between them, and are gathered into the
+per-block task whose partial-state layout is the answer's schema; nothing is evaluated here.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pyarrow as pa
 from gpu_kernels import FUNCTIONS, AggSpec, BlockTask, Kind, NamedExpr, arrow_type
 from gpu_kernels import expr as E
 from storage.catalog import TableSchema
-from storage.scan_protocol import Aggregate, Expr, ScanRequest, ScanRequestError
+from storage.scan_protocol import Aggregate, Column, Expr, Int64List, Literal, ScanRequest, ScanRequestError, ValueList
 from storage.types import working_type
 
 _BOOLEAN = (Kind.BOOL, Kind.NULL)
@@ -39,8 +39,19 @@ class TypedScan:
 
 
 def kernel_expr(expr: Expr) -> E.Expr:
-    """The kernels' form of a wire expression (raises gpu_kernels.expr.ExprError)."""
-    return E.from_json(expr.to_json())
+    """The kernels' form of a wire expression: what its literals, lists and operations mean, read
+    once. Raises gpu_kernels.expr.ExprError (ScanRequestError for an int64 list that is not one)."""
+    if isinstance(expr, Column):
+        return E.Col(expr.name)
+    if isinstance(expr, Literal):
+        return E.literal(expr.value, expr.type)
+    if isinstance(expr, ValueList):
+        return E.value_list(expr.items, expr.type)
+    if isinstance(expr, Int64List):
+        return E.integer_list(expr.integers())
+    if expr.op not in E.OPS:
+        raise E.ExprError(f"unsupported operation {expr.op!r}")
+    return E.Call(expr.op, tuple(kernel_expr(a) for a in expr.args))
 
 
 def typed_output(name: str, expr: Expr, arrow_types: Mapping[str, pa.DataType]) -> NamedExpr:

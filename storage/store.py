@@ -26,7 +26,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from gpu_kernels import EncodedBlock
-from storage.blockfile import DECODED, BlockEntry, fsync_dir, map_block, read_block, write_block
+from storage.atomic_write import fsync_dir
+from storage.blockfile import DECODED, BlockEntry, map_block, read_block, write_block
 from storage.catalog import TABLE_NAME_PATTERN, TableSchema
 from storage.errors import (
     CorruptBlockError,

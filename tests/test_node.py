@@ -161,6 +161,38 @@ def test_unknown_table_detail_is_404(client: NodeClient) -> None:
     assert info.value.status == 404 and info.value.code == "table_not_found"
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "code"),
+    [
+        ("GET", "/v1/tables/t?version=x", None, 400, "storage_error"),
+        ("GET", "/v1/tables/t?version=999", None, 409, "version_gone"),
+        ("GET", "/v1/tables/none/versions", None, 404, "table_not_found"),
+        ("DELETE", "/v1/tables/none", None, 404, "table_not_found"),
+        ("DELETE", "/v1/tables/t/versions/0", None, 400, "storage_error"),
+        ("PUT", "/v1/tables/t/loads/x/blocks/y.zst", b"", 400, "storage_error"),
+        ("POST", "/v1/tables/t/loads/x/commit", b"{not json", 400, "invalid_commit"),
+        ("DELETE", "/v1/tables/t/loads/bad!", None, 400, "storage_error"),
+        ("POST", "/v1/scan", b"[", 400, "invalid_json"),
+    ],
+)
+def test_every_endpoint_answers_a_storage_error_with_its_status_and_code(
+    node_url: str, method: str, path: str, body: bytes | None, status: int, code: str
+) -> None:
+    connection = http.client.HTTPConnection(node_url.removeprefix("http://"))
+    connection.request(method, path, body)
+    response = connection.getresponse()
+    assert (response.status, json.loads(response.read())["error"]["code"]) == (status, code)
+
+
+def test_a_failure_of_the_nodes_own_files_is_a_5xx(tmp_path: Path) -> None:
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "MANIFEST.json").write_text("{")
+    node = Node(Store(tmp_path, node="node-8"), get_backend("numpy"), processes=0)
+    with serve(node.app()) as url, pytest.raises(NodeError) as failed:
+        NodeClient(url).get("/v1/tables/t")
+    assert (failed.value.status, failed.value.code) == (500, "corrupt_manifest")
+
+
 def _wait_for(condition, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():

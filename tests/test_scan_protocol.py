@@ -16,14 +16,17 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
 from pyspark.sql.datasource import EqualTo, GreaterThan, In, Not, StringStartsWith
 
 from gpu_kernels import expr as E
 from storage import Column as CatalogColumn
-from storage import TableSchema, output_schema, type_scan
+from storage import TableSchema, kernel_expr, output_schema, type_scan
+from storage.json_shape import ShapeError, read
 from storage.scan import plan_scan
 from storage.scan_protocol import (
     MERGED_ON_NODE,
+    REQUEST,
     REQUEST_SCHEMA,
     Aggregate,
     Call,
@@ -50,6 +53,45 @@ from storage.scan_protocol import (
     values,
 )
 from storage.spark_source import filter_to_expr
+
+SCHEMA = Draft202012Validator(REQUEST_SCHEMA)
+
+
+def _violations(data: Any) -> list[str]:
+    """Where `data` breaks the published JSON Schema (empty: it conforms)."""
+    return [error.message for error in SCHEMA.iter_errors(data)]
+
+
+def test_the_published_schema_is_a_valid_json_schema() -> None:
+    Draft202012Validator.check_schema(REQUEST_SCHEMA)
+
+
+# documents built of the request's own words, so that some fit and most break it somewhere deep
+FIELDS = st.sampled_from(list(REQUEST_SCHEMA["properties"]))
+WORDS = FIELDS | st.sampled_from(
+    ["col", "lit", "type", "values", "int64", "op", "args", "name", "expr", "func", "arg", "keys", "x"]
+)
+DOCUMENTS = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-2, 70_000)
+    | st.sampled_from(["k", "=", "date", "AAAAAAAAAAA="])
+    | st.sampled_from([{"col": "k"}, ["k"], {"lit": 1}]),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(WORDS, children, max_size=4),
+    max_leaves=24,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(FIELDS, DOCUMENTS, max_size=4).map(lambda d: {"table": "t", **d}) | DOCUMENTS)
+def test_the_schema_and_the_node_read_the_same_shapes(data: Any) -> None:
+    try:
+        read(REQUEST, data)
+    except ShapeError:
+        assert _violations(data), data
+    else:
+        assert _violations(data) == [], data
+
 
 # ---- generated requests ------------------------------------------------------------------------
 
@@ -116,7 +158,7 @@ def test_a_request_round_trips_through_its_json_text(request: ScanRequest) -> No
     assert ScanRequest.from_json(data) == request
     assert ScanRequest.from_json(json.loads(json.dumps(data))) == request
     assert ScanRequest.from_json(data).to_json() == data
-    assert _violations(data, REQUEST_SCHEMA) == []
+    assert _violations(data) == []
 
 
 # ---- today's wire form -------------------------------------------------------------------------
@@ -163,7 +205,7 @@ AGGREGATING_REQUEST = {
 def test_todays_requests_are_read_and_written_back_unchanged(data: dict[str, Any]) -> None:
     request = ScanRequest.from_json(data)
     assert request.to_json() == data
-    assert _violations(data, REQUEST_SCHEMA) == []
+    assert _violations(data) == []
 
 
 def test_the_builders_write_what_the_planner_writes() -> None:
@@ -230,7 +272,7 @@ def test_an_int64_list_keeps_its_wire_text_and_the_kernels_read_it() -> None:
     listed = int64_values(keys)
     assert listed.to_json() == {"int64": base64.b64encode(keys.astype("<i8").tobytes()).decode("ascii")}
     assert expr_from_json(listed.to_json()) == listed
-    kernels = E.from_json(listed.to_json())
+    kernels = kernel_expr(listed)
     assert isinstance(kernels, E.Values) and np.array_equal(kernels.integers, keys)
 
 
@@ -290,7 +332,7 @@ def test_malformed_requests_are_refused_with_the_nodes_messages(data: Any, messa
     ],
 )
 def test_the_json_schema_refuses_malformed_shapes(data: dict[str, Any]) -> None:
-    assert _violations(data, REQUEST_SCHEMA)
+    assert _violations(data)
 
 
 # ---- typed against a table: the answer's schema ------------------------------------------------
@@ -362,50 +404,3 @@ def test_requests_that_do_not_fit_the_table_are_refused(data: dict[str, Any], me
     request = ScanRequest.from_json({"table": "t", **data})
     with pytest.raises(ScanRequestError, match=message):
         type_scan(request, TABLE)
-
-
-# ---- a small JSON Schema reader (the keywords REQUEST_SCHEMA uses) -------------------------------
-
-_JSON_TYPES = {
-    "null": lambda v: v is None,
-    "boolean": lambda v: isinstance(v, bool),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-    "string": lambda v: isinstance(v, str),
-    "array": lambda v: isinstance(v, list),
-    "object": lambda v: isinstance(v, dict),
-}
-_KNOWN = {"$schema", "title", "description", "$defs", "type", "required", "additionalProperties", "properties"}
-_KNOWN |= {"items", "anyOf", "$ref", "minItems", "maxItems", "minimum", "maximum", "minLength"}
-
-
-def _violations(value: Any, schema: dict[str, Any], root: dict[str, Any] | None = None) -> list[str]:
-    """Where `value` breaks `schema` (empty: it conforms)."""
-    root = root or schema
-    assert set(schema) <= _KNOWN, f"keywords this reader does not know: {set(schema) - _KNOWN}"
-    if "$ref" in schema:
-        return _violations(value, root["$defs"][schema["$ref"].removeprefix("#/$defs/")], root)
-    if "anyOf" in schema:
-        return [] if any(not _violations(value, s, root) for s in schema["anyOf"]) else [f"{value!r}: no alternative"]
-    types = schema.get("type")
-    if types is not None and not any(_JSON_TYPES[t](value) for t in ([types] if isinstance(types, str) else types)):
-        return [f"{value!r} is not {types}"]
-    problems = []
-    if isinstance(value, dict):
-        problems += [f"missing {k}" for k in schema.get("required", []) if k not in value]
-        properties = schema.get("properties", {})
-        if schema.get("additionalProperties") is False:
-            problems += [f"unknown {k}" for k in value if k not in properties]
-        for k, v in value.items():
-            if k in properties:
-                problems += _violations(v, properties[k], root)
-    if isinstance(value, list):
-        if not schema.get("minItems", 0) <= len(value) <= schema.get("maxItems", len(value)):
-            problems.append(f"{len(value)} items")
-        problems += [p for item in value if "items" in schema for p in _violations(item, schema["items"], root)]
-    numeric = isinstance(value, int | float) and not isinstance(value, bool)
-    if numeric and not schema.get("minimum", value) <= value <= schema.get("maximum", value):
-        problems.append(f"{value} out of range")
-    if isinstance(value, str) and len(value) < schema.get("minLength", 0):
-        problems.append(f"{value!r} too short")
-    return problems
