@@ -22,6 +22,8 @@ from gateway.sql.spark_dialect import spark_text
 from gateway.sql.tree import node_at, path_to
 from storage.catalog import Column, Placement, TableSchema
 
+pytestmark = pytest.mark.check  # the fast lane (`make check`): no Spark, no server
+
 NODES = {"n0": "http://127.0.0.1:1", "n1": "http://127.0.0.1:2"}
 
 

@@ -51,6 +51,8 @@ from storage.scan_protocol import (
 )
 from storage.spark_source import filter_to_expr
 
+pytestmark = pytest.mark.check  # the fast lane (`make check`): no Spark, no server
+
 # ---- generated requests ------------------------------------------------------------------------
 
 NAMES = st.text("abcdefgh_", min_size=1, max_size=6)
