@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -208,10 +209,12 @@ def test_with_no_worker_alive_a_query_says_so_and_fails_retryably(region, cluste
         "the statement saying what it waits for",
     )
     assert "Spark executors: none for" in waiting
-    doc = _ended(url, statement, EXECUTOR_WAIT + 60)
+    with ThreadPoolExecutor(1) as pool:  # meanwhile a client that waits for its answer: the same bound, not twice
+        waited = pool.submit(http, "POST", f"{url}/v1/statements", {"sql": query(3), "wait": 60}, timeout=70)
+        doc = _ended(url, statement, EXECUTOR_WAIT + 60)
+        reply = waited.result()
     assert doc["state"] == "failed" and doc["error"]["code"] == "spark_no_executors", json.dumps(doc)[:3000]
     assert f"no executor for {EXECUTOR_WAIT} s" in doc["error"]["message"]  # the configured bound
-    reply = http("POST", f"{url}/v1/statements", {"sql": query(3), "wait": 60}, timeout=70)
     assert reply.status == 503 and reply.json()["error"]["code"] == "spark_no_executors"
     assert "Retry-After" in reply.headers
 
