@@ -1,5 +1,5 @@
-# The two commands of the quick start: `make demo` and `make test`.
-.PHONY: demo test lint bench
+# The two commands of the quick start: `make demo` and `make test`; `make check` is the fast lane.
+.PHONY: demo test check check-kernels check-rest lint bench
 
 demo:
 	scripts/bootstrap.sh
@@ -13,6 +13,21 @@ test:
 	.venv/bin/python -m pytest -m "not gpu"
 	.venv/bin/python -m pytest -m gpu --cov=gpu_kernels.cupy_backend --cov=gpu_kernels.device_pipeline \
 		--cov-report=term-missing --cov-fail-under=100
+
+# The fast lane: the tests marked `check`, from the modules that mark them (the others are not even
+# imported), the kernels' beside the rest on the second core.
+CHECK_TESTS = $(shell grep -l "pytest.mark.check" tests/test_*.py)
+CHECK_KERNELS = tests/test_kernels.py
+
+check:
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/lint-imports --no-logo
+	$(MAKE) -j2 --output-sync=target --no-print-directory check-kernels check-rest
+
+check-kernels check-rest:
+	.venv/bin/python -m pytest -m "check and not gpu" -q -p no:cacheprovider \
+		$(if $(filter check-kernels,$@),$(CHECK_KERNELS),$(filter-out $(CHECK_KERNELS),$(CHECK_TESTS)))
 
 bench:
 	scripts/bootstrap.sh dev

@@ -4,11 +4,11 @@ finish, and waiting for a condition on a region's event loop."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import Any
 
 from balancer import Answer, Request
+from tests.waiting import eventually
 
 
 class Gate:
@@ -50,16 +50,9 @@ async def _evaluate(predicate: Callable[[], Any]) -> Any:
     return predicate()
 
 
-def until(region, predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    """Poll `predicate` on the region's loop until it is true; its value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = region.call(_evaluate(predicate))
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
+def until(region, predicate: Callable[[], Any], timeout: float = 10.0, what: str = "the condition") -> Any:
+    """Wait until `predicate`, evaluated on the region's loop, is true; its value."""
+    return eventually(lambda: region.call(_evaluate(predicate)), timeout, what)
 
 
 def on_loop(region, function: Callable[[], Any]) -> Any:

@@ -17,6 +17,7 @@ from balancer.serving import serve_member
 from gateway import free_port
 from regions import EmbeddedRegion, load_config
 from tests.balancing import Gate, on_loop, until
+from tests.waiting import eventually_async
 
 
 def _config(**options: str):
@@ -69,11 +70,11 @@ def test_node_runs_k_queries_buffers_one_and_refuses_the_rest() -> None:
         for i in range(1, 5):  # more than K + 1 without waiting for a status
             await links[0].send(Request(id=i, tag="t"))
 
-        async def settled() -> None:
-            while not any(isinstance(p, Answer) for p in packets) or len(gate.running) < 2:
-                await asyncio.sleep(0.005)
-
-        await asyncio.wait_for(settled(), 10)
+        await eventually_async(
+            lambda: any(isinstance(p, Answer) for p in packets) and len(gate.running) == 2,
+            10,
+            "two queries running and one refused",
+        )
         assert node.running == 2 and gate.running == {1, 2}
         assert node.buffer is not None and node.buffer.id == 3
         refused = [p for p in packets if isinstance(p, Answer)]
@@ -84,12 +85,12 @@ def test_node_runs_k_queries_buffers_one_and_refuses_the_rest() -> None:
         packets.clear()
         gate.finish(1)
 
-        async def promoted() -> None:
-            while not any(isinstance(p, Answer) for p in packets):
-                await asyncio.sleep(0.005)
+        def promoted() -> bool:  # query 3 runs, query 1's answer went upstream, then a status saying ready
+            statuses = [p for p in packets if isinstance(p, Status)]
+            answered = any(isinstance(p, Answer) for p in packets)
+            return answered and gate.running == {2, 3} and bool(statuses) and statuses[-1].ready
 
-        await asyncio.wait_for(promoted(), 10)
-        await asyncio.sleep(0.05)
+        await eventually_async(promoted, 10, "query 3 promoted, query 1 answered, a ready status")
         kinds = [(type(p).__name__, getattr(p, "id", None)) for p in packets]
         # the buffered query takes the freed slot before the answer goes upstream
         assert kinds.index(("Started", 3)) < kinds.index(("Answer", 1))
@@ -259,10 +260,10 @@ def test_a_member_is_served_in_order_and_leaves_its_pool_unless_replaced() -> No
 
         # the old link of a node that reconnected ends after the new one joined: the new one stays
         old = asyncio.create_task(serve_member(pool, _Link([], hang=True), hello, handle, joined, left))
-        await asyncio.sleep(0)
+        await eventually_async(lambda: pool.get("n1") is not None, 10, "the old link joined")
         await serve_member(pool, _Link([]), hello, handle, joined, left)  # joins, replacing, then leaves
         newer = asyncio.create_task(serve_member(pool, _Link([], hang=True), hello, handle, joined, left))
-        await asyncio.sleep(0)
+        await eventually_async(lambda: pool.get("n1") is not None, 10, "the newer link joined")
         replacement, departures = pool.get("n1"), events.count(("left", "n1"))
         old.cancel()  # a cancelled link is cleaned up too
         await asyncio.gather(old, return_exceptions=True)

@@ -5,6 +5,8 @@ from hypothesis import strategies as st
 
 from gpu_kernels import bitpack
 
+pytestmark = pytest.mark.check  # the fast lane (`make check`): no Spark, no server
+
 
 @settings(max_examples=200, deadline=None)
 @given(width=st.integers(0, bitpack.MAX_WIDTH), seed=st.integers(0, 2**32 - 1), length=st.integers(0, 200))

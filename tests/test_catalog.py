@@ -5,6 +5,8 @@ from gpu_kernels import UnsupportedTypeError, parse_type, type_name
 from storage import SchemaError
 from storage.catalog import Column, Placement, TableSchema, catalog_type_name
 
+pytestmark = pytest.mark.check  # the fast lane (`make check`): no Spark, no server
+
 TYPES = [
     pa.bool_(),
     pa.int8(),

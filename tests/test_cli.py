@@ -97,6 +97,7 @@ def test_load_tpch_subset_into_two_nodes(tmp_path: Path, capsys: pytest.CaptureF
     assert sum(s.table("orders").rows for s in stores) == 15_000, "hash-partitioned over both"
 
 
+@pytest.mark.check
 @pytest.mark.parametrize(
     ("argv", "code_name", "fragment"),
     [
@@ -115,6 +116,7 @@ def test_errors_exit_2_with_a_stable_code(
     assert f"[{code_name}]" in err and fragment in err
 
 
+@pytest.mark.check
 def test_bad_placement_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     source = tmp_path / "s.csv"
     source.write_text(CSV)
@@ -122,6 +124,7 @@ def test_bad_placement_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture
     assert code == 2 and "[invalid_schema]" in err and "range(id)" in err
 
 
+@pytest.mark.check
 def test_config_file_sets_defaults(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     source = tmp_path / "s.csv"
     source.write_text(CSV)
@@ -138,6 +141,7 @@ def test_config_file_sets_defaults(tmp_path: Path, capsys: pytest.CaptureFixture
     assert code == 2 and "blok_budget" in err
 
 
+@pytest.mark.check
 def test_parse_size() -> None:
     assert parse_size("64MiB") == 64 << 20
     assert parse_size("1.5GB") == 1_500_000_000
@@ -147,12 +151,14 @@ def test_parse_size() -> None:
         parse_size("lots")
 
 
+@pytest.mark.check
 def test_device_memory_is_auto_or_a_size() -> None:
     assert load_config(None, ["storage.device_memory=6GiB"]).storage.device_memory == "6GiB"
     with pytest.raises(ConfigError, match="device_memory must be auto or a size, not 'most'"):
         load_config(None, ["storage.device_memory=most"])
 
 
+@pytest.mark.check
 def test_spark_exchange_is_checked_and_reaches_the_settings() -> None:
     settings = load_config(None, ["spark.exchange=source", "spark.exchange_dir=/shared/x"]).spark
     assert settings.exchange_mode() == "source" and settings.exchange_dir == "/shared/x"
@@ -161,6 +167,7 @@ def test_spark_exchange_is_checked_and_reaches_the_settings() -> None:
         load_config(None, ["spark.exchange=carrier-pigeon"])
 
 
+@pytest.mark.check
 def test_a_single_directory_for_storage_data_is_a_list_of_one(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     source = tmp_path / "s.csv"
     source.write_text(CSV)
@@ -174,6 +181,7 @@ def test_a_single_directory_for_storage_data_is_a_list_of_one(tmp_path: Path, ca
     assert [p.name for p in (tmp_path / "data").iterdir()] == ["node-0"]
 
 
+@pytest.mark.check
 @pytest.mark.parametrize(
     ("assignment", "message"),
     [
@@ -200,6 +208,7 @@ def test_configuration_values_are_checked_by_their_type(
     assert err.startswith("cxg: error [invalid_config]: ") and message in err
 
 
+@pytest.mark.check
 def test_configuration_values_of_the_right_type_are_kept() -> None:
     config = load_config(None, ["simulation.time_scale=1", "spark.shuffle_partitions=3", 'storage.data=["a", "b"]'])
     assert config.simulation.time_scale == 1.0 and isinstance(config.simulation.time_scale, float)
@@ -231,11 +240,13 @@ def test_load_storage_up_and_demo_agree_on_the_data_location(
     assert served[1].startswith("node-1 serves data/node-1: s (")
 
 
+@pytest.mark.check
 def test_up_says_when_a_directory_holds_no_table(tmp_path: Path) -> None:
     config = load_config(None, [f"storage.data={tmp_path / 'empty'}"])
     assert served_data(config) == [f"node-0 serves {tmp_path / 'empty'}: no tables (load some with `cxg load tpch`)"]
 
 
+@pytest.mark.check
 def test_query_errors_exit_2_with_the_code(capsys: pytest.CaptureFixture) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     code, out, err = run(capsys, "query", "--url", url, "select 1")

@@ -8,13 +8,13 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from gateway import Client, GatewayError, free_port
 from tests.http import http
+from tests.waiting import eventually
 
 CLI = [sys.executable, "-m", "cxg"]
 
@@ -52,10 +52,7 @@ def _stop(process: subprocess.Popen, url: str, signum: int = signal.SIGINT) -> s
     assert process.returncode == 0, output
     with pytest.raises(GatewayError):
         Client(url, timeout=2).get("/healthz")
-    deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not [pid for pid in children if _alive(pid)], output
+    eventually(lambda: not any(_alive(pid) for pid in children), 10, f"every process it started gone\n{output}")
     return output
 
 
@@ -102,9 +99,9 @@ def test_up_with_native_nodes_answers_sql_and_stops_on_sigterm(region_stores, du
 
 
 def test_up_reports_a_node_that_cannot_start() -> None:
-    started = time.monotonic()
     process, _ = _up('region.backend="mysql"', "region.nodes=1", 'region.mysql_url="mysql://root@127.0.0.1:9/none"')
     output, _ = process.communicate(timeout=120)
     assert process.returncode != 0
+    # the node's exit is reported as such, not after the start-up timeout ("not ready after")
     assert "node-0 exited during start-up" in output and "cannot reach MariaDB" in output
-    assert time.monotonic() - started < 60
+    assert "was not ready after" not in output

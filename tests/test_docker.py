@@ -36,6 +36,7 @@ from cxg.cli import build_parser
 from gpu_kernels import get_backend
 from regions import Config, load_config, region_gateway
 from storage import Node, Store
+from tests.waiting import eventually_async
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKER = ROOT / "docker"
@@ -412,8 +413,7 @@ def test_a_gateway_is_healthy_once_every_node_of_its_region_has_joined(name: str
                 statuses.append(await _probe(image, env, port))
                 node = NodeServer(f"node-{i}", NativeBackend(Store(tmp_path / str(i), node=f"node-{i}")), 1)
                 joined.append(asyncio.create_task(node.run(f"http://127.0.0.1:{port}")))
-                while len(gateway.balancer.nodes()) <= i:
-                    await asyncio.sleep(0.01)
+                await eventually_async(lambda n=i + 1: len(gateway.balancer.nodes()) == n, 30, f"node-{i} joined")
             statuses.append(await _probe(image, env, port))
             for node in joined:
                 node.cancel()

@@ -15,6 +15,8 @@ from gpu_kernels import EncodedBlock, EncodedColumn, Kind, encodings, held_as_in
 from storage.block import block_from_ipc, block_to_ipc, encode_column
 from storage.encoding_choice import EncodingOptions, choose_encoding, column_stats, encode_as
 
+pytestmark = pytest.mark.check  # the fast lane (`make check`): no Spark, no server
+
 INT64 = st.integers(-(2**63), 2**63 - 1)
 VALUES: dict[str, tuple[pa.DataType, st.SearchStrategy]] = {
     "bool": (pa.bool_(), st.booleans()),

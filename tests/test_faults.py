@@ -14,7 +14,6 @@ import os
 import resource
 import signal
 import threading
-import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -23,12 +22,13 @@ import pyarrow as pa
 import pytest
 
 from benchmarks import faults
-from benchmarks.faults import NODE_QUERIES, QUERIES, FaultRegion, Report, ask, judge, wait_until
+from benchmarks.faults import NODE_QUERIES, QUERIES, FaultRegion, Report, ask, judge
 from gateway import Client, GatewayError
 from regions import machine_memory, node_memory_budget
 from regions.memory_budgets import JVM_OVERHEAD, NODE_SHARES, SYSTEM_SHARE, jvm_bytes
 from regions.spark_session import driver_memory
 from storage import Placement, TableSchema, load_table, read_parquet, tpch
+from tests.waiting import eventually
 
 
 def clean(report: Report) -> Report:
@@ -93,7 +93,7 @@ def test_a_killed_scan_worker_costs_no_query(live: FaultRegion, expected) -> Non
 def test_a_missing_bucket_is_named_and_readyz_says_so(live: FaultRegion, expected) -> None:
     os.kill(live.pid("node-0"), signal.SIGSTOP)
     try:
-        wait_until(lambda: not live.whole(), 10, "readyz says the region is not whole")
+        eventually(lambda: not live.whole(), 10, "readyz says the region is not whole")
         ready = Client(live.url, timeout=5)
         with pytest.raises(GatewayError) as refused:
             ready.get("/readyz")
@@ -106,7 +106,7 @@ def test_a_missing_bucket_is_named_and_readyz_says_so(live: FaultRegion, expecte
         assert judge("nation", status, doc, {}, expected) == "right"
     finally:
         os.kill(live.pid("node-0"), signal.SIGCONT)
-    wait_until(live.whole, 30, "the node is taken back when it answers again")
+    eventually(live.whole, 30, "the node is taken back when it answers again")
     after = faults.clients(live.url, expected, NODE_QUERIES, faults.for_seconds(1.0), seed=3)
     assert set(after.outcomes) == {"right"} and after.twice == 0
 
@@ -119,18 +119,18 @@ def test_a_hung_node_is_dropped_and_taken_back(live: FaultRegion, expected) -> N
 def test_a_table_whose_only_node_is_hung_is_unavailable_not_undefined(live: FaultRegion) -> None:
     table = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
     load_table(live.stores[1:], TableSchema.from_arrow("lonely", table.schema), table)  # on node-1 alone
-    wait_until(lambda: ask(live.url, "SELECT sum(id) FROM lonely")[0] == 200, 10, "the table is served")
+    eventually(lambda: ask(live.url, "SELECT sum(id) FROM lonely")[0] == 200, 10, "the table is served")
     os.kill(live.pid("node-1"), signal.SIGSTOP)
     try:
-        wait_until(lambda: live.members() == 1, 10, "the hung node is dropped")
+        eventually(lambda: live.members() == 1, 10, "the hung node is dropped")
         status, doc, headers = ask(live.url, "SELECT sum(id) FROM lonely")
         assert (status, doc["error"]["code"]) == (503, "table_unavailable"), doc
         assert "node-1" in doc["error"]["message"] and "Retry-After" in headers
     finally:
         os.kill(live.pid("node-1"), signal.SIGCONT)
-    wait_until(live.whole, 30, "the node is taken back")
+    eventually(live.whole, 30, "the node is taken back")
     live.stores[1].drop("lonely")
-    wait_until(lambda: ask(live.url, "SELECT sum(id) FROM lonely")[0] == 400, 10, "a dropped table is undefined")
+    eventually(lambda: ask(live.url, "SELECT sum(id) FROM lonely")[0] == 400, 10, "a dropped table is undefined")
 
 
 def test_buckets_with_replicas_are_read_from_a_replica_while_their_node_is_down(
@@ -145,21 +145,26 @@ def test_buckets_with_replicas_are_read_from_a_replica_while_their_node_is_down(
     assert Client(live.url).get("/v1/tables")["tables"]["lineitem2"]["rows"] == 60175
     os.kill(live.pid("node-1"), signal.SIGSTOP)
     try:
-        wait_until(lambda: live.members() == 1, 10, "the hung node is dropped")
+        eventually(lambda: live.members() == 1, 10, "the hung node is dropped")
         for _ in range(3):  # every bucket read, node-1's from their replicas on node-0
             assert judge("q1", *ask(live.url, sql), expected) == "right"
         status, doc, _ = ask(live.url, QUERIES["count"])  # no replicas: a clear retryable error
         assert status == 503 and doc["error"]["code"] == "table_unavailable"
     finally:
         os.kill(live.pid("node-1"), signal.SIGCONT)
-    wait_until(live.whole, 30, "the node is taken back")
-    node = live.pid("node-0")
-    threading.Timer(0.5, os.kill, (node, signal.SIGKILL)).start()
-    deadline = time.monotonic() + 3
-    while time.monotonic() < deadline:  # killed mid-query: run again on the replicas, or a retryable error
+    eventually(live.whole, 30, "the node is taken back")
+    killer = threading.Timer(0.5, os.kill, (live.pid("node-0"), signal.SIGKILL))  # while q1 runs again and again
+    killer.start()
+    down = []
+
+    def queried_until_restarted() -> bool:  # killed mid-query: run again on the replicas, or a retryable error
         outcome = judge("q1", *ask(live.url, sql), expected)
         assert outcome == "right" or outcome.startswith("retryable:"), outcome
-    wait_until(live.whole, 60, "the node restarted")
+        whole = live.whole()
+        down.append(killer.finished.is_set() and not whole)
+        return any(down) and whole
+
+    eventually(queried_until_restarted, 60, "node-0 killed under queries, missed, then restarted", interval=0)
 
 
 def test_reloads_under_other_placements_while_clients_query_never_mix_versions(
@@ -167,15 +172,16 @@ def test_reloads_under_other_placements_while_clients_query_never_mix_versions(
 ) -> None:
     """Every answer is that of one version, none wrong, and the gateway serves the new version and
     placement without a restart; the replaced versions are released once no query reads them."""
-    report = clean(faults.reload_under_load(live, expected, tpch_files))
+    # four reloads: lineitem replicated, hashed, replicated, hashed again; `versioned` at version 5 (500 rows)
+    report = clean(faults.reload_under_load(live, expected, tpch_files, reloads=4))
     assert report.during.outcomes["right"] > 10
 
     def served() -> dict:
         return Client(live.url).get("/v1/tables")["tables"]
 
-    wait_until(lambda: served()["lineitem"]["placement"] == "hash(l_orderkey) x8", 5, "the new placement is served")
-    assert served()["versioned"]["rows"] == 700
-    wait_until(lambda: all(s.versions("versioned") == [7] for s in live.stores), 10, "old versions released")
+    eventually(lambda: served()["lineitem"]["placement"] == "hash(l_orderkey) x8", 5, "the new placement is served")
+    assert served()["versioned"]["rows"] == 500
+    eventually(lambda: all(s.versions("versioned") == [5] for s in live.stores), 10, "old versions released")
 
 
 def test_a_new_table_is_served_without_a_restart(live: FaultRegion) -> None:

@@ -40,6 +40,8 @@ from tests.kernel_cases import (
     run_scan,
 )
 
+pytestmark = pytest.mark.check  # the fast lane (`make check`): no Spark, no server
+
 BACKENDS = [
     pytest.param("numpy"),
     pytest.param("cupy", marks=pytest.mark.gpu),

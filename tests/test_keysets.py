@@ -2,10 +2,13 @@ import datetime as dt
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.sql import keysets
+
+pytestmark = pytest.mark.check  # the fast lane (`make check`): no Spark, no server
 
 TYPES = [pa.int8(), pa.int32(), pa.int64(), pa.uint64(), pa.date32(), pa.string()]
 

@@ -151,7 +151,6 @@ def test_scenario_steps_are_obeyed(region) -> None:
     assert not [t for t in sent if t > at["stop"]]  # nothing new after stop
     assert [t for t in sent if t < at["sleep"]] and [t for t in sent if resumed < t < at["stop"]]
     assert all(r.answered is not None for r in run.records)  # the run ended once every answer was in
-    assert run.seconds < at["stop"] + 1.0
 
 
 def test_the_open_model_keeps_its_rate_whatever_the_answers_do() -> None:
@@ -159,9 +158,13 @@ def test_the_open_model_keeps_its_rate_whatever_the_answers_do() -> None:
         run = _run(region, 4, Scenario([Query("slow", "SELECT 1")], "random", total=30), model="open", rate=30.0)
     scheduled = [r.scheduled for r in run.records]
     assert [round(b - a, 9) for a, b in itertools.pairwise(scheduled)] == [round(1 / 30, 9)] * 29
-    assert max(r.sent - r.scheduled for r in run.records) < 0.25  # sent on time though answers lag
-    responses = [r.response for r in run.records]
-    assert responses[-1] > 3 * responses[0]  # queueing shows in response times measured from the schedule
+    assert all(r.sent >= r.scheduled for r in run.records)  # none sent before it was due
+    # sent on schedule though answers lag: more in flight at once than the 4 users a closed model would allow
+    in_flight = max(sum(o.sent <= r.sent < o.answered for o in run.records) for r in run.records)
+    assert in_flight > 4
+    # queueing shows in response times measured from the schedule: the last query, due within 1 s of the
+    # first, waited for the 29 before it in the one slot (a bound the nodes' sleeps guarantee, load or not)
+    assert run.records[-1].response > 29 * TYPES["slow"].seconds - 1
     assert summarize(run.records, 0).overall.ok + summarize(run.records, 0).overall.rejections == 30
 
 

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,7 @@ from gateway.background import free_port, serve
 from gpu_kernels import final_aggregate, get_backend
 from storage import LoadOptions, Node, NodeClient, NodeError, Store, TableCache, TableSchema, load_table, scan_table
 from tests.kernel_cases import call, col, lit, make_table, plain_strings
+from tests.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[1]
 BIG_ROWS = 1_000_000
@@ -193,13 +193,6 @@ def test_a_failure_of_the_nodes_own_files_is_a_5xx(tmp_path: Path) -> None:
     assert (failed.value.status, failed.value.code) == (500, "corrupt_manifest")
 
 
-def _wait_for(condition, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
-
-
 def test_a_client_that_disconnects_mid_stream_frees_its_slot(client: NodeClient, node_url: str) -> None:
     before = client.get("/v1/node")["scans"].get("cancelled", 0)
     connection = http.client.HTTPConnection(node_url.removeprefix("http://"))
@@ -208,10 +201,10 @@ def test_a_client_that_disconnects_mid_stream_frees_its_slot(client: NodeClient,
     response = connection.getresponse()
     assert response.status == 200
     assert len(response.read(100_000)) == 100_000  # the first blocks arrived
-    _wait_for(lambda: client.get("/v1/node")["running"] == 1)
+    eventually(lambda: client.get("/v1/node")["running"] == 1, 20, "the scan running")
     connection.sock.close()
     connection.close()
-    _wait_for(lambda: client.get("/v1/node")["scans"].get("cancelled", 0) == before + 1)
+    eventually(lambda: client.get("/v1/node")["scans"].get("cancelled", 0) == before + 1, 20, "the scan cancelled")
     info = client.get("/v1/node")
     assert info["running"] == 0 and info["free_slots"] == 2
     table, _ = client.scan_table({"table": "big", "columns": ["c0"], "limit": 5})
@@ -229,15 +222,12 @@ def test_cxg_node_command_serves_a_data_directory(store: Store) -> None:
     )
     try:
         client = NodeClient(f"http://127.0.0.1:{port}")
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                assert client.get("/healthz")["node"] == "n9"
-                break
-            except NodeError:
-                assert process.poll() is None, process.stdout.read().decode()
-                assert time.monotonic() < deadline
-                time.sleep(0.2)
+
+        def healthy() -> dict:
+            assert process.poll() is None, process.stdout.read().decode()
+            return client.get("/healthz")
+
+        assert eventually(healthy, 30, "the node answering /healthz", ignoring=(NodeError,))["node"] == "n9"
         table, _ = client.scan_table({"table": "t", "aggregates": [{"name": "n", "func": "count"}]})
         assert sum(table.column("n").to_pylist()) == 3000
     finally:

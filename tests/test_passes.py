@@ -4,6 +4,10 @@ catalog built here (no node, no Spark, no data)."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -12,24 +16,14 @@ from sqlglot import exp
 from gateway.sql import stage
 from gateway.sql.catalog import RegionCatalog, TableInfo
 from gateway.sql.check import CheckedQuery, check
-from gateway.sql.passes import (
-    Draft,
-    distinct_if_only_tested,
-    preaggregate,
-    prune_columns,
-    push_expressions,
-    push_predicates,
-    read_from_views,
-    select_one_in_exists,
-    semi_join_edges,
-    table_queries,
-)
-from gateway.sql.plan import TableQuery
+from gateway.sql.passes import Draft, read_from_views
 from gateway.sql.planner import RULES, Planner
 from gateway.sql.spark_dialect import spark_text
 from gateway.sql.stage import CardinalityError
 from gateway.sql.tree import node_at, path_to
 from storage.catalog import Column, Placement, TableSchema
+
+pytestmark = pytest.mark.check  # the fast lane (`make check`): no Spark, no server
 
 NODES = {"n0": "http://127.0.0.1:1", "n1": "http://127.0.0.1:2"}
 
@@ -87,156 +81,71 @@ def draft_after(sql: str, rule) -> Draft:
     return draft
 
 
-def queries(draft: Draft) -> dict[str, TableQuery]:
-    """The draft's sub-queries by table alias."""
-    return {q.alias: q for q in draft.queries.values()}
+# ---- one pass at a time: SQL in, the plan so far out (tests/fixtures/passes/<rule>.sql) ---------
+
+FIXTURES = Path(__file__).parent / "fixtures" / "passes"
+PLAN_ID = re.compile(r"__cxg_[0-9a-f]{10}_")  # a view's name is unique to its plan: one stand-in for all
 
 
-# ---- one pass at a time ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Case:
+    """One fixture: a query, and the draft it becomes once its rule and every rule before it ran."""
+
+    rule: str
+    title: str
+    sql: str
+    expected: str
 
 
-def test_select_one_in_exists_keeps_an_aggregate() -> None:
-    sql = (
-        "select c.c_name from customer c where exists (select * from orders o where o.o_custkey = c.c_custkey) "
-        "and exists (select count(*) from lineitem l where l.l_orderkey = c.c_custkey)"
-    )
-    tree = draft_after(sql, select_one_in_exists).tree.sql()
-    assert "EXISTS(SELECT 1 FROM orders AS o WHERE" in tree
-    assert "EXISTS(SELECT COUNT(*) AS" in tree
+def fixtures() -> list[Case]:
+    """Every case of every rule's file. A case: `-- title` lines, the query up to its `;`, then the
+    expected description up to a blank line."""
+    cases = []
+    for rule in RULES:
+        for block in (FIXTURES / f"{rule.__name__}.sql").read_text().strip().split("\n\n"):
+            lines = block.splitlines()
+            title = " ".join(line.removeprefix("--").strip() for line in lines if line.startswith("--"))
+            body = [line for line in lines if not line.startswith("--")]
+            end = next(i for i, line in enumerate(body) if line.endswith(";"))
+            sql = " ".join(body[: end + 1]).removesuffix(";")
+            cases.append(Case(rule.__name__, title, sql, "\n".join(body[end + 1 :])))
+    return cases
 
 
-def test_table_queries_one_per_table_reference_in_scope_order() -> None:
-    sql = (
-        "with big as (select o_custkey from orders where o_totalprice > 100) "
-        "select c.c_name from customer c, big where c.c_custkey = big.o_custkey "
-        "and exists (select 1 from orders o where o.o_custkey = c.c_custkey)"
-    )
-    draft = draft_after(sql, table_queries)
-    found = [(q.index, q.table, q.alias) for q in draft.queries.values()]
-    # the common table expression's orders, the EXISTS subquery's, then the outer query's customer
-    assert found == [(0, "orders", "orders"), (1, "orders", "o"), (2, "customer", "c")]
-    assert all(not q.conjuncts and not q.columns for q in draft.queries.values()), "later passes fill them"
+def describe(draft: Draft) -> str:
+    """The whole draft as text: the tree's SQL, every sub-query with what the passes gave it, the
+    join edges."""
+    lines = [draft.tree.sql(pretty=True)]
+    for q in draft.queries.values():
+        lines.append(f"[{q.index}] {q.table} AS {q.alias}")
+        fields = [
+            ("conjuncts", [c.sql() for c in q.conjuncts]),
+            ("implied", [c.sql() for c in q.implied]),
+            ("filters", [json.dumps(f.to_json()) for f in q.filters]),
+            ("computed", [f"{name} = {e.sql()} -> {json.dumps(ir.to_json())}" for name, (e, ir) in q.computed.items()]),
+            ("columns", [", ".join(q.columns)] if q.columns else []),
+            ("group by", [json.dumps(k.to_json()) for k in q.group_by]),
+            ("aggregates", [json.dumps(a.to_json()) for a in q.aggregates]),
+            ("partials", q.partials),
+            ("view", [q.view] if q.view else []),
+        ]
+        lines += [f"  {name}: {value}" for name, values in fields for value in values]
+    for e in draft.edges:
+        way = "both ways" if e.both_ways else "outer to inner"
+        lines.append(f"edge: {e.left.alias}.{e.left_column} = {e.right.alias}.{e.right_column}, {way}")
+    return PLAN_ID.sub("__cxg_PLAN_", "\n".join(lines))
 
 
-def test_push_predicates_moves_one_table_conditions_into_sub_queries() -> None:
-    sql = (
-        "select c.c_name, o.o_totalprice from customer c join orders o on c.c_custkey = o.o_custkey "
-        "where c.c_mktsegment = 'BUILDING' and o.o_orderdate < date '1995-03-15'"
-    )
-    draft = draft_after(sql, push_predicates)
-    by = queries(draft)
-    assert [c.sql() for c in by["c"].conjuncts] == ["c.c_mktsegment = 'BUILDING'"]
-    [segment] = by["c"].filters
-    assert segment.to_json() == {"op": "=", "args": [{"col": "c_mktsegment"}, {"lit": "BUILDING"}]}
-    assert [c.sql() for c in by["o"].conjuncts] == ["o.o_orderdate < CAST('1995-03-15' AS DATE)"]
-    assert draft.tree.args.get("where") is None
-    assert "ON c.c_custkey = o.o_custkey" in draft.tree.sql(), "the join condition stays"
+@pytest.mark.parametrize("case", fixtures(), ids=lambda c: f"{c.rule}: {c.title}")
+def test_each_pass_rewrites_as_its_fixtures_say(case: Case) -> None:
+    rule = next(r for r in RULES if r.__name__ == case.rule)
+    assert describe(draft_after(case.sql, rule)) == case.expected
 
 
-def test_push_predicates_leaves_the_null_extended_side_and_implies_per_table_filters() -> None:
-    sql = (
-        "select c.c_name from customer c left join orders o on c.c_custkey = o.o_custkey and o.o_totalprice > 5 "
-        "where o.o_orderdate is null"
-    )
-    by = queries(draft_after(sql, push_predicates))
-    assert [c.sql() for c in by["o"].conjuncts] == ["o.o_totalprice > 5"], "its own ON condition moves"
-    assert not by["c"].conjuncts
-    sql = (
-        "select c.c_name from customer c, orders o where c.c_custkey = o.o_custkey and "
-        "((c.c_mktsegment = 'A' and o.o_totalprice > 10) or (c.c_mktsegment = 'B' and o.o_totalprice > 20))"
-    )
-    draft = draft_after(sql, push_predicates)
-    by = queries(draft)
-    assert [c.sql() for c in by["c"].implied] == ["c.c_mktsegment = 'A' OR c.c_mktsegment = 'B'"]
-    assert [c.sql() for c in by["o"].implied] == ["o.o_totalprice > 10 OR o.o_totalprice > 20"]
-    assert "OR" in draft.tree.args["where"].sql(), "the disjunction itself stays above"
-
-
-def test_push_predicates_takes_what_every_branch_shares_out_of_an_or() -> None:
-    sql = (
-        "select c.c_name from customer c, orders o where (c.c_custkey = o.o_custkey and c.c_mktsegment = 'A') "
-        "or (c.c_custkey = o.o_custkey and o.o_totalprice > 20)"
-    )
-    draft = draft_after(sql, push_predicates)
-    where = draft.tree.args["where"].this.sql()
-    assert where.startswith("c.c_custkey = o.o_custkey AND"), where
-
-
-def test_push_expressions_computes_one_table_expressions_on_the_nodes() -> None:
-    sql = (
-        "select o.o_orderdate, sum(l.l_extendedprice * (1 - l.l_discount)) as revenue from lineitem l "
-        "join orders o on l.l_orderkey = o.o_orderkey group by o.o_orderdate "
-        "having sum(l.l_extendedprice * (1 - l.l_discount)) > 10"
-    )
-    draft = draft_after(sql, push_expressions)
-    [(name, (expression, ir))] = queries(draft)["l"].computed.items()
-    assert name == "__e0" and expression.sql() == "l.l_extendedprice * (1 - l.l_discount)"
-    assert ir.op == "*"
-    assert draft.tree.sql().count("SUM(l.__e0)") == 2, "computed once, read twice"
-
-
-def test_semi_join_edges_follow_equivalence_classes_and_correlations() -> None:
-    sql = (
-        "select c.c_name from customer c, orders o, lineitem l where c.c_custkey = o.o_custkey "
-        "and o.o_orderkey = l.l_orderkey and o.o_orderkey = l.l_quantity"
-    )
-    edges = draft_after(sql, semi_join_edges).edges
-    found = {(e.left.alias, e.left_column, e.right.alias, e.right_column, e.both_ways) for e in edges}
-    assert found == {
-        ("c", "c_custkey", "o", "o_custkey", True),
-        ("l", "l_orderkey", "o", "o_orderkey", True),
-        ("l", "l_quantity", "o", "o_orderkey", True),
-    }
-    sql = "select c.c_name from customer c where not exists (select 1 from orders o where o.o_custkey = c.c_custkey)"
-    [edge] = draft_after(sql, semi_join_edges).edges
-    assert (edge.left.alias, edge.right.alias, edge.both_ways) == ("c", "o", False), "outer values filter the inner"
-
-
-def test_preaggregate_groups_the_aggregated_table_on_the_nodes() -> None:
-    sql = (
-        "select c.c_custkey, count(o.o_orderkey) as n from customer c left join orders o "
-        "on c.c_custkey = o.o_custkey group by c.c_custkey"
-    )
-    draft = draft_after(sql, preaggregate)
-    orders = queries(draft)["o"]
-    assert [k.to_json() for k in orders.group_by] == [{"name": "o_custkey", "expr": {"col": "o_custkey"}}]
-    assert [a.to_json() for a in orders.aggregates] == [{"name": "__a0", "func": "count", "arg": {"col": "o_orderkey"}}]
-    assert orders.partials == ["COUNT(o.o_orderkey) AS __a0"]
-    assert "COALESCE(SUM(o.__a0), 0) AS n" in draft.tree.sql()
-    # COUNT(*) and AVG have no partial state here: left to Spark
-    for aggregate in ("count(*)", "avg(o.o_totalprice)"):
-        sql = f"select c.c_custkey, {aggregate} from customer c join orders o on c.c_custkey = o.o_custkey group by 1"
-        assert not queries(draft_after(sql, preaggregate))["o"].aggregates
-
-
-def test_prune_columns_keeps_what_is_still_read() -> None:
-    sql = (
-        "select o.o_orderdate, sum(l.l_extendedprice * (1 - l.l_discount)) from lineitem l, orders o "
-        "where l.l_orderkey = o.o_orderkey and l.l_shipdate > date '1995-03-15' group by o.o_orderdate"
-    )
-    by = queries(draft_after(sql, prune_columns))
-    assert by["l"].columns == ["l_orderkey"], "the shipdate is filtered on the nodes, the revenue computed"
-    assert by["o"].columns == ["o_orderkey", "o_orderdate"]
-
-
-def test_distinct_if_only_tested_sends_each_key_once() -> None:
-    sql = "select c.c_name from customer c where c.c_custkey in (select o.o_custkey from orders o)"
-    orders = queries(draft_after(sql, distinct_if_only_tested))["o"]
-    assert [k.to_json() for k in orders.group_by] == [{"name": "o_custkey", "expr": {"col": "o_custkey"}}]
-    assert not orders.aggregates
-    sql = "select c.c_name from customer c where exists (select 1 from orders o where o.o_custkey = c.c_custkey)"
-    assert queries(draft_after(sql, distinct_if_only_tested))["o"].group_by
-    sql = "select o.o_orderdate from orders o, customer c where o.o_custkey = c.c_custkey"
-    assert not any(q.group_by for q in draft_after(sql, distinct_if_only_tested).queries.values()), "a joined table"
-
-
-def test_read_from_views_leaves_the_statement_for_spark() -> None:
-    sql = "select c.c_name, o.o_totalprice from customer c join orders o on c.c_custkey = o.o_custkey"
-    draft = draft_after(sql, read_from_views)
-    views = [q.view for q in draft.queries.values()]
-    assert len(set(views)) == 2 and all(v.startswith("__cxg_") for v in views)
-    tables = {t.alias: t.name for t in draft.tree.find_all(exp.Table)}
-    assert tables == {"c": queries(draft)["c"].view, "o": queries(draft)["o"].view}
+def test_every_rule_has_fixtures_and_its_views_one_plan_id() -> None:
+    assert {c.rule for c in fixtures()} == {r.__name__ for r in RULES}
+    draft = draft_after("select c.c_name from customer c join orders o on c.c_custkey = o.o_custkey", read_from_views)
+    assert len({PLAN_ID.match(q.view).group() for q in draft.queries.values()}) == 1
 
 
 # ---- the planner as a whole ------------------------------------------------------------------
@@ -264,6 +173,28 @@ def test_the_planner_leaves_its_input_as_it_is(sql: str, engine: str) -> None:
     assert plan.query.tree is not query.tree
     assert not hasattr(plan, "inputs"), "a plan holds no rows"
     assert Planner(CATALOG).plan(query, copy=False).query is query, "a query handed over is planned as it is"
+
+
+EXPLAINED = """\
+engine: storage nodes: select-project sub-queries; Spark: joins and everything above them
+select-project sub-queries (on compressed data):
+  [0] lineitem AS l on n0, n1 (hash(l_orderkey) x4)
+      columns: l_orderkey
+      pre-aggregated on the nodes: group by l_orderkey; SUM(l.l_extendedprice) AS __a0
+  [1] orders AS o on n0, n1 (hash(o_orderkey) x4)
+      columns: o_orderkey, o_orderdate
+      filter: o.o_orderdate < CAST('1995-03-15' AS DATE)
+Spark SQL over the sub-queries:
+  SELECT /*+ REPARTITION(1) */
+    o.o_orderdate AS o_orderdate,
+    TRY_DIVIDE(CAST(SUM(l.__a0) AS DOUBLE), 2) AS _col_1
+  FROM __cxg_PLAN_0 AS l, __cxg_PLAN_1 AS o
+  WHERE
+    l.l_orderkey = o.o_orderkey
+  GROUP BY
+    o.o_orderdate
+  ORDER BY
+    o_orderdate NULLS LAST"""
 
 
 def _arrow_data(value: object, seen: set[int]) -> list[str]:
@@ -313,14 +244,10 @@ def test_a_join_plan_is_explained_without_running_anything() -> None:
         "where l.l_orderkey = o.o_orderkey and o.o_orderdate < '1995-03-15' group by 1 order by 1"
     )
     plan = Planner(CATALOG).plan(checked(sql))
-    text = "\n".join(plan.explain())
-    assert "Spark: joins and everything above them" in text
-    assert "filter: o.o_orderdate < CAST('1995-03-15' AS DATE)" in text
-    assert "pre-aggregated on the nodes: group by l_orderkey; SUM(l.l_extendedprice) AS __a0" in text
-    assert "rows:" not in text and "handed to Spark" not in text, "nothing ran"
-    assert "REPARTITION(1)" in plan.spark_sql
-    # `/` divides as a DOUBLE in Spark too, NULL for a zero divisor
-    assert "TRY_DIVIDE(CAST(SUM(l.__a0) AS DOUBLE), 2)" in text
+    # no rows counted, nothing handed to Spark: nothing ran; `/` divides as a DOUBLE in Spark too, NULL for
+    # a zero divisor; one partition keeps the order
+    assert PLAN_ID.sub("__cxg_PLAN_", "\n".join(plan.explain())) == EXPLAINED
+    assert PLAN_ID.sub("__cxg_PLAN_", plan.spark_sql) in EXPLAINED.replace("\n  ", "\n")
 
 
 def test_having_goes_to_the_nodes_when_groups_live_on_one() -> None:

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from benchmarks import faults
-from benchmarks.faults import NODE_QUERIES, FaultRegion, wait_until
+from benchmarks.faults import NODE_QUERIES, FaultRegion
 from gateway import Client, free_port
 from regions.redistribution import RegionView, measure, plan_nodes, plan_rebalance, run, wait_served
 from storage import (
@@ -35,6 +35,7 @@ from storage import (
     spread,
 )
 from storage.errors import TableNotFoundError, VersionConflictError
+from tests.waiting import eventually
 
 # ---- the Balance policy ---------------------------------------------------------------------------
 
@@ -188,7 +189,7 @@ def third_node(live: FaultRegion, tmp_path_factory: pytest.TempPathFactory) -> I
         stderr=subprocess.STDOUT,
     )
     try:
-        wait_until(lambda: live.members() == 3, 60, "node-2 joined")
+        eventually(lambda: live.members() == 3, 60, "node-2 joined")
         yield "node-2"
     finally:
         process.kill()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 from pathlib import Path
 
@@ -16,6 +17,12 @@ from aiohttp import web
 from benchmarks import bench_regions_live, netns
 from benchmarks.wan import DelayLink
 from gateway import free_port
+from tests.waiting import eventually_async
+
+
+def _listens(address: tuple[str, int]) -> bool:
+    socket.create_connection(address).close()
+    return True
 
 
 def test_the_wan_link_delays_each_way_and_keeps_the_bytes() -> None:
@@ -31,7 +38,7 @@ def test_the_wan_link_delays_each_way_and_keeps_the_bytes() -> None:
         await web.TCPSite(runner, "127.0.0.1", target).start()
         link, stop = DelayLink(("127.0.0.1", free_port()), ("127.0.0.1", target), 0.05), asyncio.Event()
         serving = asyncio.create_task(link.serve(stop))
-        await asyncio.sleep(0.1)
+        await eventually_async(lambda: _listens(link.listen), 10, "the link listening", ignoring=(OSError,))
         body = bytes(range(256)) * 8192  # 2 MiB: many chunks each way
         reader, writer = await asyncio.open_connection(*link.listen)
         started = time.monotonic()

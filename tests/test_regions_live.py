@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,9 @@ from gateway import Client, free_port
 from regions import EmbeddedRegion, load_config
 from regions.central_balancer import CentralBalancer
 from storage import ConfigError
+from tests.balancing import until
 from tests.http import http
+from tests.waiting import eventually
 
 SLOW = {"slow": QueryType(0.3, 3), "long": QueryType(2.0, 3)}
 LINEITEM = "SELECT * FROM lineitem"
@@ -206,7 +207,8 @@ def test_a_region_gets_only_queries_it_holds_at_their_version(tmp_path: Path) ->
         url = regions["east"].url
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             pending = [pool.submit(_burst, url, 1, LINEITEM, "long") for _ in range(4)]
-            time.sleep(0.2)  # one runs, one is buffered on the node, two wait in the queue
+            east = regions["east"]  # one runs, one is buffered on the node, two wait in the queue
+            until(east, lambda: len(east.gateway.balancer.queue) == 2, what="two queries queued")
             asked = [
                 {"lineitem": "3:load-a"},  # the nodes keep no versions: a versioned copy is another one
                 {"orders": None},
@@ -285,10 +287,12 @@ def test_cxg_up_starts_every_region_and_a_killed_region_loses_nothing(tmp_path: 
     try:
         for config in (east, west):
             Client(config.gateway.url).wait_ready(timeout=90, nodes=1)
-        deadline = time.monotonic() + 90  # cxg up supervises once it has started them all: then a kill
-        while not any("region west (2) is up" in line for line in lines):  # is a restart, not a failed start
-            assert time.monotonic() < deadline and up.poll() is None, "".join(lines)
-            time.sleep(0.05)
+
+        def supervising() -> bool:  # cxg up supervises once it has started them all: then a kill is a restart
+            assert up.poll() is None, "".join(lines)
+            return any("region west (2) is up" in line for line in lines)
+
+        eventually(supervising, 90, "cxg up saying region west is up")
         status = [*CLI, "--config", str(path), "status"]  # a row per region of the file, then this region's nodes
         shown = subprocess.run(status, capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
         assert shown.returncode == 0 and east.gateway.url in shown.stdout and west.gateway.url in shown.stdout, shown
@@ -296,10 +300,8 @@ def test_cxg_up_starts_every_region_and_a_killed_region_loses_nothing(tmp_path: 
             http("POST", f"{east.gateway.url}/v1/statements", {"sql": LINEITEM, "tag": "slow", "wait": 0}).json()
             for _ in range(10)
         ]
-        deadline = time.monotonic() + 30
-        while http("GET", f"{east.gateway.url}/v1/regions").json()["moved"]["handed_over"] < 2:
-            assert time.monotonic() < deadline, "west pulled nothing"
-            time.sleep(0.05)
+        moves = f"{east.gateway.url}/v1/regions"
+        eventually(lambda: http("GET", moves).json()["moved"]["handed_over"] >= 2, 30, "west pulling two queries")
         (gateway,) = _pids("--region", "west", "gateway")
         os.kill(gateway, signal.SIGKILL)
         final = [http("GET", f"{east.gateway.url}/v1/statements/{doc['id']}?wait=60").json() for doc in submitted]
@@ -399,12 +401,13 @@ def test_a_region_whose_queue_stays_heavy_reports_itself_overloaded(tmp_path: Pa
         assert http("GET", f"{region.url}/v1/regions/load").json()["overloaded"] is False
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             pending = pool.submit(_burst, region.url, 5, LINEITEM, "long")  # 1 runs, 1 buffered, 3 queued
-            deadline = time.monotonic() + 10
-            while not (load := http("GET", f"{region.url}/v1/regions/load").json())["overloaded"]:
-                assert time.monotonic() < deadline, load
-                time.sleep(0.1)
+
+            def overloaded() -> dict | None:
+                load = http("GET", f"{region.url}/v1/regions/load").json()
+                return load if load["overloaded"] else None
+
+            load = eventually(overloaded, 10, "the region reporting itself overloaded")
             assert load["weight"] > 1.0 and load["reports"] == 1
             assert "cxg_region_overloaded 1.0" in http("GET", f"{region.url}/metrics").body.decode()
             assert {d["state"] for d in pending.result()} == {"succeeded"}
-        time.sleep(1.5)  # the watch looks every second
-        assert http("GET", f"{region.url}/v1/regions/load").json()["overloaded"] is False
+        eventually(lambda: not overloaded(), 10, "the watch (every second) seeing the queue light again")

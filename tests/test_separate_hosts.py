@@ -11,7 +11,6 @@ import contextlib
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from benchmarks.compare import rows, rows_match
 from gateway import Client
 from gateway.spark_status import master_status
 from loadtests.tpch_queries import query
+from tests.waiting import eventually
 
 ROLES = ["gateway", "node-0", "node-1", "spark-master", "spark-worker"]
 QUERIES = (1, 3, 5, 9, 18)  # one on the nodes alone, four joins on the cluster
@@ -51,15 +51,12 @@ def _processes(root: Path):
 
 
 def _wait(condition, timeout: float, what: str, root: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        with contextlib.suppress(Exception):
-            if condition():
-                return
-        if time.monotonic() > deadline:
-            logs = "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(root.glob("*.log")))
-            raise TimeoutError(f"waited {timeout:g} s for {what}\n{logs}")
-        time.sleep(0.5)
+    """Wait for a role on its host (any error means not up yet); on timeout, every host's log."""
+    try:
+        eventually(condition, timeout, what, interval=0.5, ignoring=(Exception,))
+    except AssertionError as e:
+        logs = "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(root.glob("*.log")))
+        raise AssertionError(f"{e}\n{logs}") from None
 
 
 @pytest.mark.slow

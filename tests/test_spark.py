@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from storage import LoadOptions, Node, Placement, Source, Store, TableSchema, lo
 from storage.partitioning import buckets_of
 from storage.tpch import schema_for
 from tests.kernel_cases import plain_strings
+from tests.waiting import eventually
 
 
 def _urls(region: dict[str, str]) -> str:
@@ -133,11 +133,14 @@ def test_a_runaway_join_leaves_room_for_the_queries_beside_it(engine, duck) -> N
     runaway = threading.Thread(target=_until_cancelled, args=(engine, RUNAWAY, "runaway"), daemon=True)
     runaway.start()
     try:
-        deadline, held = time.monotonic() + 120, 0
-        while held < 15:  # the runaway's nested-loop stage holds every core (3 s on end)
-            assert time.monotonic() < deadline and runaway.is_alive(), "the runaway never got going"
-            held = held + 1 if _active_tasks(context) >= cores else 0
-            time.sleep(0.2)
+        held = [0]  # looks in a row that found every core busy
+
+        def holding() -> bool:  # the runaway's nested-loop stage holds every core (3 s on end)
+            assert runaway.is_alive(), "the runaway ended"
+            held.append(held[-1] + 1 if _active_tasks(context) >= cores else 0)
+            return held[-1] >= 15
+
+        eventually(holding, 120, "the runaway holding every core 3 s on end", interval=0.2)
         assert engine.stage(JOIN).plan.engine == "spark"
         answers: list = []
         beside = threading.Thread(target=lambda: answers.append(engine.execute(JOIN).table), daemon=True)
