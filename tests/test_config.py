@@ -11,6 +11,8 @@ import pytest
 from cxg import main
 from regions import Config, defaults_toml, load_config
 
+pytestmark = pytest.mark.check  # the fast lane (`make check`): no Spark, no server
+
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 
 

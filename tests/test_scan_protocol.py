@@ -54,6 +54,8 @@ from storage.scan_protocol import (
 )
 from storage.spark_source import filter_to_expr
 
+pytestmark = pytest.mark.check  # the fast lane (`make check`): no Spark, no server
+
 SCHEMA = Draft202012Validator(REQUEST_SCHEMA)
 
 
