@@ -125,7 +125,8 @@ def test_tpch_on_the_cluster_through_the_data_source(region, duck, number: int) 
 
 def test_every_sub_query_reaches_the_executors_through_the_data_source(region) -> None:
     url, _ = region
-    reply = http("POST", f"{url}/v1/statements", {"sql": "explain " + query(3), "wait": 120}, timeout=130)
+    # EXPLAIN ANALYZE: how each sub-query reaches Spark is decided when the query runs
+    reply = http("POST", f"{url}/v1/statements", {"sql": "explain analyze " + query(3), "wait": 120}, timeout=130)
     plan = "\n".join(row[0] for row in reply.json()["rows"])
     handed = plan.count("through the cxg data source")
     assert handed >= 2 and handed + plan.count("not handed to Spark") == 3, plan  # Q3 reads three tables
