@@ -6,7 +6,7 @@ never part of a table, never one statement answering two queries.
 
 One region (gateway and two nodes as processes, supervised as `cxg up` does) serves TPC-H SF 0.01
 for the whole module; each test leaves it whole again. The faults themselves are
-`benchmarks.faults`, which `benchmarks.bench_faults` also runs for the README's report."""
+`benchmarks.faults`, which `benchmarks.bench_faults` also runs for the report in docs/bench/README.md."""
 
 from __future__ import annotations
 

@@ -4,14 +4,14 @@
   joins, grouping, ordering) over the small tables of `tests.sql_cases` (NULLs, decimals, dates,
   timestamps, non-ASCII text) and mutations of the 22 TPC-H queries (literals changed,
   comparisons turned, conjuncts dropped, orders reversed): each answer equals DuckDB's, or the
-  query is refused with a 4xx whose code the README lists.
+  query is refused with a 4xx whose code docs/http-api.md lists.
 * Window functions, set operations and grouping sets drawn over the same tables: each answer
   equals DuckDB's.
 * The HTTP API fuzzed against its own OpenAPI document with Schemathesis: wrong methods, content
   types, bodies, numbers; no 5xx, and every error in the JSON error format.
 
 Afterwards no slot is left busy. The number of examples is bounded for CI; `pytest
-tests/test_fuzz.py --long` runs the report's (README, "Bad input and overload").
+tests/test_fuzz.py --long` runs the report's (docs/bench/README.md, "Bad input and overload").
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ from loadtests.tpch_queries import all_queries
 from tests.http import http
 from tests.waiting import eventually
 
-README = (Path(__file__).parents[1] / "README.md").read_text()
+HTTP_API = (Path(__file__).parents[1] / "docs" / "http-api.md").read_text()
+ERRORS = HTTP_API[HTTP_API.index("| status | codes |") : HTTP_API.index("## Python")]
 ARROW = "application/vnd.apache.arrow.stream"
-DOCUMENTED = set(re.findall(r"`([a-z_]+)`", README[README.index("| status | codes |") : README.index("## Python")]))
+DOCUMENTED = set(re.findall(r"`([a-z_]+)`", ERRORS))
 
 # alias -> column -> kind, for the tables of tests.sql_cases
 TABLES = {

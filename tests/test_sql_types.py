@@ -16,7 +16,7 @@ def parse_type(name: str) -> pa.DataType:
     return Column("c", name).arrow_type
 
 
-# the catalog's column types, as the README lists them
+# the catalog's column types, as docs/cli.md lists them
 STORAGE_TYPES = [
     "bool",
     "int8",
