@@ -1,22 +1,11 @@
 """The gateway: SQL over HTTP in front of one region.
 
-    POST   /v1/statements                 submit {"sql", "params"?, "wait"?, "timeout"?, "max_rows"?,
-                                          "tag"?, "client"?}; the answer when it finishes within
-                                          `wait` seconds (200), else its id and state (202)
-    GET    /v1/statements/{id}            state; once succeeded the columns and first chunk
-                                          (`?wait=S` waits up to S seconds for the end)
-    GET    /v1/statements/{id}/chunks/{n} result chunk n
-    GET    /v1/statements/{id}/result     the whole result
-    DELETE /v1/statements/{id}            cancel: out of the queue, or stopped on its nodes
-    GET    /v1/tables                     tables, columns, placement
-    GET    /v1/cluster                    the region: queue, nodes, slots, drain state, software versions
-    POST   /v1/cluster/drain              drain the region (DELETE: undrain); .../nodes/{node}/drain one node
-    GET    /healthz /readyz /metrics /openapi.json
-
 This module is the composition root: it builds the region's balancer, the executor for its kind
 of nodes, the statements and their lifecycle, and puts the handlers of `gateway.handlers`
-(one module per resource) into one application. Errors are translated in one place
-(`gateway.errors`). The balancer's links (routers, nodes) arrive on /v1/cluster/connect.
+(one module per resource, each listing its routes) into one application. Errors are translated in
+one place (`gateway.errors`). The balancer's links (routers, nodes) arrive on /v1/cluster/connect.
+Clients read the endpoints in docs/http-api.md, which a test holds to the routes served and to
+the OpenAPI document (`gateway.openapi`).
 """
 
 from __future__ import annotations
