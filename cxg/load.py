@@ -27,8 +27,7 @@ from cxg.client_commands import client_of
 from cxg.console import console
 from cxg.data_dirs import add_data_option, stores_of
 from gpu_kernels import block_budget, cuda_available
-from regions import Config, check_master, spark_session
-from regions.redistribution import SERVED_TIMEOUT_S, RegionView
+from regions import SERVED_TIMEOUT_S, Config, RegionView, check_master, spark_session
 from storage import (
     Column,
     ConfigError,

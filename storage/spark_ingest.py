@@ -31,7 +31,7 @@ from storage import errors
 from storage.block import block_rows
 from storage.catalog import TableSchema
 from storage.errors import StorageError
-from storage.ingest import target
+from storage.ingest import load_target
 from storage.loader import LoadOptions
 from storage.manifest import Sizing
 from storage.spark_source import BUCKET_COLUMN, spark_schema, with_buckets
@@ -85,7 +85,7 @@ def spark_load(
     spark: SparkSession, source: DataFrame, schema: TableSchema, targets: list[str], options: LoadOptions
 ) -> Sizing:
     """Load `source` as table `schema.name` into the nodes `targets` (URLs or data directories)."""
-    nodes = [target(spec, i).node for i, spec in enumerate(targets)]
+    nodes = [load_target(spec, i).node for i, spec in enumerate(targets)]
     if schema.placement.kind == "hash":
         schema = replace(schema, placement=schema.placement.with_owners(nodes))
     source = source.select(*schema.column_names)
