@@ -44,7 +44,7 @@ from benchmarks.bench_scan import QUERIES, decoded_bytes
 from benchmarks.cupy_standin import installed
 from gpu_kernels import block_budget as device_rule
 from gpu_kernels import block_parts, cuda_available, final_aggregate, get_backend
-from loadtests.output import console, machine, print_table, write_json
+from loadtests import console, machine, print_table, write_json
 from storage import LoadOptions, Store, TableCache, load_table, parse_size, read_parquet, scan_table, tpch
 
 

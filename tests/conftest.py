@@ -119,8 +119,7 @@ def duck(tpch_files: dict[str, Path]):
 def native_gateway(region_stores, region, spark):
     """A gateway in front of the two storage nodes, each joined as a native node with two slots;
     joins run on the test session's Spark."""
-    from balancer import NodeServer
-    from balancer.native_backend import NativeBackend
+    from balancer import NativeBackend, NodeServer
     from regions import EmbeddedRegion, load_config
 
     config = load_config(None, ["gateway.port=0", 'spark.master="local[2]"', 'spark.driver_memory="2g"'])

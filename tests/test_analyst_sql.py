@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.compare import rows, rows_match
-from gateway.errors import ApiError
+from gateway import ApiError
 
 QUERIES = [
     # window functions

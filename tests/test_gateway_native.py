@@ -13,7 +13,7 @@ from benchmarks.compare import rows, rows_match
 from gateway import Client, GatewayError
 from gateway.server import MAX_REQUEST
 from gateway.sql.limits import MAX_SQL_LENGTH
-from loadtests.tpch_queries import query
+from loadtests import query
 from storage import MAX_EXPRESSION_DEPTH
 from tests.balancing import until
 from tests.http import http
@@ -224,7 +224,7 @@ def test_bad_input_is_a_4xx_in_the_error_format(native_gateway, case: str) -> No
 
 
 def test_error_messages_show_no_server_paths(native_gateway) -> None:
-    from gateway.errors import ApiError
+    from gateway import ApiError
 
     message = ApiError(500, "internal_error", "could not open /srv/cxg/data/node-0/lineitem/3.blk").body()["message"]
     assert message == "could not open .../3.blk"
@@ -232,8 +232,7 @@ def test_error_messages_show_no_server_paths(native_gateway) -> None:
 
 
 def test_a_token_reads_only_the_tables_it_is_given(region_stores, region) -> None:
-    from balancer import NodeServer
-    from balancer.native_backend import NativeBackend
+    from balancer import NativeBackend, NodeServer
     from regions import EmbeddedRegion, load_config
 
     tokens = 'gateway.tokens=[{name="analyst", token="t-1", tables=["nation", "Region"]}, {name="all", token="t-2"}]'

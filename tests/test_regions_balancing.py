@@ -7,20 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from regions.balancing import (
-    PUBLISHED,
-    Centralized,
-    Decentralized,
-    IdlePull,
-    NoBalancing,
-    RegionQueue,
-    Waiting,
-    method,
-    weight_as_printed,
-    weight_per_server,
-)
+from regions import Centralized, Decentralized, Experiment, IdlePull, NoBalancing, method, simulate
+from regions.balancing import PUBLISHED, RegionQueue, Waiting, weight_as_printed, weight_per_server
 from regions.cross_figures import TABLE_5_7
-from regions.cross_simulation import Experiment, simulate
 
 SCALE = PUBLISHED  # 15 GB, 3 servers
 

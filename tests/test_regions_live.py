@@ -18,12 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from balancer import NodeServer
-from balancer.simulation import QueryType, SimulationBackend
+from balancer import NodeServer, SimulationBackend
+from balancer.simulation import QueryType
 from benchmarks.faults import rows
 from gateway import Client, free_port
-from regions import EmbeddedRegion, load_config
-from regions.central_balancer import CentralBalancer
+from regions import CentralBalancer, EmbeddedRegion, load_config
 from storage import ConfigError
 from tests.balancing import until
 from tests.http import http

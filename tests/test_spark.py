@@ -11,13 +11,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from gateway import SparkSettings
+from gateway import ApiError, SparkSettings
 from gateway.background import serve
-from gateway.errors import ApiError
 from gateway.sql.errors import QueryCancelled
 from gateway.sql.execute import POOLS, SchedulerPools
 from gpu_kernels import get_backend, to_domain
-from regions.spark_session import local_master, spark_options
+from regions import spark_options
+from regions.spark_session import local_master
 from storage import LoadOptions, Node, Placement, Source, Store, TableSchema, load_table, spark_load
 from storage.partitioning import buckets_of
 from storage.tpch import schema_for

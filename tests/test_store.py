@@ -19,9 +19,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_kernels import to_domain
-from storage import CorruptBlockError, LoadOptions, Placement, SchemaError, Store, TableSchema, load_table
+from storage import (
+    CorruptBlockError,
+    DiskFullError,
+    LoadOptions,
+    Placement,
+    SchemaError,
+    StorageError,
+    Store,
+    TableSchema,
+    load_table,
+)
 from storage.block import record_size
-from storage.errors import DiskFullError, StorageError, VersionGoneError
+from storage.errors import VersionGoneError
 from storage.ingest import BlockStream, DirectoryTarget
 from storage.partitioning import buckets_of
 from storage.store import ORPHAN_AGE_S
