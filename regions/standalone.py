@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pyspark.find_spark_home import _find_spark_home
+
 from gateway import free_port, master_status
 
 SPARK_MASTER = "org.apache.spark.deploy.master.Master"
@@ -23,8 +25,6 @@ SCALA_VERSION = "2.13"  # of the wheel's jars: spark-class cannot tell it withou
 
 def spark_home() -> Path:
     """The pyspark wheel's directory: its jars, ``bin/spark-class``."""
-    from pyspark.find_spark_home import _find_spark_home
-
     return Path(_find_spark_home())
 
 

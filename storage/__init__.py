@@ -69,7 +69,7 @@ _FACE: dict[str, tuple[str, ...]] = {
     "scan_workers": ("default_processes",),
     "scan_typing": ("kernel_expr", "output_schema", "type_scan", "typed_output"),
     "sources": ("Source", "read_parquet"),
-    "spark_ingest": ("spark_load", "tpch_frame"),
+    "spark_ingest": ("source_frame", "spark_load", "tpch_frame"),
     "spark_redistribute": ("spark_move",),
     "spark_source": ("CxgDataSource", "spark_schema"),
     "sql_types": ("by_sql_name", "sql_name"),

@@ -34,9 +34,10 @@ from storage.errors import StorageError
 from storage.ingest import load_target
 from storage.loader import LoadOptions
 from storage.manifest import Sizing
+from storage.sources import Source
 from storage.spark_source import BUCKET_COLUMN, spark_schema, with_buckets
 from storage.tpch import generate_part
-from storage.types import decoded_width
+from storage.types import decoded_width, working_type
 
 _TASK_ERROR = re.compile(r"storage\.errors\.(\w+): (.*)")
 
@@ -69,6 +70,17 @@ def tpch_frame(spark: SparkSession, schema: TableSchema, scale_factor: float) ->
     generate = functools.partial(_generate_parts, schema.name, scale_factor, parts, arrow_schema)
     frame = spark.range(parts, numPartitions=parts).mapInArrow(generate, spark_schema(arrow_schema))
     return frame.persist(StorageLevel.MEMORY_AND_DISK)
+
+
+def source_frame(spark: SparkSession, source: Source) -> DataFrame:
+    """The source's files as a DataFrame (CSV parsed with the pyarrow-inferred types)."""
+    paths = [str(p) for p in source.files()]
+    if source.kind == "parquet":
+        return spark.read.parquet(*paths)
+    arrow = pa.schema([f.with_type(working_type(f.type)) for f in source.arrow_schema()])
+    return spark.read.csv(
+        paths, schema=spark_schema(arrow), header=source.header, sep=source.delimiter, nullValue="", mode="FAILFAST"
+    )
 
 
 def record_size(source: DataFrame, schema: TableSchema) -> int:
