@@ -10,6 +10,7 @@ import pytest
 from regions import Centralized, Decentralized, Experiment, IdlePull, NoBalancing, method, simulate
 from regions.balancing import PUBLISHED, RegionQueue, Waiting, weight_as_printed, weight_per_server
 from regions.cross_figures import TABLE_5_7
+from regions.region_load import OverloadWatch
 
 SCALE = PUBLISHED  # 15 GB, 3 servers
 
@@ -112,8 +113,6 @@ class _Queue:
 
 
 def test_a_region_reports_overload_once_its_weight_stays_above_the_threshold(caplog) -> None:
-    from regions.region_load import OverloadWatch
-
     view = _Queue()
     watch = OverloadWatch(view, threshold=1.0, seconds=5.0)
     view.queue = [[1.5, 1.0, 1], [1.0, 1.0, 1]]  # 2.5 queued per 2 servers: 1.25
