@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 QUERY_ID: ContextVar[int | None] = ContextVar("query_id", default=None)
-FORMATS = ("json", "text")
+LOG_FORMATS = ("json", "text")
 TEXT = "%(asctime)s %(levelname)s %(name)s%(query)s: %(message)s"
 
 
@@ -63,12 +63,12 @@ class TextFormatter(logging.Formatter):
 
 def formatter(log_format: str) -> logging.Formatter:
     """The formatter of `log_format` (json or text)."""
-    if log_format not in FORMATS:
+    if log_format not in LOG_FORMATS:
         raise ValueError(f"log format must be json or text, not {log_format!r}")
     return JsonFormatter() if log_format == "json" else TextFormatter()
 
 
-def configure(log_format: str, level: int = logging.INFO) -> None:
+def configure_logs(log_format: str, level: int = logging.INFO) -> None:
     """Log this process's lines to stderr in `log_format` (in place of any handler set before)."""
     handler = logging.StreamHandler()
     handler.setFormatter(formatter(log_format))

@@ -15,7 +15,7 @@ from typing import Any
 
 from benchmarks import faults
 from benchmarks.common import parser
-from loadtests.output import console, print_table, write_json
+from loadtests import console, print_table, write_json
 
 FAULTS = {
     "node": lambda region, expected, files: faults.kill_node(region, expected),

@@ -35,7 +35,7 @@ from hdrh.histogram import HdrHistogram
 from benchmarks.mariadb_server import MariaDB, available
 from benchmarks.performsys import TABLE_4_1, Setup, run_setup
 from gateway import Client, GatewayError, free_port
-from loadtests.output import console, print_table, write_json
+from loadtests import console, print_table, write_json
 from regions import LocalRegion, load_config
 from storage import create_database
 

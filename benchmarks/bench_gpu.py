@@ -44,7 +44,7 @@ from benchmarks.bench_scan import QUERIES, decoded_bytes
 from benchmarks.cupy_standin import installed
 from gpu_kernels import block_budget as device_rule
 from gpu_kernels import block_parts, cuda_available, final_aggregate, get_backend
-from loadtests.output import console, machine, print_table, write_json
+from loadtests import console, machine, print_table, write_json
 from storage import LoadOptions, Store, TableCache, load_table, parse_size, read_parquet, scan_table, tpch
 
 
@@ -136,7 +136,7 @@ def timed_run(
     on generated data come first, the lineitem scans (which generate and load the table) last.
     lineitem is loaded in blocks of `block_budget` bytes, by default what `cxg load` takes where
     scans run on GPUs (seed 004's rule from the device, one scan slot a core)."""
-    import cupy
+    import cupy  # the gpu extra, optional: the device's, or the stand-in `--standin` installed
     import cupyx
 
     device = cupy.cuda.runtime.getDeviceProperties(0)["name"] if not small else "stand-in (host times)"

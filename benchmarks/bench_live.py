@@ -28,12 +28,21 @@ import sqlglot
 
 from benchmarks.mariadb_server import MariaDB, available
 from gateway import Client
-from loadtests.cli import report, run_load
-from loadtests.logs import write_logs
-from loadtests.measures import Summary, summarize
-from loadtests.output import console, print_table, write_json
-from loadtests.scenario import Query, Scenario, tpch_list
-from loadtests.simulator import Simulator, Target
+from loadtests import (
+    Scenario,
+    Simulator,
+    Summary,
+    Target,
+    console,
+    print_table,
+    report,
+    run_load,
+    summarize,
+    tpch_list,
+    write_json,
+    write_logs,
+)
+from loadtests.scenario import Query
 from regions import LocalRegion, load_config
 from storage import Store, load_mysql, load_table, read_parquet, tpch
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from benchmarks.common import parser
 from gateway import Client, GatewayError
-from loadtests.output import console, print_table, write_json
+from loadtests import console, print_table, write_json
 from loadtests.tpch_queries import all_queries
 from regions import LocalRegion, load_config, machine_memory
 

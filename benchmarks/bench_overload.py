@@ -28,7 +28,7 @@ from typing import Any
 from benchmarks import faults
 from benchmarks.common import parser
 from gateway import Client
-from loadtests.output import console, print_table, write_json
+from loadtests import console, print_table, write_json
 
 RUNAWAY = "SELECT count(*) AS n FROM lineitem a JOIN lineitem b ON a.l_orderkey < b.l_orderkey"  # N² / 2 pairs
 REFUSED = {"queue_full", "too_many_queries", "no_nodes"}

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.performsys import TABLE_4_1, TABLE_4_2, Setup, run_setup
-from loadtests.output import console, print_table, pyplot, save_figure, write_json
+from loadtests import console, print_table, pyplot, save_figure, write_json
 
 
 def run_table(name: str, setups: list[Setup], published: dict[int, tuple[float, float, float]]) -> list[dict[str, Any]]:

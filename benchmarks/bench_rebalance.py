@@ -36,9 +36,17 @@ import pyarrow.parquet as pq
 from benchmarks import faults
 from benchmarks.common import parser
 from gateway import Client, SparkSettings
-from loadtests.output import console, print_table, write_json
-from regions import LocalRegion, load_config, spark_session
-from regions.redistribution import RegionView, measure, plan_rebalance, run, wait_served
+from loadtests import console, print_table, write_json
+from regions import (
+    LocalRegion,
+    RegionView,
+    load_config,
+    measure_costs,
+    plan_rebalance,
+    run_move,
+    spark_session,
+    wait_served,
+)
 from storage import LoadOptions, Placement, Store, TableSchema, load_table
 
 QUERIES = {
@@ -202,11 +210,11 @@ def _rebalance(url: str, expected: dict, args: Any, nodes: dict[str, int]) -> di
     clients = threading.Thread(target=load)
     clients.start()
     try:
-        table_costs = measure(view, args.window)
+        table_costs = measure_costs(view, args.window)
         planned, moves = plan_rebalance(view, table_costs, threshold=0.05)
         started = time.perf_counter()
         for move in planned:
-            run(spark, move, view, view, LoadOptions())
+            run_move(spark, move, view, view, LoadOptions())
             wait_served(view, move)
         seconds = time.perf_counter() - started
     finally:

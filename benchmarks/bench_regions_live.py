@@ -42,18 +42,26 @@ from typing import Any
 import aiohttp
 import duckdb
 
-from balancer.simulation import TABLE_5_5, TABLE_5_6
+from balancer import TABLE_5_5, TABLE_5_6
 from benchmarks import faults, netns
 from cxg.simulate import plot_hourly
 from gateway import Client, SparkSettings, free_port
-from loadtests.output import console, print_table, write_json
-from regions import LocalRegion, load_config, spark_session
-from regions.balancing import METHODS
-from regions.balancing import method as balancing_method
+from loadtests import console, print_table, write_json
+from regions import (
+    METHODS,
+    Experiment,
+    LocalRegion,
+    RegionView,
+    load_config,
+    plan_copy,
+    run_move,
+    simulate,
+    spark_session,
+    wait_served,
+)
+from regions import method as balancing_method
 from regions.cross_figures import TABLE_5_7
-from regions.cross_simulation import DAY, HOUR, Experiment, simulate
-from regions.redistribution import RegionView, plan_copy, wait_served
-from regions.redistribution import run as run_move
+from regions.cross_simulation import DAY, HOUR
 from storage import LoadOptions, Store, load_table, read_parquet, tpch
 
 NAMES = ("r1", "r2", "r3")

@@ -25,7 +25,7 @@ import pyarrow as pa
 from benchmarks.common import bench_main
 from gpu_kernels import NumpyBackend, final_aggregate, get_backend
 from gpu_kernels import expr as E
-from loadtests.output import console, print_table
+from loadtests import console, print_table
 from storage import (
     LoadOptions,
     Store,

@@ -23,7 +23,7 @@ import zstandard
 
 from benchmarks.common import mb, parser, timed
 from gpu_kernels import EncodedBlock, plain_nbytes
-from loadtests.output import console, print_table, write_json
+from loadtests import console, print_table, write_json
 from storage import ZSTD_LEVEL, LoadOptions, Store, block_to_ipc, load_table, read_parquet, tpch
 
 DUCKDB_BLOCK = 256 * 1024

@@ -18,7 +18,7 @@ from typing import Any
 from benchmarks import tpcds
 from benchmarks.bench_tpch import measure, summarize
 from benchmarks.common import bench_main
-from loadtests.output import console, print_table
+from loadtests import console, print_table
 
 
 def run(sf: float, repeat: int) -> dict[str, Any]:

@@ -36,10 +36,9 @@ from benchmarks.compare import rows, rows_match
 from gateway import SparkSettings, free_port
 from gateway.sql.engine import Engine
 from gateway.sql.local import scan_nodes
-from loadtests.output import console, print_table, write_json
+from loadtests import console, print_table, write_json
 from loadtests.tpch_queries import SINGLE_TABLE, all_queries
-from regions import session_factory, spark_options, spark_session
-from regions.standalone import StandaloneCluster
+from regions import StandaloneCluster, session_factory, spark_options, spark_session
 from storage import NodeClient, NodeError, Store, load_table, read_parquet, spark_schema, tpch
 
 

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from loadtests.output import write_json
+from loadtests import write_json
 
 
 def parser(description: str, default_sf: float = 1.0) -> argparse.ArgumentParser:

@@ -87,7 +87,7 @@ def surface() -> dict[str, Any]:
     """The names and parameters of the installed real CuPy, read once."""
     saved = {name: sys.modules.pop(name) for name in list(sys.modules) if name.split(".")[0] in ("cupy", "cupyx")}
     try:
-        import cupy
+        import cupy  # the real CuPy (the gpu extra), imported with the stand-in's modules put aside
         import cupyx
 
         real = {

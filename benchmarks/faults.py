@@ -34,7 +34,7 @@ import duckdb
 import pyarrow as pa
 
 from gateway import Client, GatewayError
-from loadtests.output import console
+from loadtests import console
 from regions import LocalRegion, load_config
 from storage import Placement, Store, TableSchema, load_table, read_parquet, tpch
 

@@ -15,9 +15,9 @@ import asyncio
 from dataclasses import dataclass
 
 from balancer.simulation import table_5_5
-from loadtests.measures import Summary, counted, summarize
-from loadtests.scenario import Query, Scenario
-from loadtests.simulator import Run, Simulator, Target
+from loadtests import Run, Scenario, Simulator, Summary, Target, summarize
+from loadtests.measures import counted
+from loadtests.scenario import Query
 from regions import LocalRegion, load_config
 
 # seed 004 Table 4.1: nodes -> (M, T, σ) in minutes

@@ -13,15 +13,17 @@ from rich.table import Table as RichTable
 from cxg.client_commands import client_of
 from cxg.console import console
 from cxg.load import load_options, spark_tasks
-from regions import Config, load_config, spark_session
-from regions.redistribution import (
+from regions import (
+    Config,
     RegionView,
-    measure,
+    load_config,
+    measure_costs,
     plan_copy,
     plan_nodes,
     plan_rebalance,
     retire_everywhere,
-    run,
+    run_move,
+    spark_session,
     wait_served,
 )
 from storage import ConfigError, TableMove, row_costs
@@ -51,7 +53,7 @@ def _plan(args: argparse.Namespace, config: Config, home: RegionView) -> tuple[R
         table_costs = row_costs(held)
     else:
         with console.status(f"measuring the load of region {home.name} for {args.window:g} s"):
-            table_costs = measure(home, args.window)
+            table_costs = measure_costs(home, args.window)
     _show_costs(table_costs)
     moves, bucket_moves = plan_rebalance(home, table_costs, args.threshold, args.tables or None)
     for move in bucket_moves:
@@ -96,7 +98,7 @@ def cmd_redistribute(args: argparse.Namespace, config: Config) -> int:
             task = progress.add_task(move.table, total=None)
             started = time.perf_counter()
             with spark_tasks(spark, progress, task):
-                run(spark, move, home, target, options)
+                run_move(spark, move, home, target, options)
             served = wait_served(target, move)
             progress.console.print(
                 f"{move.table}: version {served['version']} served by region {target.name} on "

@@ -16,16 +16,23 @@ from pathlib import Path
 
 from aiohttp import web
 
-from balancer import Journal, NodeServer, Router, serve
-from balancer.logs import configure as configure_logs
-from balancer.mysql_backend import MysqlBackend
-from balancer.native_backend import NativeBackend
-from balancer.simulation import SimulationBackend
+from balancer import (
+    Journal,
+    MysqlBackend,
+    NativeBackend,
+    NodeServer,
+    Router,
+    SimulationBackend,
+    configure_logs,
+    serve,
+)
 from cxg.client_commands import show_status
 from cxg.console import console
 from gateway import Client, SparkFactory, reachable
 from gpu_kernels import get_backend
 from regions import (
+    NODE_SHARES,
+    CentralBalancer,
     Config,
     LocalRegion,
     check_master,
@@ -36,8 +43,6 @@ from regions import (
     region_gateway,
     session_factory,
 )
-from regions.central_balancer import CentralBalancer
-from regions.memory_budgets import NODE_SHARES
 from storage import ConfigError, Node, Store, limit_private_memory, parse_size
 
 log = logging.getLogger("cxg.gateway")

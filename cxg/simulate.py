@@ -9,11 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadtests.output import console, print_table, pyplot, save_figure, write_json
-from regions import Config
-from regions.balancing import METHODS, WEIGHTS
-from regions.cross_figures import figures
-from regions.cross_simulation import Experiment, run_methods
+from loadtests import console, print_table, pyplot, save_figure, write_json
+from regions import METHODS, WEIGHTS, Config, Experiment, method_figures, run_methods
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -106,7 +103,7 @@ def report(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     with console.status(f"simulating {len(METHODS)} methods x {args.seeds} runs of {experiment.days} model days"):
         outcomes = run_methods(experiment, list(METHODS), list(range(1, args.seeds + 1)), args.weight)
-    result = figures(outcomes, experiment)
+    result = method_figures(outcomes, experiment)
     result.update(seeds=args.seeds, weight=args.weight, wall_s=time.perf_counter() - started)
     print_report(
         result,

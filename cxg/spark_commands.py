@@ -8,8 +8,15 @@ import argparse
 import os
 import socket
 
-from regions import Config
-from regions.standalone import MASTER, WORKER, master_args, role_command, role_environment, worker_args
+from regions import (
+    SPARK_MASTER,
+    SPARK_WORKER,
+    Config,
+    master_args,
+    role_command,
+    role_environment,
+    worker_args,
+)
 from storage import ConfigError
 
 
@@ -19,7 +26,7 @@ def _exec(command: list[str]) -> int:
 
 
 def cmd_master(args: argparse.Namespace, config: Config) -> int:
-    return _exec(role_command(MASTER, *master_args(args.host, args.port, args.webui_port)))
+    return _exec(role_command(SPARK_MASTER, *master_args(args.host, args.port, args.webui_port)))
 
 
 def cmd_worker(args: argparse.Namespace, config: Config) -> int:
@@ -28,7 +35,7 @@ def cmd_worker(args: argparse.Namespace, config: Config) -> int:
         raise ConfigError(f"a worker needs a standalone master (spark://host:port), not {master!r}: give --master")
     cores = args.cores or os.cpu_count() or 1
     args = worker_args(master, args.host, cores, args.memory, args.webui_port, args.work_dir)
-    return _exec(role_command(WORKER, *args))
+    return _exec(role_command(SPARK_WORKER, *args))
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -20,8 +20,14 @@ _FACE: dict[str, tuple[str, ...]] = {
     "background": ("free_port",),
     "client": ("Client", "GatewayError"),
     "config": ("GatewayConfig", "SparkFactory", "SparkSettings", "TokenConfig", "reachable"),
+    "errors": ("ApiError", "bad_request"),
+    "lifecycle": ("RemoteResult",),
     "results": ("json_rows",),
     "server": ("Gateway",),
+    "spark_status": ("master_status",),
+    "sql.catalog": ("RegionCatalog", "TableInfo"),
+    "sql.errors": ("SqlError",),
+    "statements": ("FAILED", "SUCCEEDED", "Statement"),
 }
 _MODULES = ("dbapi", "sqlalchemy_dialect")
 __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submodules=_MODULES, submod_attrs=_FACE)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from balancer.logs import FORMATS as LOG_FORMATS
+from balancer import LOG_FORMATS
 from storage import ConfigError, Size
 
 WILDCARDS = ("0.0.0.0", "::", "")

@@ -20,8 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from balancer import HandedOver, RegionBalancer
-from balancer.logs import logged_as
+from balancer import HandedOver, RegionBalancer, logged_as
 from gateway import results
 from gateway.config import GatewayConfig, TokenConfig
 from gateway.errors import ApiError, timeout

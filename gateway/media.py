@@ -2,8 +2,8 @@
 `Accept`, and its clients, which ask for them: a module of its own so that a client imports
 nothing of the server. JSON and the Arrow stream are the names the storage nodes' protocol uses too."""
 
-from storage.scan_protocol import ARROW_STREAM as ARROW
-from storage.scan_protocol import JSON
+from storage import ARROW_STREAM as ARROW
+from storage import JSON
 
 CSV = "text/csv"
 

@@ -13,7 +13,9 @@ from typing import Any
 from sqlalchemy import types as sqltypes
 from sqlalchemy.engine import default
 from sqlalchemy.engine.url import URL
+from sqlalchemy.exc import NoSuchTableError
 
+from gateway import dbapi
 from storage import by_sql_name
 
 
@@ -41,8 +43,6 @@ class CxgDialect(default.DefaultDialect):
 
     @classmethod
     def import_dbapi(cls):
-        from gateway import dbapi
-
         return dbapi
 
     def create_connect_args(self, url: URL) -> tuple[list, dict[str, Any]]:
@@ -87,8 +87,6 @@ class CxgDialect(default.DefaultDialect):
     def get_columns(self, connection, table_name: str, schema: str | None = None, **kw) -> list[dict[str, Any]]:
         table = self._tables(connection).get(table_name.lower())
         if table is None:
-            from sqlalchemy.exc import NoSuchTableError
-
             raise NoSuchTableError(table_name)
         return [
             {"name": c["name"], "type": sqlalchemy_type(c["type"]), "nullable": c["nullable"], "default": None}

@@ -17,7 +17,7 @@ def cuda_available() -> bool:
     if importlib.util.find_spec("cupy") is None:
         return False
     try:
-        import cupy
+        import cupy  # the gpu extra, optional: asked only once it is installed
 
         return cupy.cuda.runtime.getDeviceCount() > 0
     except Exception:

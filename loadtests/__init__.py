@@ -14,6 +14,7 @@ _FACE: dict[str, tuple[str, ...]] = {
     "cli": ("report", "run_load"),
     "logs": ("write_logs",),
     "measures": ("Summary", "summarize"),
+    "output": ("console", "machine", "print_table", "pyplot", "save_figure", "write_json"),
     "scenario": ("Scenario", "tpch_list"),
     "simulator": ("Run", "Simulator", "Target"),
     "tpch_queries": ("query",),

@@ -49,10 +49,10 @@ def write_json(path: Path | None, figures: dict[str, Any]) -> None:
 
 def pyplot():
     """matplotlib's pyplot, drawing to files (no screen)."""
-    import matplotlib
+    import matplotlib  # heavy, and only figures need it: loaded for the first one
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after the backend is chosen
 
     return plt
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from balancer.simulation import SimulationConfig
+from balancer import SimulationConfig
 from gateway import GatewayConfig, SparkSettings
 from regions.section_reader import read_section
 from regions.sections import BalancingConfig, Peer, RegionConfig, RegionTable

@@ -16,7 +16,7 @@ TABLE_5_7 = {
 }
 
 
-def figures(outcomes: dict[str, list[Outcome]], experiment: Experiment) -> dict[str, Any]:
+def method_figures(outcomes: dict[str, list[Outcome]], experiment: Experiment) -> dict[str, Any]:
     """Per method: the mean over runs of each region's count, gain over no balancing, mean
     response time (measured days), share of queries run elsewhere; the published beside."""
     regions = range(1, experiment.regions + 1)

@@ -25,7 +25,7 @@ import random
 import statistics
 from dataclasses import dataclass, field
 
-from balancer.simulation import TABLE_5_5, TABLE_5_6
+from balancer import TABLE_5_5, TABLE_5_6
 from regions.balancing import NoBalancing, RegionQueue, Scale, Waiting, method
 
 HOUR = 3600.0

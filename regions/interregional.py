@@ -34,10 +34,7 @@ import pyarrow as pa
 from aiohttp import web
 
 from balancer import arrow_payload, read_payload
-from gateway import Gateway, TokenConfig
-from gateway.errors import ApiError, bad_request
-from gateway.lifecycle import RemoteResult
-from gateway.statements import FAILED, SUCCEEDED, Statement
+from gateway import FAILED, SUCCEEDED, ApiError, Gateway, RemoteResult, Statement, TokenConfig, bad_request
 from regions.balancing import Decentralized, IdlePull, method
 from regions.config import Config
 from regions.region_load import LIVE_SCALE, QueueView, region_queue

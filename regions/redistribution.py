@@ -17,26 +17,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway import Client
-from gateway.sql.catalog import RegionCatalog, TableInfo
-from gateway.sql.errors import SqlError
+from gateway import Client, RegionCatalog, SqlError, TableInfo
 from storage import (
     BucketMove,
     LoadOptions,
     NodeClient,
     NodeError,
     RedistributionError,
+    Sizing,
     TableMove,
     balance,
     costs,
+    load_target,
     moved,
     plan_move,
     row_costs,
     spark_move,
     spread,
 )
-from storage.ingest import target
-from storage.manifest import Sizing
 
 SERVED_TIMEOUT_S = 60.0  # how long a move waits for its region's gateway to serve the new version
 
@@ -173,7 +171,7 @@ def _apply(table: dict[str, dict], moves: list[BucketMove]) -> dict[str, dict]:
     return after
 
 
-def measure(view: RegionView, window: float, sleep: Callable[[float], None] = time.sleep) -> dict:
+def measure_costs(view: RegionView, window: float, sleep: Callable[[float], None] = time.sleep) -> dict:
     """The region's cost table over the next `window` seconds of its load (`storage.bucket_load`)."""
     before = view.work()
     started = time.monotonic()
@@ -234,7 +232,7 @@ def plan_copy(source: RegionView, target: RegionView, table: str) -> TableMove:
     return plan_move(info.schema, info.version, info.data, info.nodes, placement, nodes, False, holding)
 
 
-def run(spark: Any, move: TableMove, source: RegionView, target: RegionView, options: LoadOptions) -> None:
+def run_move(spark: Any, move: TableMove, source: RegionView, target: RegionView, options: LoadOptions) -> None:
     """Run one planned move (a Spark job), with the source's sizing for the blocks it writes."""
     sizing = Sizing(**source.described(source.table(move.table))["sizing"])
     spark_move(spark, move, source.nodes, target.nodes, sizing, options)
@@ -256,7 +254,7 @@ def retire_everywhere(view: RegionView, table: str, timeout: float = SERVED_TIME
     the region's gateway no longer serves it (the queries reading it still finish); the nodes."""
     done = []
     for node in view.holding(table):
-        target(view.nodes[node]).retire(table)
+        load_target(view.nodes[node]).retire(table)
         done.append(node)
     view.wait_until(table, lambda served: served is None, f"the gateway still serves {table}", timeout)
     return done

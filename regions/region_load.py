@@ -25,7 +25,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily
 
-from balancer.packets import NodeState
+from balancer import NodeState
 from gateway import Gateway
 from regions.balancing import RegionQueue, Scale, Waiting, weight_per_server
 from regions.config import Config

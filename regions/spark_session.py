@@ -24,6 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pyspark import SparkContext
+from pyspark.sql import SparkSession, SQLContext
+
 from gateway import SparkSettings
 from regions.executor_package import project_zip
 from storage import ConfigError, CxgDataSource
@@ -164,9 +167,6 @@ def spark_alive(session: Any) -> bool:
 def _forget(session: Any) -> None:
     """Drop a session whose JVM died, so that the next one starts a new JVM: PySpark keeps the
     gateway to the old one in class attributes, and its own `stop` needs the JVM alive."""
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession, SQLContext
-
     context = session.sparkContext
     gateway = context._gateway
     with contextlib.suppress(Exception):
@@ -197,8 +197,6 @@ def spark_session(settings: SparkSettings | None = None, region: str = "default"
             _forget(_SESSIONS.pop(region))
         os.environ["PYSPARK_PYTHON"] = sys.executable
         os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-        from pyspark.sql import SparkSession
-
         builder = SparkSession.builder
         for key, value in spark_options(settings).items():
             builder = builder.config(key, value)

@@ -14,23 +14,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway import free_port
-from gateway.spark_status import master_status
+from pyspark.find_spark_home import _find_spark_home
 
-MASTER = "org.apache.spark.deploy.master.Master"
-WORKER = "org.apache.spark.deploy.worker.Worker"
+from gateway import free_port, master_status
+
+SPARK_MASTER = "org.apache.spark.deploy.master.Master"
+SPARK_WORKER = "org.apache.spark.deploy.worker.Worker"
 SCALA_VERSION = "2.13"  # of the wheel's jars: spark-class cannot tell it without a build directory
 
 
 def spark_home() -> Path:
     """The pyspark wheel's directory: its jars, ``bin/spark-class``."""
-    from pyspark.find_spark_home import _find_spark_home
-
     return Path(_find_spark_home())
 
 
 def role_command(role: str, *args: str) -> list[str]:
-    """The command that runs a master (`MASTER`) or worker (`WORKER`) in the foreground."""
+    """The command that runs a master (`SPARK_MASTER`) or worker (`SPARK_WORKER`) in the foreground."""
     return [str(spark_home() / "bin" / "spark-class"), role, *args]
 
 
@@ -81,7 +80,9 @@ class StandaloneCluster:
             return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=role_environment())
 
     def start_master(self, timeout: float = 60.0) -> None:
-        self.master = self._start("master", role_command(MASTER, *master_args(self.host, self.port, self.ui_port)))
+        self.master = self._start(
+            "master", role_command(SPARK_MASTER, *master_args(self.host, self.port, self.ui_port))
+        )
         self._wait(lambda status: status["status"] == "ALIVE", timeout, "the master to start")
 
     def add_worker(self, cores: int = 1, memory: str = "2g", timeout: float = 60.0) -> subprocess.Popen:
@@ -89,7 +90,7 @@ class StandaloneCluster:
         master may still list a worker killed a moment ago as alive)."""
         index, ui_port = len(self.workers), free_port()
         args = worker_args(self.url, self.host, cores, memory, ui_port, str(self.root / f"worker-{index}"))
-        worker = self._start(f"worker-{index}", role_command(WORKER, *args))
+        worker = self._start(f"worker-{index}", role_command(SPARK_WORKER, *args))
         self.workers.append(worker)
         self._ui_ports[worker.pid] = ui_port
         self._wait(lambda status: self._listed(status, ui_port), timeout, f"worker {index} to join")

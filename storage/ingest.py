@@ -205,7 +205,7 @@ def abort_all(targets: Iterable[Target], table: str, load_id: str) -> None:
             log.warning("aborting load %s of table %s on node %s failed: %s", load_id, table, t.node, e)
 
 
-def target(spec: str, index: int = 0) -> Target:
+def load_target(spec: str, index: int = 0) -> Target:
     """`http://host:port` (a running node) or a directory path (named node-<index>)."""
     if spec.startswith(("http://", "https://")):
         return NodeTarget(spec)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -74,7 +73,8 @@ def read_csv(
 
 @dataclass(frozen=True)
 class Source:
-    """A load source: Parquet or CSV files, read with pyarrow or as a Spark DataFrame."""
+    """A load source: Parquet or CSV files, read with pyarrow here or as a Spark DataFrame
+    (`storage.spark_ingest.source_frame`)."""
 
     kind: str  # "parquet" or "csv"
     paths: tuple[str, ...]
@@ -82,8 +82,12 @@ class Source:
     header: bool = True
     schema: TableSchema | None = None  # CSV: the columns' names and types instead of inference
 
+    def files(self) -> list[Path]:
+        """The source's files, each there (a StorageError names those that are not)."""
+        return _existing(self.paths)
+
     def arrow_schema(self) -> pa.Schema:
-        files = _existing(self.paths)
+        files = self.files()
         if self.kind == "parquet":
             first = files[0] if not files[0].is_dir() else next(iter(sorted(files[0].rglob("*.parquet"))), None)
             if first is None:
@@ -102,16 +106,3 @@ class Source:
         if self.kind == "parquet":
             return read_parquet(self.paths)
         return read_csv(self.paths, self.delimiter, self.header, self.schema)
-
-    def spark(self, spark: Any) -> Any:
-        """The source as a DataFrame of `spark` (CSV parsed with the pyarrow-inferred types)."""
-        from storage.spark_source import spark_schema
-
-        paths = [str(p) for p in _existing(self.paths)]
-        if self.kind == "parquet":
-            return spark.read.parquet(*paths)
-        arrow = self.arrow_schema()
-        arrow = pa.schema([f.with_type(working_type(f.type)) for f in arrow])
-        return spark.read.csv(
-            paths, schema=spark_schema(arrow), header=self.header, sep=self.delimiter, nullValue="", mode="FAILFAST"
-        )

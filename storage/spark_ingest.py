@@ -31,12 +31,13 @@ from storage import errors
 from storage.block import block_rows
 from storage.catalog import TableSchema
 from storage.errors import StorageError
-from storage.ingest import target
+from storage.ingest import load_target
 from storage.loader import LoadOptions
 from storage.manifest import Sizing
+from storage.sources import Source
 from storage.spark_source import BUCKET_COLUMN, spark_schema, with_buckets
 from storage.tpch import generate_part
-from storage.types import decoded_width
+from storage.types import decoded_width, working_type
 
 _TASK_ERROR = re.compile(r"storage\.errors\.(\w+): (.*)")
 
@@ -71,6 +72,17 @@ def tpch_frame(spark: SparkSession, schema: TableSchema, scale_factor: float) ->
     return frame.persist(StorageLevel.MEMORY_AND_DISK)
 
 
+def source_frame(spark: SparkSession, source: Source) -> DataFrame:
+    """The source's files as a DataFrame (CSV parsed with the pyarrow-inferred types)."""
+    paths = [str(p) for p in source.files()]
+    if source.kind == "parquet":
+        return spark.read.parquet(*paths)
+    arrow = pa.schema([f.with_type(working_type(f.type)) for f in source.arrow_schema()])
+    return spark.read.csv(
+        paths, schema=spark_schema(arrow), header=source.header, sep=source.delimiter, nullValue="", mode="FAILFAST"
+    )
+
+
 def record_size(source: DataFrame, schema: TableSchema) -> int:
     """RS over the whole source: the longest string of each column is found by one Spark job."""
     strings = [c for c in schema.columns if c.kind is Kind.STR]
@@ -85,7 +97,7 @@ def spark_load(
     spark: SparkSession, source: DataFrame, schema: TableSchema, targets: list[str], options: LoadOptions
 ) -> Sizing:
     """Load `source` as table `schema.name` into the nodes `targets` (URLs or data directories)."""
-    nodes = [target(spec, i).node for i, spec in enumerate(targets)]
+    nodes = [load_target(spec, i).node for i, spec in enumerate(targets)]
     if schema.placement.kind == "hash":
         schema = replace(schema, placement=schema.placement.with_owners(nodes))
     source = source.select(*schema.column_names)

@@ -13,7 +13,7 @@ import uuid
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from storage.ingest import Commit, commit_all, target
+from storage.ingest import Commit, commit_all, load_target
 from storage.loader import LoadOptions
 from storage.manifest import Sizing
 from storage.redistribution import TableMove
@@ -59,9 +59,9 @@ def spark_move(
             base=move.base if move.local else None,
             data=move.data,
         )
-        commit_all([target(url) for url in urls], load, {})
+        commit_all([load_target(url) for url in urls], load, {})
     for node in move.retire:
-        target(targets[node]).retire(move.table)
+        load_target(targets[node]).retire(move.table)
 
 
 def _nullable(schema: pa.Schema) -> pa.Schema:

@@ -66,7 +66,7 @@ from gpu_kernels import to_domain
 from storage.blockfile import BlockEntry
 from storage.catalog import TableSchema
 from storage.encoding_choice import EncodingOptions
-from storage.ingest import BlockCutter, BlockStream, Commit, commit_all, target
+from storage.ingest import BlockCutter, BlockStream, Commit, commit_all, load_target
 from storage.manifest import Sizing
 from storage.node_client import NodeClient
 from storage.partitioning import buckets_of
@@ -298,7 +298,7 @@ class CxgWriter(DataSourceArrowWriter):
         )
 
     def _targets(self):
-        return [target(spec, i) for i, spec in enumerate(self.targets)]
+        return [load_target(spec, i) for i, spec in enumerate(self.targets)]
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> CxgCommit:
         """Rows that carry their bucket (the ingest pipeline: sorted by bucket and sort key), and rows

@@ -3,13 +3,20 @@ derandomized property tests."""
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
-from gpu_kernels import cuda_available
-from storage import tpch
+from balancer import NativeBackend, NodeServer
+from benchmarks.cupy_standin import installed
+from benchmarks.mariadb_server import MariaDB
+from gateway import SparkSettings
+from gateway.background import serve
+from gpu_kernels import cuda_available, get_backend
+from storage import Node, Store, load_mysql, load_table, read_parquet, tpch
+from tests.sql_cases import edge_tables
 
 TPCH_SF = 0.01
 
@@ -32,8 +39,6 @@ def cupy_standin(request: pytest.FixtureRequest):
     if REAL_GPU or request.node.get_closest_marker("gpu") is None:
         yield None
         return
-    from benchmarks.cupy_standin import installed
-
     marker = request.node.get_closest_marker("gpu")
     with installed(devices=marker.kwargs.get("devices", 1)) as standin:
         yield standin
@@ -47,15 +52,13 @@ def tpch_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def spark_settings():
-    from gateway import SparkSettings
-
     return SparkSettings(master="local[2]", driver_memory="2g")
 
 
 @pytest.fixture(scope="session")
 def spark(spark_settings):
     """The one SparkSession of the test session."""
-    from regions import spark_session
+    from regions import spark_session  # pyspark: loaded only where a test uses Spark
 
     return spark_session(spark_settings)
 
@@ -64,9 +67,6 @@ def spark(spark_settings):
 def region_stores(tmp_path_factory: pytest.TempPathFactory, tpch_files: dict[str, Path]):
     """Two stores: TPC-H SF 0.01 (hash-placed and replicated tables) and the small tables of
     `tests.sql_cases`."""
-    from storage import Store, load_table, read_parquet
-    from tests.sql_cases import edge_tables
-
     root = tmp_path_factory.mktemp("region")
     stores = [Store(root / f"n{i}", node=f"node-{i}") for i in range(2)]
     for name, path in tpch_files.items():
@@ -80,19 +80,13 @@ def region_stores(tmp_path_factory: pytest.TempPathFactory, tpch_files: dict[str
 @pytest.fixture(scope="session")
 def region(region_stores):
     """The two stores served by storage nodes on loopback; yields node name -> URL."""
-    from contextlib import ExitStack
-
-    from gateway.background import serve
-    from gpu_kernels import get_backend
-    from storage import Node
-
     with ExitStack() as stack:
         yield {s.node: stack.enter_context(serve(Node(s, get_backend("numpy"), slots=2).app())) for s in region_stores}
 
 
 @pytest.fixture(scope="session")
 def engine(region, spark, spark_settings):
-    from gateway.sql.engine import Engine
+    from gateway.sql.engine import Engine  # pyspark: loaded only where a test uses Spark
 
     return Engine(region, spark_settings, lambda: spark)
 
@@ -100,9 +94,7 @@ def engine(region, spark, spark_settings):
 @pytest.fixture(scope="session")
 def duck(tpch_files: dict[str, Path]):
     """DuckDB over the same data: the reference answers."""
-    import duckdb
-
-    from tests.sql_cases import edge_tables
+    import duckdb  # a database engine of its own: loaded only where a test compares with it
 
     con = duckdb.connect()
     con.execute("SET ieee_floating_point_ops = false")  # x / 0 is NULL, not inf (docs/sql.md)
@@ -119,9 +111,7 @@ def duck(tpch_files: dict[str, Path]):
 def native_gateway(region_stores, region, spark):
     """A gateway in front of the two storage nodes, each joined as a native node with two slots;
     joins run on the test session's Spark."""
-    from balancer import NodeServer
-    from balancer.native_backend import NativeBackend
-    from regions import EmbeddedRegion, load_config
+    from regions import EmbeddedRegion, load_config  # pyspark: loaded only where a test uses Spark
 
     config = load_config(None, ["gateway.port=0", 'spark.master="local[2]"', 'spark.driver_memory="2g"'])
     nodes = [NodeServer(s.node, NativeBackend(s), 2, region[s.node]) for s in region_stores]
@@ -132,9 +122,6 @@ def native_gateway(region_stores, region, spark):
 @pytest.fixture(scope="session")
 def mariadb(tmp_path_factory: pytest.TempPathFactory, tpch_files: dict[str, Path]):
     """A MariaDB server in a temporary directory with TPC-H SF 0.01 loaded; yields its URL."""
-    from benchmarks.mariadb_server import MariaDB
-    from storage import load_mysql, read_parquet
-
     server = MariaDB(tmp_path_factory.mktemp("mariadb"))
     server.start()
     try:
@@ -148,7 +135,7 @@ def mariadb(tmp_path_factory: pytest.TempPathFactory, tpch_files: dict[str, Path
 @pytest.fixture(scope="session")
 def expected(duck) -> dict[str, list[tuple]]:
     """DuckDB's answers to the queries of `benchmarks.faults` (what a region of processes must give)."""
-    from benchmarks import faults
+    from benchmarks import faults  # pyspark and DuckDB: loaded only where a test runs a region of processes
 
     return {name: faults.rows(duck.sql(sql).fetchall()) for name, sql in faults.QUERIES.items()}
 
@@ -157,7 +144,7 @@ def expected(duck) -> dict[str, list[tuple]]:
 def live(tmp_path_factory: pytest.TempPathFactory, tpch_files: dict[str, Path]):
     """A supervised region of processes (gateway and two nodes) over TPC-H SF 0.01, one per test
     module (`benchmarks.faults.FaultRegion`): its tests kill, hang and reload it, or move its tables."""
-    from benchmarks.faults import FaultRegion
+    from benchmarks.faults import FaultRegion  # pyspark and DuckDB: loaded only where a test runs a region of processes
 
     region = FaultRegion.start(tmp_path_factory.mktemp("region-of-processes"), tpch_files)
     try:

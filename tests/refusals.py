@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from gateway.errors import ApiError
+from gateway import ApiError
 
 
 def refusal(call: Callable[[], object]) -> ApiError:

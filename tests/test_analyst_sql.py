@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.compare import rows, rows_match
-from gateway.errors import ApiError
+from gateway import ApiError
+from gateway.sql.errors import UndefinedTable
 
 QUERIES = [
     # window functions
@@ -174,8 +175,6 @@ def test_information_schema_is_queried_like_any_table(engine) -> None:
     [("describe nosuch", "table 'nosuch' does not exist"), ("select * from information_schema.views", "views")],
 )
 def test_metadata_of_what_does_not_exist_is_an_error_naming_it(engine, sql: str, error: str) -> None:
-    from gateway.sql.errors import UndefinedTable
-
     with pytest.raises(UndefinedTable, match=error):
         engine.execute(sql)
 

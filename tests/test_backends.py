@@ -10,8 +10,7 @@ import threading
 import numpy as np
 import pytest
 
-from gpu_kernels import bitpack, get_backend
-from gpu_kernels.pipeline import BlockPipeline
+from gpu_kernels import BlockPipeline, bitpack, get_backend
 
 BACKENDS = [
     pytest.param("numpy"),

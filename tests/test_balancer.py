@@ -9,10 +9,10 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from balancer import DispatchFailed, NodeServer, query_id
+from balancer import Answer, DispatchFailed, NodeInfo, NodeServer, Request, query_id
 from balancer.downstream import Pool
 from balancer.link import CONNECT_PATH, accept
-from balancer.packets import Answer, Hello, NodeInfo, Request, Status, decode, encode
+from balancer.packets import Hello, Status, decode, encode
 from balancer.serving import serve_member
 from gateway import free_port
 from regions import EmbeddedRegion, load_config

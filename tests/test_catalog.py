@@ -2,8 +2,8 @@ import pyarrow as pa
 import pytest
 
 from gpu_kernels import UnsupportedTypeError, parse_type, type_name
-from storage import SchemaError
-from storage.catalog import Column, Placement, TableSchema, catalog_type_name
+from storage import Column, Placement, SchemaError, TableSchema
+from storage.catalog import catalog_type_name
 
 pytestmark = pytest.mark.check  # the fast lane (`make check`): no Spark, no server
 

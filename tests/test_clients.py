@@ -15,7 +15,7 @@ from sqlalchemy import create_engine, inspect, text
 
 from benchmarks.compare import rows_match
 from gateway import dbapi
-from loadtests.tpch_queries import query
+from loadtests import query
 
 
 def test_dbapi_cursor_executes_with_parameters_and_describes_columns(native_gateway, duck) -> None:

@@ -30,9 +30,8 @@ import pytest
 import yaml
 from aiohttp import web
 
-from balancer import NodeServer
-from balancer.native_backend import NativeBackend
-from cxg.cli import build_parser
+from balancer import NativeBackend, NodeServer
+from cxg import build_parser
 from gpu_kernels import get_backend
 from regions import Config, load_config, region_gateway
 from storage import Node, Store

@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_kernels import EncodedBlock, EncodedColumn, Kind, encodings, held_as_int64, kind_of, to_domain
-from storage.block import block_from_ipc, block_to_ipc, encode_column
-from storage.encoding_choice import EncodingOptions, choose_encoding, column_stats, encode_as
+from storage import EncodingOptions, block_to_ipc
+from storage.block import block_from_ipc, encode_column
+from storage.encoding_choice import choose_encoding, column_stats, encode_as
 
 pytestmark = pytest.mark.check  # the fast lane (`make check`): no Spark, no server
 

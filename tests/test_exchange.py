@@ -11,11 +11,11 @@ import pyarrow as pa
 import pytest
 
 from benchmarks.compare import rows, rows_match
-from gateway.errors import ApiError
+from gateway import ApiError
 from gateway.sql import exchange
 from gateway.sql.engine import Engine
 from gateway.sql.errors import ExecutionError, InvalidQuery
-from loadtests.tpch_queries import query
+from loadtests import query
 
 JOINS = [
     "select p.name, e.at, e.weight, e.ok, e.kind, p.score, p.joined from people p join events e "

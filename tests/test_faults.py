@@ -24,8 +24,8 @@ import pytest
 from benchmarks import faults
 from benchmarks.faults import NODE_QUERIES, QUERIES, FaultRegion, Report, ask, judge
 from gateway import Client, GatewayError
-from regions import machine_memory, node_memory_budget
-from regions.memory_budgets import JVM_OVERHEAD, NODE_SHARES, SYSTEM_SHARE, jvm_bytes
+from regions import NODE_SHARES, machine_memory, node_memory_budget
+from regions.memory_budgets import JVM_OVERHEAD, SYSTEM_SHARE, jvm_bytes
 from regions.spark_session import driver_memory
 from storage import Placement, TableSchema, load_table, read_parquet, tpch
 from tests.waiting import eventually

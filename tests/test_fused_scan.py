@@ -23,15 +23,26 @@ from benchmarks.kernel_checks import (
     random_block,
     random_literal,
 )
-from gpu_kernels import fused_scan, get_backend
-from gpu_kernels.aggregate import AggSpec, NamedExpr
-from gpu_kernels.column_types import Kind
+from gpu_kernels import (
+    AggSpec,
+    BitPacked,
+    BlockTask,
+    Call,
+    Col,
+    EncodedBlock,
+    EncodedColumn,
+    Kind,
+    Lit,
+    NamedExpr,
+    Plain,
+    RunLength,
+    ScanStats,
+    Type,
+    fused_scan,
+    get_backend,
+    run_block,
+)
 from gpu_kernels.cuda_kernels import ARCHES
-from gpu_kernels.decoding import ScanStats
-from gpu_kernels.encoded_block import EncodedBlock, EncodedColumn
-from gpu_kernels.encodings import BitPacked, Plain, RunLength
-from gpu_kernels.expr import Call, Col, Lit, Type
-from gpu_kernels.operators import BlockTask, run_block
 from tests.test_cuda_kernels import nvrtc_compile, run_sanitized
 
 REGISTER_BUDGET = 64  # per thread, for the generated kernels of the benchmark's scans

@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pytest
 
-from balancer import NodeServer
+from balancer import NodeServer, SimulationBackend
 from balancer.region_balancer import QUEUE_PER_SLOT
-from balancer.simulation import QueryType, SimulationBackend
+from balancer.simulation import QueryType
 from gateway import Client, GatewayError
 from regions import EmbeddedRegion, load_config
 from tests.balancing import on_loop, until

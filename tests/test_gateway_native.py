@@ -4,16 +4,20 @@ node a query reads (one node for replicated tables), the engine runs it; answers
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 from decimal import Decimal
 
 import pyarrow as pa
 import pytest
 
+from balancer import NativeBackend, NodeServer
 from benchmarks.compare import rows, rows_match
-from gateway import Client, GatewayError
+from gateway import ApiError, Client, GatewayError
 from gateway.server import MAX_REQUEST
 from gateway.sql.limits import MAX_SQL_LENGTH
-from loadtests.tpch_queries import query
+from loadtests import query
+from regions import EmbeddedRegion, load_config
 from storage import MAX_EXPRESSION_DEPTH
 from tests.balancing import until
 from tests.http import http
@@ -150,9 +154,6 @@ def test_a_cancelled_or_timed_out_spark_query_frees_the_slots_on_every_node(nati
 
 def _raw(gateway, body: bytes, content_type: str = "application/json"):
     """POST bytes as they are (no encoding by the helper)."""
-    import urllib.error
-    import urllib.request
-
     request = urllib.request.Request(
         f"{gateway.url}/v1/statements", data=body, method="POST", headers={"Content-Type": content_type}
     )
@@ -224,18 +225,12 @@ def test_bad_input_is_a_4xx_in_the_error_format(native_gateway, case: str) -> No
 
 
 def test_error_messages_show_no_server_paths(native_gateway) -> None:
-    from gateway.errors import ApiError
-
     message = ApiError(500, "internal_error", "could not open /srv/cxg/data/node-0/lineitem/3.blk").body()["message"]
     assert message == "could not open .../3.blk"
     assert "http://127.0.0.1:8101/v1/scan" in ApiError(503, "x", "node http://127.0.0.1:8101/v1/scan").body()["message"]
 
 
 def test_a_token_reads_only_the_tables_it_is_given(region_stores, region) -> None:
-    from balancer import NodeServer
-    from balancer.native_backend import NativeBackend
-    from regions import EmbeddedRegion, load_config
-
     tokens = 'gateway.tokens=[{name="analyst", token="t-1", tables=["nation", "Region"]}, {name="all", token="t-2"}]'
     config = load_config(None, ["gateway.port=0", 'spark.master="local[2]"', 'spark.driver_memory="2g"', tokens])
     nodes = [NodeServer(s.node, NativeBackend(s), 2, region[s.node]) for s in region_stores]

@@ -26,7 +26,7 @@ from gpu_kernels import (
     to_domain,
 )
 from gpu_kernels.selection import Selection
-from storage import ScanRequestError, int64_values, scan_table
+from storage import ScanRequestError, Store, TableCache, TableSchema, int64_values, load_table, scan_table
 from storage.partitioning import buckets_of
 from tests.kernel_cases import (
     call,
@@ -338,8 +338,6 @@ def test_scalar_expressions(tmp_path: Path) -> None:
 
 
 def load_simple(root: Path, source: pa.Table):
-    from storage import Store, TableCache, TableSchema, load_table
-
     store = Store(root)
     load_table([store], TableSchema.from_arrow("t", source.schema), source)
     return TableCache(store)

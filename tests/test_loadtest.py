@@ -17,11 +17,11 @@ import sys
 
 import pytest
 
-from balancer import NodeServer
-from balancer.simulation import QueryType, SimulationBackend
-from loadtests.measures import Record, counted, stats, summarize
-from loadtests.scenario import Query, Scenario, ScenarioError, Step, scenario_from
-from loadtests.simulator import Simulator, Target
+from balancer import NodeServer, SimulationBackend
+from balancer.simulation import QueryType
+from loadtests import Scenario, Simulator, Target, summarize
+from loadtests.measures import Record, counted, stats
+from loadtests.scenario import Query, ScenarioError, Step, scenario_from
 from regions import EmbeddedRegion, load_config
 
 TYPES = {"a": QueryType(0.004, 3), "b": QueryType(0.012, 5), "slow": QueryType(0.2, 1)}

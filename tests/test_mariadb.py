@@ -10,11 +10,10 @@ import pytest
 import sqlglot
 from sqlalchemy import create_engine, text
 
-from balancer import NodeServer
-from balancer.mysql_backend import MysqlBackend
+from balancer import MysqlBackend, NodeServer
 from benchmarks.compare import rows, rows_match
 from gateway import Client, GatewayError
-from loadtests.tpch_queries import query
+from loadtests import query
 from regions import EmbeddedRegion, load_config
 from storage import StorageError, load_mysql
 from tests.balancing import until

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gateway.errors import ApiError
-from regions import load_config, machine_memory, node_memory_budget
-from regions.memory_budgets import NODE_SHARES, SMALLEST_PART, SYSTEM_SHARE, jvm_bytes
+from gateway import ApiError
+from regions import NODE_SHARES, load_config, machine_memory, node_memory_budget
+from regions.memory_budgets import SMALLEST_PART, SYSTEM_SHARE, jvm_bytes
 from storage import OUT_OF_MEMORY, ConfigError, NodeError
 
 

@@ -8,6 +8,7 @@ import duckdb
 import pytest
 import sqlglot
 
+from gateway.sql.duckdb_keywords import KEYWORDS
 from gateway.sql.names import duckdb_name
 
 EXPRESSIONS = [
@@ -62,6 +63,4 @@ def test_the_engine_names_its_results_as_duckdb_does(engine, duck, source: str) 
 
 
 def test_the_keywords_are_duckdbs(con) -> None:
-    from gateway.sql.duckdb_keywords import KEYWORDS
-
     assert {k for (k,) in con.sql("select keyword_name from duckdb_keywords()").fetchall()} == KEYWORDS

@@ -14,7 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gateway.background import free_port, serve
+from gateway import free_port
+from gateway.background import serve
 from gpu_kernels import final_aggregate, get_backend
 from storage import LoadOptions, Node, NodeClient, NodeError, Store, TableCache, TableSchema, load_table, scan_table
 from tests.kernel_cases import call, col, lit, make_table, plain_strings

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from balancer import Answer, DispatchFailed, NodeServer, Request
+from balancer import Answer, DispatchFailed, NodeServer, Request, SimulationBackend
 from balancer.logs import JsonFormatter, TextFormatter
 from balancer.packets import Cancel
-from balancer.simulation import QueryType, SimulationBackend
+from balancer.simulation import QueryType
 from gateway import Client, GatewayError, free_port
 from regions import EmbeddedRegion, LocalRegion, load_config
 from tests.balancing import Gate, on_loop, until

@@ -13,15 +13,15 @@ import pyarrow as pa
 import pytest
 from sqlglot import exp
 
+from gateway import RegionCatalog, TableInfo
 from gateway.sql import stage
-from gateway.sql.catalog import RegionCatalog, TableInfo
 from gateway.sql.check import CheckedQuery, check
 from gateway.sql.passes import Draft, read_from_views
 from gateway.sql.planner import RULES, Planner
 from gateway.sql.spark_dialect import spark_text
 from gateway.sql.stage import CardinalityError
 from gateway.sql.tree import node_at, path_to
-from storage.catalog import Column, Placement, TableSchema
+from storage import Column, Placement, TableSchema
 
 pytestmark = pytest.mark.check  # the fast lane (`make check`): no Spark, no server
 

@@ -18,7 +18,7 @@ import pytest
 from benchmarks import faults
 from benchmarks.faults import NODE_QUERIES, FaultRegion
 from gateway import Client, free_port
-from regions.redistribution import RegionView, measure, plan_nodes, plan_rebalance, run, wait_served
+from regions import RegionView, measure_costs, plan_nodes, plan_rebalance, run_move, wait_served
 from storage import (
     BucketMove,
     BucketWork,
@@ -26,6 +26,7 @@ from storage import (
     Placement,
     RedistributionError,
     Store,
+    TableNotFoundError,
     TableSchema,
     balance,
     costs,
@@ -34,7 +35,7 @@ from storage import (
     plan_move,
     spread,
 )
-from storage.errors import TableNotFoundError, VersionConflictError
+from storage.errors import VersionConflictError
 from tests.waiting import eventually
 
 # ---- the Balance policy ---------------------------------------------------------------------------
@@ -207,7 +208,7 @@ def _moving(live: FaultRegion, expected: dict, spark, planned, names=NODE_QUERIE
     try:
         view = RegionView.of(Client(live.url))
         for move in planned(view):
-            run(spark, move, view, view, LoadOptions())
+            run_move(spark, move, view, view, LoadOptions())
             wait_served(view, move)
     finally:
         done.set()
@@ -249,7 +250,7 @@ def test_rebalance_moves_buckets_of_the_measured_load_to_the_idlest_node(live, e
     load = threading.Thread(target=faults.clients, args=(live.url, expected, ("count", "q1"), done.is_set, 3))
     load.start()
     try:
-        table_costs = measure(view, 2.0)
+        table_costs = measure_costs(view, 2.0)
     finally:
         done.set()
         load.join()

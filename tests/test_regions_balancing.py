@@ -7,20 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from regions.balancing import (
-    PUBLISHED,
-    Centralized,
-    Decentralized,
-    IdlePull,
-    NoBalancing,
-    RegionQueue,
-    Waiting,
-    method,
-    weight_as_printed,
-    weight_per_server,
-)
+from regions import Centralized, Decentralized, Experiment, IdlePull, NoBalancing, method, simulate
+from regions.balancing import PUBLISHED, RegionQueue, Waiting, weight_as_printed, weight_per_server
 from regions.cross_figures import TABLE_5_7
-from regions.cross_simulation import Experiment, simulate
+from regions.region_load import OverloadWatch
 
 SCALE = PUBLISHED  # 15 GB, 3 servers
 
@@ -123,8 +113,6 @@ class _Queue:
 
 
 def test_a_region_reports_overload_once_its_weight_stays_above_the_threshold(caplog) -> None:
-    from regions.region_load import OverloadWatch
-
     view = _Queue()
     watch = OverloadWatch(view, threshold=1.0, seconds=5.0)
     view.queue = [[1.5, 1.0, 1], [1.0, 1.0, 1]]  # 2.5 queued per 2 servers: 1.25

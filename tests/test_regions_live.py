@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from balancer import NodeServer
-from balancer.simulation import QueryType, SimulationBackend
+from balancer import NodeServer, SimulationBackend
+from balancer.simulation import QueryType
 from benchmarks.faults import rows
+from cxg import main
 from gateway import Client, free_port
-from regions import EmbeddedRegion, load_config
-from regions.central_balancer import CentralBalancer
-from storage import ConfigError
+from regions import CentralBalancer, EmbeddedRegion, load_config
+from storage import ConfigError, Store, load_table, read_parquet, tpch
 from tests.balancing import until
 from tests.http import http
 from tests.waiting import eventually
@@ -334,9 +334,6 @@ def test_a_copy_made_by_cxg_redistribute_is_the_same_version_and_queries_move_to
     Before the copy no query may move to west; `cxg redistribute lineitem --to west` makes the copy,
     which both regions then serve with the same identity, and queries of east's clients run in west
     and are answered right by east's gateway; `--move` leaves a table served by west alone."""
-    from cxg import main
-    from storage import Store, load_table, read_parquet, tpch
-
     east_dirs = [str(tmp_path / "east-0"), str(tmp_path / "east-1")]
     stores = [Store(d, node=f"node-{i}") for i, d in enumerate(east_dirs)]
     for name in ("lineitem", "nation"):

@@ -20,22 +20,14 @@ from jsonschema import Draft202012Validator
 from pyspark.sql.datasource import EqualTo, GreaterThan, In, Not, StringStartsWith
 
 from gpu_kernels import expr as E
-from storage import Column as CatalogColumn
-from storage import TableSchema, kernel_expr, output_schema, type_scan
-from storage.json_shape import ShapeError, read
-from storage.scan import plan_scan
-from storage.scan_protocol import (
-    MERGED_ON_NODE,
-    REQUEST,
-    REQUEST_SCHEMA,
+from storage import (
     Aggregate,
-    Call,
-    Column,
     Literal,
     Named,
     Partition,
     ScanRequest,
     ScanRequestError,
+    TableSchema,
     ValueList,
     and_,
     call,
@@ -46,12 +38,19 @@ from storage.scan_protocol import (
     in_,
     int64_values,
     is_null,
+    kernel_expr,
     like,
     lit,
     not_,
     or_,
+    output_schema,
+    type_scan,
     values,
 )
+from storage import Column as CatalogColumn
+from storage.json_shape import ShapeError, read
+from storage.scan import plan_scan
+from storage.scan_protocol import MERGED_ON_NODE, REQUEST, REQUEST_SCHEMA, Call, Column
 from storage.spark_source import filter_to_expr
 
 pytestmark = pytest.mark.check  # the fast lane (`make check`): no Spark, no server

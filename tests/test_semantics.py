@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from benchmarks.compare import rows, rows_match
-from gateway.sql.errors import SqlError
+from gateway import SqlError
 from gateway.sql.limits import MAX_IN_LIST, MAX_SQL_LENGTH, checked_text
 from storage import MAX_EXPRESSION_DEPTH
 from tests.refusals import refusal

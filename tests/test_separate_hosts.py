@@ -17,9 +17,8 @@ import pytest
 
 from benchmarks import netns
 from benchmarks.compare import rows, rows_match
-from gateway import Client
-from gateway.spark_status import master_status
-from loadtests.tpch_queries import query
+from gateway import Client, master_status
+from loadtests import query
 from tests.waiting import eventually
 
 ROLES = ["gateway", "node-0", "node-1", "spark-master", "spark-worker"]

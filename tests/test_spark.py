@@ -11,14 +11,14 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from gateway import SparkSettings
+from gateway import ApiError, SparkSettings
 from gateway.background import serve
-from gateway.errors import ApiError
 from gateway.sql.errors import QueryCancelled
 from gateway.sql.execute import POOLS, SchedulerPools
 from gpu_kernels import get_backend, to_domain
-from regions.spark_session import local_master, spark_options
-from storage import LoadOptions, Node, Placement, Source, Store, TableSchema, load_table, spark_load
+from regions import spark_options
+from regions.spark_session import local_master
+from storage import LoadOptions, Node, Placement, Source, Store, TableSchema, load_table, source_frame, spark_load
 from storage.partitioning import buckets_of
 from storage.tpch import schema_for
 from tests.kernel_cases import plain_strings
@@ -197,7 +197,7 @@ def test_spark_ingest_lays_out_blocks_like_the_local_loader(spark, tmp_path: Pat
     schema = schema_for("orders", source.arrow_schema())
     spark_stores = [Store(tmp_path / "spark" / f"n{i}", node=f"node-{i}") for i in range(2)]
     local_stores = [Store(tmp_path / "local" / f"n{i}", node=f"node-{i}") for i in range(2)]
-    sizing = spark_load(spark, source.spark(spark), schema, [str(s.root) for s in spark_stores], LoadOptions())
+    sizing = spark_load(spark, source_frame(spark, source), schema, [str(s.root) for s in spark_stores], LoadOptions())
     load_table(local_stores, schema, source.read())
     assert _decoded(spark_stores, "orders", ["o_orderkey"]).equals(_decoded(local_stores, "orders", ["o_orderkey"]))
     for spark_store, local_store in zip(spark_stores, local_stores, strict=True):
@@ -217,7 +217,7 @@ def test_spark_ingest_streams_each_bucket_in_whole_blocks(spark, tmp_path: Path,
     schema = schema_for("orders", source.arrow_schema())
     stores = [Store(tmp_path / f"n{i}", node=f"node-{i}") for i in range(2)]
     options = LoadOptions(block_budget=16 * 1024)
-    rc = spark_load(spark, source.spark(spark), schema, [str(s.root) for s in stores], options).block_rows
+    rc = spark_load(spark, source_frame(spark, source), schema, [str(s.root) for s in stores], options).block_rows
     buckets: dict[int, list[tuple[str, int, list]]] = defaultdict(list)
     for store in stores:
         for entry, block in store.table("orders").iter_blocks():
@@ -240,9 +240,9 @@ def test_spark_ingest_into_running_nodes_over_http(spark, tmp_path: Path, tpch_f
     schema = schema_for("customer", source.arrow_schema())
     nodes = [Node(s, get_backend("numpy"), slots=1) for s in stores]
     with serve(nodes[0].app()) as first, serve(nodes[1].app()) as second:
-        spark_load(spark, source.spark(spark), schema, [first, second], LoadOptions())
+        spark_load(spark, source_frame(spark, source), schema, [first, second], LoadOptions())
         assert sum(s.table("customer").rows for s in stores) == 1500
-        spark_load(spark, source.spark(spark), schema, [first, second], LoadOptions(mode="append"))
+        spark_load(spark, source_frame(spark, source), schema, [first, second], LoadOptions(mode="append"))
         assert sum(s.table("customer").rows for s in stores) == 3000
         assert {s.table("customer").manifest.version for s in stores} == {2}
         frame = spark.read.format("cxg").option("nodes", f"{first},{second}").option("table", "customer").load()
@@ -299,5 +299,5 @@ def test_csv_through_spark_keeps_types_and_nulls(spark, tmp_path: Path) -> None:
     source = Source("csv", (str(path),))
     stores = [Store(tmp_path / "n0", node="node-0")]
     schema = TableSchema.from_arrow("c", source.arrow_schema(), ("day",))
-    spark_load(spark, source.spark(spark), schema, [str(stores[0].root)], LoadOptions())
+    spark_load(spark, source_frame(spark, source), schema, [str(stores[0].root)], LoadOptions())
     assert _decoded(stores, "c", ["id"]).equals(source.read().sort_by("id"))

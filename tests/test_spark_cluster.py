@@ -22,8 +22,8 @@ import pytest
 from benchmarks import faults
 from benchmarks.compare import rows, rows_match
 from gateway import Client, free_port
-from loadtests.tpch_queries import query
-from regions.standalone import StandaloneCluster
+from loadtests import query
+from regions import StandaloneCluster
 from tests.http import http
 from tests.test_cluster import CLI, _stop, _up
 from tests.waiting import eventually

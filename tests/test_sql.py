@@ -9,11 +9,11 @@ import sqlglot
 from sqlglot import exp
 
 from benchmarks.compare import rows, rows_match
+from gateway import SqlError
 from gateway.sql.errors import (
     InvalidLiteral,
     InvalidQuery,
     ReadOnlyViolation,
-    SqlError,
     SqlSyntaxError,
     UndefinedColumn,
     UndefinedTable,
@@ -21,7 +21,7 @@ from gateway.sql.errors import (
 )
 from gateway.sql.params import InvalidParameter
 from gateway.sql.tree import factor_or
-from loadtests.tpch_queries import query
+from loadtests import query
 from tests.refusals import refusal
 
 # ---- the regular plan ----------------------------------------------------------------------------

@@ -9,8 +9,9 @@ import pytest
 
 from benchmarks.compare import rows, rows_match, same_value
 from gateway.sql.local import scan_nodes
-from loadtests.tpch_queries import SINGLE_TABLE, query
-from storage.scan_protocol import ScanRequest
+from loadtests import query
+from loadtests.tpch_queries import SINGLE_TABLE
+from storage import ScanRequest
 
 
 @pytest.mark.parametrize("number", range(1, 23), ids=lambda n: f"Q{n}")

@@ -7,9 +7,9 @@ from pyspark.sql.types import StructType
 from sqlalchemy import types as sqltypes
 
 from gateway.sqlalchemy_dialect import sqlalchemy_type
-from storage import Column, spark_schema
+from storage import Column, by_sql_name, spark_schema, sql_name
 from storage.mysql_load import column_type
-from storage.sql_types import by_sql_name, names_of, sql_name
+from storage.sql_types import names_of
 
 
 def parse_type(name: str) -> pa.DataType:

@@ -19,12 +19,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_kernels import to_domain
-from storage import CorruptBlockError, LoadOptions, Placement, SchemaError, Store, TableSchema, load_table
+from storage import (
+    CorruptBlockError,
+    DiskFullError,
+    LoadOptions,
+    Placement,
+    SchemaError,
+    StorageError,
+    Store,
+    TableSchema,
+    load_table,
+    read_parquet,
+)
 from storage.block import record_size
-from storage.errors import DiskFullError, StorageError, VersionGoneError
+from storage.errors import VersionGoneError
 from storage.ingest import BlockStream, DirectoryTarget
 from storage.partitioning import buckets_of
 from storage.store import ORPHAN_AGE_S
+from storage.tpch import schema_for
 from tests.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -215,9 +227,6 @@ _CHILD = textwrap.dedent(
 
 
 def test_a_load_killed_midway_leaves_the_previous_version_readable(tmp_path: Path, tpch_files: dict[str, Path]) -> None:
-    from storage import read_parquet
-    from storage.tpch import schema_for
-
     store = Store(tmp_path / "store")
     source = read_parquet([tpch_files["lineitem"]])
     first = source.slice(0, 20_000)

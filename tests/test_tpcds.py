@@ -6,11 +6,13 @@ from __future__ import annotations
 from contextlib import ExitStack
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from benchmarks import tpcds
 from benchmarks.compare import rows, rows_match
 from gateway.background import serve
+from gateway.sql.engine import Engine
 from gpu_kernels import get_backend
 from storage import Node, Store, load_table, read_parquet
 
@@ -25,8 +27,6 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Path]
 @pytest.fixture(scope="module")
 def tpcds_engine(tmp_path_factory: pytest.TempPathFactory, generated, spark, spark_settings):
     """An engine over two nodes holding TPC-DS (fact tables hash-placed, dimensions replicated)."""
-    from gateway.sql.engine import Engine
-
     files, _ = generated
     root = tmp_path_factory.mktemp("tpcds-region")
     stores = [Store(root / f"n{i}", node=f"node-{i}") for i in range(2)]
@@ -40,8 +40,6 @@ def tpcds_engine(tmp_path_factory: pytest.TempPathFactory, generated, spark, spa
 
 @pytest.fixture(scope="module")
 def tpcds_duck(generated):
-    import duckdb
-
     files, _ = generated
     con = duckdb.connect()
     con.execute("SET ieee_floating_point_ops = false")
