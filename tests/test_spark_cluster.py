@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -178,6 +179,16 @@ def _executor_cpu(worker: subprocess.Popen) -> float:
     return seconds
 
 
+def _fail_host(cluster: StandaloneCluster, worker: subprocess.Popen) -> None:
+    """The worker's host failing: the worker and the executors it started killed at once (an executor
+    whose worker is killed alone may live on, registered with the driver), until the master sees it gone."""
+    doomed = faults.descendants(worker.pid)
+    faults.kill(worker.pid, signal.SIGKILL)  # first, so that it launches no executor in place of those killed
+    for pid in doomed:
+        faults.kill(pid, signal.SIGKILL)
+    cluster.kill_worker(worker)
+
+
 def test_a_worker_killed_mid_query_costs_a_retry_not_the_answer(region, cluster, duck) -> None:
     url, _ = region
     worker = cluster.workers[0]
@@ -190,18 +201,19 @@ def test_a_worker_killed_mid_query_costs_a_retry_not_the_answer(region, cluster,
 
     eventually(working, 120, "a CPU second of the query's tasks on worker 0's executor")
     assert http("GET", f"{url}/v1/statements/{statement}").json()["state"] == "running"
-    cluster.kill_worker(worker)
+    _fail_host(cluster, worker)
     doc = _ended(url, statement, 300)
     assert doc["state"] == "succeeded", doc
     assert [tuple(r) for r in doc["rows"]] == duck.sql(SLOW).fetchall()
-    cluster.add_worker(cores=1, memory="1g")
+    cluster.add_worker(cores=1, memory="1g")  # the cluster whole again: an executor on each worker
+    eventually(lambda: Client(url).cluster()["spark"]["executors"] == 2, 120, "an executor on the new worker")
 
 
 def test_with_no_worker_alive_a_query_says_so_and_fails_retryably(region, cluster, duck) -> None:
     url, _ = region
     for worker in cluster.workers:
         if worker.poll() is None:
-            cluster.kill_worker(worker)
+            _fail_host(cluster, worker)
     eventually(lambda: Client(url).cluster()["spark"]["executors"] == 0, 60, "the driver seeing its executors go")
     statement = _submit(url, query(3))
     waiting = eventually(
