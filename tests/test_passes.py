@@ -16,6 +16,7 @@ from sqlglot import exp
 from gateway import RegionCatalog, TableInfo
 from gateway.sql import stage
 from gateway.sql.check import CheckedQuery, check
+from gateway.sql.errors import NodeUnavailable
 from gateway.sql.passes import Draft, read_from_views
 from gateway.sql.planner import RULES, Planner
 from gateway.sql.spark_dialect import spark_text
@@ -346,3 +347,13 @@ def test_an_answer_can_make_the_subquery_around_it_answerable(answers) -> None:
             Planner(CATALOG),
             CATALOG,
         )
+
+
+def test_a_node_that_left_after_the_tables_were_read_is_retried_not_a_defect() -> None:
+    """A snapshot whose tables name a node the region no longer has (it was dropped between reading
+    the nodes and taking the snapshot) plans as usual; routing a scan to it is a retryable error."""
+    left = RegionCatalog.known({"n0": NODES["n0"]}, CATALOG.tables())
+    plan = Planner(left).plan(checked("select c_custkey, count(*) from customer group by 1 having count(*) > 1"))
+    assert plan.engine == "nodes"
+    with pytest.raises(NodeUnavailable, match="node n1 left the region"):
+        left.routes(plan.local.scan.info, plan.local.request)

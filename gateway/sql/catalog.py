@@ -23,7 +23,7 @@ from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from gateway.sql.errors import TableUnavailable, UndefinedTable
+from gateway.sql.errors import NodeUnavailable, TableUnavailable, UndefinedTable
 from storage import NodeClient, NodeError, ScanRequest, TableSchema, sql_name
 
 log = logging.getLogger("cxg.catalog")
@@ -212,8 +212,12 @@ class RegionCatalog:
             name: {c.name: sql_name(c.arrow_type) for c in info.schema.columns} for name, info in self.tables().items()
         }
 
-    def urls(self, info: TableInfo) -> list[str]:
-        return [self.nodes[n] for n in info.nodes]
+    def url(self, node: str) -> str:
+        """A node's URL; NodeUnavailable (retried) when it left the region after the tables were read."""
+        try:
+            return self.nodes[node]
+        except KeyError:
+            raise NodeUnavailable(f"node {node} left the region; retry shortly") from None
 
     def routes(self, info: TableInfo, request: ScanRequest) -> list[tuple[str, ScanRequest]]:
         """Where a scan of the table goes (one node of a replicated table, every owner of a
@@ -221,7 +225,7 @@ class RegionCatalog:
         catalog's: a query's plan names every node holding a replicated table, the catalog it runs
         on only those whose slots it holds (`restricted`)."""
         info = self._tables.get(info.schema.name, info)
-        urls = self.urls(info)
+        urls = [self.url(n) for n in info.nodes]
         if info.replicated:
             urls = urls[:1]
         if info.version is not None:
@@ -230,7 +234,7 @@ class RegionCatalog:
             return [(url, request) for url in urls]
         wanted = set(request.buckets) if request.buckets is not None else None
         return [
-            (self.nodes[node], replace(request, buckets=tuple(b for b in buckets if wanted is None or b in wanted)))
+            (self.url(node), replace(request, buckets=tuple(b for b in buckets if wanted is None or b in wanted)))
             for node, buckets in info.buckets.items()
         ]
 

@@ -87,7 +87,7 @@ def _local_query(tree: exp.Select, names: list[str], scan: TableQuery, catalog: 
         if having is not None:
             local.having = final(having)
             merged_on_nodes = all(a.func in MERGED_ON_NODES for a in request.aggregates)
-            if merged_on_nodes and groups_on_one_node(catalog, scan.info, group):
+            if merged_on_nodes and groups_on_one_node(scan.info, group):
                 request = dataclasses.replace(request, having=local.having)  # the nodes keep the qualifying groups
     else:
         select = [Named(f"__p{i}", to_ir(p, plain)) for i, p in enumerate(projections)]
@@ -110,11 +110,11 @@ def _local_query(tree: exp.Select, names: list[str], scan: TableQuery, catalog: 
     return local
 
 
-def groups_on_one_node(catalog: RegionCatalog, info: TableInfo, group: list[exp.Expression]) -> bool:
+def groups_on_one_node(info: TableInfo, group: list[exp.Expression]) -> bool:
     """Whether every group of a query grouped by `group` lives on one node: the table is read
     on one node, or its hash keys are among the group keys (TPC-H Q18's subquery: lineitem
     grouped by l_orderkey, 1.5 million groups of which 57 pass HAVING)."""
-    if info.replicated or len(catalog.urls(info)) <= 1:
+    if info.replicated or len(info.nodes) <= 1:
         return True
     placement = info.schema.placement
     columns = {g.name for g in group if isinstance(g, exp.Column)}
