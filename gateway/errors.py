@@ -33,8 +33,8 @@ from gateway.sql.errors import (
 )
 from storage import OUT_OF_MEMORY, DiskFullError, NodeError, StorageError
 
-# codes a node or the balancer may report -> (HTTP status, SQLSTATE class)
-NODE_CODES: dict[str, tuple[int, str]] = {
+# codes a pass-through node (MariaDB) or the balancer may report -> (HTTP status, SQLSTATE class)
+DISPATCH_CODES: dict[str, tuple[int, str]] = {
     "syntax_error": (400, "42601"),
     "undefined_table": (400, "42P01"),
     "undefined_column": (400, "42703"),
@@ -52,6 +52,7 @@ NODE_CODES: dict[str, tuple[int, str]] = {
     "timeout": (504, "57014"),
     "execution_error": (500, "XX000"),
 }
+DEFECTS = ("internal_error", "execution_error")  # the service's own failures: logged with their traceback
 _PATH = re.compile(r"(?<![\w/:.])(?:/[^\s'\"/:,;()]+){2,}")
 log = logging.getLogger("cxg.gateway")
 RETRY_AFTER = {
@@ -85,17 +86,20 @@ class ApiError(Exception):
         return web.json_response({"error": self.body(), **extra}, status=self.status, headers=headers)
 
     @classmethod
-    def of(cls, error: BaseException) -> ApiError:
-        """The API error for anything a query can fail with."""
+    def of(cls, error: BaseException, query: bool = False) -> ApiError:
+        """The API error for `error`. With `query`, it is a query's failure, planning or running
+        (raised by the engine, a node or Spark), and what it means for the query is told: any
+        failure not known otherwise is `execution_error`; without, it is a defect
+        (`internal_error`)."""
         if isinstance(error, ApiError):
             return error
-        if not isinstance(error, (SqlError, DispatchFailed)):
-            error = _query_failure(error) or error
+        if query and not isinstance(error, (SqlError, DispatchFailed)):
+            error = _query_failure(error)
         if isinstance(error, SqlError):
             status = error.status if error.status != 499 else 409
             return cls(status, error.code, str(error), error.sqlstate, error.retry_after)
         if isinstance(error, DispatchFailed):
-            status, sqlstate = NODE_CODES.get(error.code, (500, "XX000"))
+            status, sqlstate = DISPATCH_CODES.get(error.code, (500, "XX000"))
             return cls(status, error.code, str(error), sqlstate, RETRY_AFTER.get(error.code))
         return cls(500, "internal_error", f"{type(error).__name__}: {error}", "XX000")
 
@@ -152,19 +156,16 @@ NODE_ERRORS: dict[str, Callable[[str], SqlError]] = {
 }
 
 
-def _query_failure(error: BaseException) -> SqlError | None:
-    """What a failure of a node or of Spark while a query ran tells the user: a node refusing a
-    scan over the query's types (a string where a number is needed) and Spark failing on the
-    query's data or types are the query's fault (400); the rest is the service's (500). None for
-    anything else (a defect: `internal_error`)."""
+def _query_failure(error: BaseException) -> SqlError:
+    """What a failure while a query was planned or ran tells the user: a node refusing a scan over
+    the query's types (a string where a number is needed) and Spark failing on the query's data or
+    types are the query's fault (400); anything else is the service's (500)."""
     if isinstance(error, NodeError) and error.code in NODE_ERRORS:
         return NODE_ERRORS[error.code](str(error))
     if isinstance(error, StorageError):
         return ExecutionError(f"{error.code}: {error}")
     if _spark_gone(error):
         return SparkUnavailable("Spark stopped answering while the query ran (it is restarted for the next one)")
-    if not _from_spark(error):
-        return None
     text = str(error).strip()
     if MAX_RESULT_SIZE in text:
         return ResultTooLarge(
@@ -196,11 +197,6 @@ def _planners_fault(error: BaseException, text: str) -> bool:
     condition = getattr(error, "getCondition", None) or getattr(error, "getErrorClass", None)
     name = condition() if callable(condition) else ""
     return bool(name and name.startswith(_UNRESOLVABLE)) or bool(_GENERATED_NAME.search(text.splitlines()[0]))
-
-
-def _from_spark(error: BaseException) -> bool:
-    """Whether PySpark (or py4j, for the JVM) raised the error."""
-    return any(cls.__module__.split(".")[0] in ("pyspark", "py4j") for cls in type(error).__mro__)
 
 
 def _spark_gone(error: BaseException) -> bool:

@@ -243,7 +243,7 @@ class NativeExecutor:
                 try:
                     return await self._execute(statement, attempt, started)
                 except Exception as e:
-                    if retries == RETRIES or ApiError.of(e).code not in RETRIED:
+                    if retries == RETRIES or ApiError.of(e, query=True).code not in RETRIED:
                         raise
                     log.info("statement %s: %s; running it again", statement.key, e)
                 retries += 1

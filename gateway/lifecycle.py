@@ -23,7 +23,7 @@ import pyarrow as pa
 from balancer import HandedOver, RegionBalancer, logged_as
 from gateway import results
 from gateway.config import GatewayConfig, TokenConfig
-from gateway.errors import ApiError, timeout
+from gateway.errors import DEFECTS, ApiError, timeout
 from gateway.executors import Asked, Executor, Planned, planned_off_loop
 from gateway.metrics import Metrics
 from gateway.statements import CANCELLED, FAILED, RUNNING, SUCCEEDED, Statement, Statements
@@ -115,9 +115,11 @@ class StatementLifecycle:
         except Exception as e:
             if planned is not None:
                 planned.close()
-            error = ApiError.of(e)
+            error = ApiError.of(e, query=True)
             if error.status < 500:  # a capacity refusal was counted where it was made
                 self.metrics.invalid.labels(error.code).inc()
+            elif error.code in DEFECTS:
+                log.exception("planning a statement failed")
             raise error from None
         statement.mark("prepare")
         self.statements.add(statement)
@@ -159,8 +161,8 @@ class StatementLifecycle:
         except asyncio.CancelledError:
             state, error = CANCELLED, ApiError(409, "cancelled", "query cancelled", "57014")
         except Exception as e:
-            error = ApiError.of(e)
-            if error.code == "internal_error":
+            error = ApiError.of(e, query=True)
+            if error.code in DEFECTS:
                 log.exception("statement %s failed", statement.id)
             state = CANCELLED if error.code == "cancelled" else FAILED
         self._away.pop(statement.id, None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.errors import NODE_CODES
+from gateway.errors import DISPATCH_CODES
 from gateway.media import ARROW, CSV, JSON
 
 FORMATS = {
@@ -101,7 +101,10 @@ def document() -> dict[str, Any]:
                 "ErrorBody": {
                     "type": "object",
                     "properties": {
-                        "code": {"type": "string", "examples": sorted({*NODE_CODES, "too_many_queries", "forbidden"})},
+                        "code": {
+                            "type": "string",
+                            "examples": sorted({*DISPATCH_CODES, "too_many_queries", "forbidden"}),
+                        },
                         "sqlstate": {"type": "string"},
                         "message": {"type": "string"},
                     },

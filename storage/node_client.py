@@ -28,9 +28,10 @@ from storage.scan_protocol import (
 
 
 class NodeError(StorageError):
-    """An error answered by a node (or the node could not be reached)."""
+    """An error answered by a node, with the status it answered; or the node could not be reached
+    or broke off its answer (502, as a proxy tells its upstream's failure)."""
 
-    def __init__(self, code: str, message: str, status: int | None = None):
+    def __init__(self, code: str, message: str, status: int = 502):
         super().__init__(message)
         self.code = code
         self.status = status

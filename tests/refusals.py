@@ -14,4 +14,4 @@ def refusal(call: Callable[[], object]) -> ApiError:
     """The API error for the failure of `call` (which must fail)."""
     with pytest.raises(Exception) as failed:
         call()
-    return ApiError.of(failed.value)
+    return ApiError.of(failed.value, query=True)

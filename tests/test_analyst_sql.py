@@ -195,7 +195,7 @@ def test_count_star_is_named_as_duckdb_names_it(engine, duck) -> None:
 def test_a_failure_of_the_sql_written_for_spark_is_the_services_error(spark, spark_sql: str, code: str) -> None:
     with pytest.raises(Exception) as failed:  # Spark's own AnalysisException
         spark.sql(spark_sql).collect()
-    error = ApiError.of(failed.value)
+    error = ApiError.of(failed.value, query=True)
     assert error.code == code and error.status == (500 if code == "planner_error" else 400), error
 
 

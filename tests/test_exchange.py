@@ -70,7 +70,7 @@ def test_a_failing_query_leaves_no_files(way) -> None:
     engine, directory = way
     with pytest.raises(Exception) as failed:  # ANSI casts fail at run time, inside Spark
         engine.execute("select cast(p.name as int) from people p join visits v on p.id = v.person_id")
-    assert ApiError.of(failed.value).code == InvalidQuery.code
+    assert ApiError.of(failed.value, query=True).code == InvalidQuery.code
     assert not any(directory.iterdir())
 
 

@@ -63,6 +63,6 @@ def test_the_budget_setting_none_a_size_or_derived_from_the_machine() -> None:
 
 def test_a_scan_past_a_node_budget_is_a_503_out_of_memory_not_an_execution_error() -> None:
     failure = NodeError(OUT_OF_MEMORY, "the scan of lineitem needed more memory than node node-0 may hold")
-    error = ApiError.of(failure)
+    error = ApiError.of(failure, query=True)
     assert (error.status, error.code, error.retry_after) == (503, "out_of_memory", None)
     assert "lineitem" in error.message and "node-0" in error.message

@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+import gateway.sql.engine  # loads every module that defines an SqlError (the whole run phase)
 from benchmarks.compare import rows, rows_match
 from gateway import SqlError
 from gateway.sql.limits import MAX_IN_LIST, MAX_SQL_LENGTH, checked_text
@@ -171,9 +172,6 @@ def _subclasses(kind: type) -> set[type]:
 
 def test_every_sql_error_code_is_in_the_http_apis_error_table_and_none_is_the_bare_base() -> None:
     """A client can look up every code it may get; the base class's own code is never raised."""
-    import gateway.sql.engine
-    import gateway.sql.stage
-
     page = (Path(__file__).parents[1] / "docs" / "http-api.md").read_text()
     table = page[page.index("| status | codes |") : page.index("## Python clients")]
     leaves = [kind for kind in _subclasses(SqlError) if not kind.__subclasses__()]  # the bases are not raised

@@ -164,7 +164,7 @@ def test_a_result_past_what_spark_may_collect_is_the_users_error(engine) -> None
     try:
         with pytest.raises(Exception) as failed:  # Spark's own error, which the gateway translates
             engine.execute("select l_comment, o_comment from lineitem join orders on l_orderkey = o_orderkey")
-        refused = ApiError.of(failed.value)
+        refused = ApiError.of(failed.value, query=True)
         assert re.search(r"spark\.driver\.maxResultSize", refused.message)
         assert refused.status == 400 and refused.code == "result_too_large"
     finally:

@@ -9,7 +9,7 @@ reads them: one read-only statement, its parameters bound by the driver (`check_
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,9 +98,8 @@ def check(sql: str, schema: dict[str, dict[str, str]], params: dict[str, Any] | 
         statement = statement.transform(_known_spelling)
         check_constructs(statement)
         inline_information_schema(statement, schema)
-    ctes = {cte.alias_or_name for cte in statement.find_all(exp.CTE)}
-    for table in statement.find_all(exp.Table):
-        if table.name and table.name not in ctes and table.name.lower() not in schema:
+    for table in _table_references(statement):
+        if table.name.lower() not in schema:
             raise UndefinedTable(f"table {table.name!r} does not exist")
     expand_all(statement)
     try:
@@ -186,9 +185,14 @@ def read_text_as_dates(tree: exp.Expression, schema: dict[str, dict[str, str]]) 
 
 
 def read_tables(tree: exp.Expression) -> frozenset[str]:
-    """The tables a query reads (its common table expressions are not tables)."""
+    """The tables a query reads."""
+    return frozenset(table.name.lower() for table in _table_references(tree))
+
+
+def _table_references(tree: exp.Expression) -> Iterator[exp.Table]:
+    """The references to tables in `tree` (its common table expressions are not tables)."""
     ctes = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
-    return frozenset(t.name.lower() for t in tree.find_all(exp.Table) if t.name and t.name not in ctes)
+    return (table for table in tree.find_all(exp.Table) if table.name and table.name not in ctes)
 
 
 def authorize(tables: Iterable[str], token: str, may_read: Iterable[str]) -> None:

@@ -138,7 +138,8 @@ class Plan:
 
     def explain(self) -> list[str]:
         lines = [f"engine: {ENGINES[self.engine]}", *self.notes]
-        if self.first:
+        if self.first:  # the answers decide where the rest runs: left over one table, on the nodes
+            lines[0] += " (of the query as written: planned again once its subqueries are answered)"
             lines.append("answered first on the nodes, then the query is planned again with the answers in place:")
             for subquery in self.first:
                 lines.append(f"  ({subquery.query.text})")
