@@ -110,7 +110,6 @@ def test_metadata_windows_and_set_operations_over_http(native_gateway, duck) -> 
         ("select n_name + 1 from nation", 400, "invalid_query"),  # refused by the nodes' type check
         ("select cast(n_name as int) from nation n join region r on n_regionkey = r_regionkey", 400, "invalid_query"),
         ("select n_name from nation where n_name < date '1995-02-29'", 400, "invalid_literal"),
-        ("select 9223372036854775807 + 1", 500, "execution_error"),  # failed running, not a defect
     ],
 )
 def test_native_errors(native_gateway, sql, status, code) -> None:
@@ -223,6 +222,13 @@ def test_bad_input_is_a_4xx_in_the_error_format(native_gateway, case: str) -> No
     assert (got, json.loads(reply)["error"]["code"]) == (status, code), reply[:300]
     balancer = native_gateway.gateway.balancer
     assert sum(n["running"] for m in balancer.snapshot()["members"] for n in m["nodes"]) == 0, "no slot left busy"
+
+
+def test_a_query_failing_for_a_reason_nothing_names_is_an_execution_error_and_a_handler_s_a_defect() -> None:
+    failure = ValueError("no room left in the buffer\nat line 2")
+    assert ApiError.of(failure, query=True).code == "execution_error"
+    assert ApiError.of(failure, query=True).message == "query failed: no room left in the buffer"
+    assert ApiError.of(failure).code == "internal_error"
 
 
 def test_error_messages_show_no_server_paths(native_gateway) -> None:
