@@ -30,7 +30,9 @@ from gateway.sql.errors import (
     SparkUnavailable,
     SqlError,
     TooComplex,
+    UnsupportedSql,
 )
+from gpu_kernels import OverflowInExpression
 from storage import OUT_OF_MEMORY, DiskFullError, NodeError, StorageError
 
 # codes a pass-through node (MariaDB) or the balancer may report -> (HTTP status, SQLSTATE class)
@@ -143,7 +145,8 @@ USER_ERROR_CLASSES = ("21", "22", "42")  # SQLSTATE classes: cardinality, data, 
 # a node that went away mid-query, or no longer keeps the version the query reads: the same query
 # run again reads what is served then
 NODE_GONE = ("node_unreachable", "version_gone", "table_not_found")
-# a node's error code -> what it tells the user (any other storage error is the service's fault)
+# a node's error code (or the kernels' at the coordinator) -> what it tells the user (any other
+# storage error is the service's fault)
 NODE_ERRORS: dict[str, Callable[[str], SqlError]] = {
     "invalid_scan": InvalidQuery,  # the scan does not type-check: a string where a number is needed
     "numeric_overflow": lambda message: NumericOutOfRange(  # arithmetic that may pass 64 bits
@@ -160,7 +163,7 @@ def _query_failure(error: BaseException) -> SqlError:
     """What a failure while a query was planned or ran tells the user: a node refusing a scan over
     the query's types (a string where a number is needed) and Spark failing on the query's data or
     types are the query's fault (400); anything else is the service's (500)."""
-    if isinstance(error, NodeError) and error.code in NODE_ERRORS:
+    if isinstance(error, (NodeError, OverflowInExpression)) and error.code in NODE_ERRORS:  # a node's, or ours
         return NODE_ERRORS[error.code](str(error))
     if isinstance(error, StorageError):
         return ExecutionError(f"{error.code}: {error}")
@@ -178,6 +181,8 @@ def _query_failure(error: BaseException) -> SqlError:
         return NumericOutOfRange(message)
     if sqlstate and sqlstate.startswith("54"):  # program limit exceeded: too complex for Spark's parser
         return TooComplex(message)
+    if sqlstate and sqlstate.startswith("0A"):  # a feature Spark lacks (its message names it)
+        return UnsupportedSql(f"not supported: {message.removeprefix('query failed: ')}")
     if sqlstate and sqlstate.startswith(USER_ERROR_CLASSES):
         if _planners_fault(error, text):
             return PlannerError(f"the SQL written for Spark failed, not the query: {message} (please report it)")

@@ -52,7 +52,7 @@ _FACE: dict[str, tuple[str, ...]] = {
     "pipeline": ("BlockPipeline", "block_parts"),
     "placement_hash": ("bucket_ids", "string_hashes"),
     "value_predicates": ("membership_of",),
-    "vectors": ("Vec", "arrow_type", "exact_fraction", "scalar_literal", "to_arrow"),
+    "vectors": ("OverflowInExpression", "Vec", "arrow_type", "exact_fraction", "scalar_literal", "to_arrow"),
 }
 _MODULES = ("bitpack", "encodings", "expr", "fused_scan")
 __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submodules=_MODULES, submod_attrs=_FACE)

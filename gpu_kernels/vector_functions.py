@@ -30,6 +30,7 @@ from gpu_kernels.vectors import (
     civil_from_days,
     coerce,
     days_from_civil,
+    measured,
     strings_of,
     to_float,
 )
@@ -94,20 +95,21 @@ def arithmetic(backend: NumpyBackend, op: str, a: Vec, b: Vec) -> Vec:
             return _divide(backend, fa, fb)
         return _combine(backend, _ARITH[op], fa, fb, result_type, INT64_MAX)
     if op == "*":
+        if a.bound * b.bound > INT64_MAX:  # the types cannot prove it fits: the values decide
+            a, b = measured(backend, a), measured(backend, b)
         bound = a.bound * b.bound
         if bound > INT64_MAX:
-            raise OverflowInExpression("product of decimals may not fit 64 bits")
-        scaled = (a, b)
+            raise OverflowInExpression("a product may not fit 64 bits")
     else:
         scale = result_type.scale
-        scaled = (
-            coerce(backend, a, Type(Kind.DEC, scale)) if scale else a,
-            coerce(backend, b, Type(Kind.DEC, scale)) if scale else b,
-        )
-        bound = scaled[0].bound + scaled[1].bound
+        if scale:
+            a, b = coerce(backend, a, Type(Kind.DEC, scale)), coerce(backend, b, Type(Kind.DEC, scale))
+        if a.bound + b.bound > INT64_MAX:
+            a, b = measured(backend, a), measured(backend, b)
+        bound = a.bound + b.bound
         if bound > INT64_MAX:
-            raise OverflowInExpression("sum of decimals may not fit 64 bits")
-    return _combine(backend, _ARITH[op], scaled[0], scaled[1], result_type, bound)
+            raise OverflowInExpression("a sum may not fit 64 bits")
+    return _combine(backend, _ARITH[op], a, b, result_type, bound)
 
 
 def _combine(backend: NumpyBackend, fn: Callable, a: Vec, b: Vec, t: Type, bound: int) -> Vec:

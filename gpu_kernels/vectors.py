@@ -4,7 +4,9 @@ A `Vec` is one value per selected row in the backend's array module, or a broadc
 Decimals are scaled integers (``scale`` digits), dates day numbers, timestamps integers in their
 unit; strings are dictionary codes on the device plus the dictionary (an Arrow array) on the
 host, so string predicates run once per distinct value. `bound` is an upper bound on the
-absolute integer value, tracked so that decimal arithmetic proves it cannot overflow int64.
+absolute integer value, tracked so that integer and decimal arithmetic prove they cannot overflow
+int64; where the types' bounds cannot prove it (``88 * COUNT(*)``: a count may be any BIGINT),
+the values' own bound decides (`measured`), and only values that may really overflow fail.
 """
 
 from __future__ import annotations
@@ -123,6 +125,20 @@ def exact_fraction(lit: Lit, column: Type) -> Fraction | None:
     return None
 
 
+def measured(backend: NumpyBackend, vec: Vec) -> Vec:
+    """`vec` bounded by its values (the largest absolute value among its valid rows) where that is
+    tighter than the bound its type and the operations on it gave."""
+    if vec.is_scalar:
+        found = abs(vec.scalar) if isinstance(vec.scalar, int) else vec.bound
+    elif vec.data is None or len(vec.data) == 0:
+        found = 0
+    else:
+        xp = backend.xp
+        data = vec.data if vec.valid is None else xp.where(vec.valid, vec.data, 0)
+        found = max(int(data.max()), -int(data.min()))  # Python ints: |INT64_MIN| fits
+    return vec if found >= vec.bound else replace(vec, bound=found)
+
+
 # ---- conversions between kinds ---------------------------------------------------------------
 
 
@@ -131,6 +147,8 @@ def rescale(backend: NumpyBackend, vec: Vec, scale: int) -> Vec:
     factor = 10 ** (scale - vec.type.scale)
     if factor == 1:
         return vec if vec.type.kind is Kind.DEC or scale == 0 else replace(vec, type=Type(Kind.DEC, scale))
+    if vec.bound * factor > INT64_MAX:
+        vec = measured(backend, vec)
     bound = vec.bound * factor
     if bound > INT64_MAX:
         raise OverflowInExpression(f"decimal value does not fit 64 bits at scale {scale}")

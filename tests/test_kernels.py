@@ -6,6 +6,7 @@ import datetime as dt
 import decimal
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,11 @@ from hypothesis import strategies as st
 from gpu_kernels import (
     AggSpec,
     BackendUnavailable,
+    Kind,
     NumpyBackend,
+    OverflowInExpression,
+    Type,
+    Vec,
     cuda_available,
     final_aggregate,
     get_backend,
@@ -26,6 +31,7 @@ from gpu_kernels import (
     to_domain,
 )
 from gpu_kernels.selection import Selection
+from gpu_kernels.vector_functions import arithmetic
 from storage import ScanRequestError, Store, TableCache, TableSchema, int64_values, load_table, scan_table
 from storage.partitioning import buckets_of
 from tests.kernel_cases import (
@@ -267,6 +273,20 @@ def test_global_aggregate_of_nothing_is_one_row(cache) -> None:
 
 
 # ---- expressions -------------------------------------------------------------------------------
+
+
+def test_arithmetic_the_types_cannot_prove_is_decided_by_the_values() -> None:
+    """A vector whose bound says nothing (an aggregate's: any BIGINT) times a literal: its values
+    fit, so it is answered; values that may really pass 64 bits fail, NULL rows not counted."""
+    backend = NumpyBackend()
+    big = Type(Kind.INT)
+    counts = Vec(big, np.array([3, -7, 1 << 62]), np.array([True, True, False]))  # bound: INT64_MAX
+    product = arithmetic(backend, "*", counts, Vec(big, scalar=88, bound=88))
+    assert product.data[:2].tolist() == [264, -616] and product.bound == 7 * 88
+    total = arithmetic(backend, "+", Vec(Type(Kind.DEC, 2), scalar=-1100, bound=1100), counts)
+    assert total.type == Type(Kind.DEC, 2) and total.data[:2].tolist() == [-800, -1800]
+    with pytest.raises(OverflowInExpression):
+        arithmetic(backend, "*", replace(counts, valid=None), Vec(big, scalar=88, bound=88))
 
 
 def test_scalar_expressions(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ are answered on both paths, past them the query is refused with 400 `too_complex
 
 from __future__ import annotations
 
+import itertools
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -72,6 +73,38 @@ def test_each_refusal_is_the_same_on_both_paths(engine, duck, rule: str, source:
     assert (refused.status, refused.code) == (400, code), refused
     with pytest.raises(Exception):  # noqa: B017 - DuckDB refuses it too (its own error classes)
         duck.sql(sql).fetchall()
+
+
+def test_a_construct_spark_lacks_is_422_unsupported_naming_it(engine) -> None:
+    sql = "select p.name from people p order by (select max(v.amount) from visits v where v.person_id = p.id), p.id"
+    refused = refusal(lambda: engine.execute(sql))
+    assert (refused.status, refused.code) == (422, "unsupported"), refused
+    assert "Correlated scalar subqueries" in refused.message
+
+
+# every operator between a literal of each type and an aggregate of each type, both ways round: the
+# types alone cannot prove a BIGINT count times 88 fits 64 bits, the values do
+OVER_AGGREGATES = ", ".join(
+    f"{left} {op} {right} as x{i}"
+    for i, (literal, op, aggregate, swap) in enumerate(
+        itertools.product(
+            ["88", "-11", "2.5", "1e0"],
+            ["+", "-", "*", "/"],
+            ["count(*)", "count(p.age)", "sum(p.age)", "max(p.age)", "sum(p.score)", "min(p.score)", "avg(p.age)"],
+            [False, True],
+        )
+    )
+    for left, right in [(aggregate, literal) if swap else (literal, aggregate)]
+)
+
+
+@pytest.mark.parametrize("source", [ALONE, JOINED], ids=["nodes", "spark"])
+def test_arithmetic_over_aggregates_gives_duckdbs_answer_on_both_paths(engine, duck, source: str) -> None:
+    sql = f"select p.city, {OVER_AGGREGATES}, sum(p.age) * count(*) - max(p.score) as y from {source} group by 1"
+    result = engine.execute(f"{sql} order by 1")
+    assert result.plan.engine == ("nodes" if source == ALONE else "spark")
+    expected = duck.sql(f"{sql} order by 1").fetchall()
+    assert rows_match(rows(result.table), expected, ordered=True, tolerance=1e-9), (rows(result.table), expected)
 
 
 # (select list, group by) over lineitem l: the documented type of each output, whichever path answers
