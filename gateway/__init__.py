@@ -19,7 +19,7 @@ import lazy_loader
 _FACE: dict[str, tuple[str, ...]] = {
     "background": ("free_port",),
     "client": ("Client", "GatewayError"),
-    "config": ("GatewayConfig", "SparkFactory", "SparkSettings", "TokenConfig", "reachable"),
+    "config": ("GatewayConfig", "SparkFactory", "SparkSettings", "SqlSettings", "TokenConfig", "reachable"),
     "errors": ("ApiError", "bad_request"),
     "lifecycle": ("RemoteResult",),
     "results": ("json_rows",),

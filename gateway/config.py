@@ -1,5 +1,6 @@
 """The gateway's sections of the configuration: `[gateway]` (its address, limits, results,
-tokens and TLS) and `[spark]`, the region's Spark as the gateway's engine uses it.
+tokens and TLS), `[sql]` (where its engine runs joins) and `[spark]`, the region's Spark as the
+gateway's engine uses it.
 
 The gateway is built from these sections alone; the file they come from, and the sections of the
 floors above, are read on the regions floor (`regions.config`). Each option documents itself in its
@@ -29,6 +30,26 @@ def reachable(host: str, advertise: str = "") -> str:
 
 
 SparkFactory = Callable[[], Any]  # the region's SparkSession, started on the first call
+JOINS = ("node", "spark")  # where joins may run (`SqlSettings.joins`)
+
+
+@dataclass
+class SqlSettings:
+    """How the region's SQL engine runs queries that join."""
+
+    joins: str = field(
+        default="node",
+        metadata={
+            "doc": "node: a query whose tables are all whole on one node is answered there (DataFusion), "
+            "the rest on Spark; spark: every join on Spark"
+        },
+    )
+
+    def check(self) -> None:
+        if self.joins not in JOINS:
+            raise ConfigError(f"sql.joins must be {' or '.join(JOINS)}, not {self.joins!r}")
+
+
 SPARK_LOG_LEVELS = ("AUTO", "ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
 
 

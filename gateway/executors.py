@@ -3,9 +3,9 @@
 - native: before admission, the gateway's SQL engine checks the query and plans it over one
   snapshot of the catalog (`Planned`); the balancer then takes a slot on every node the plan reads
   (all owners of a hash-placed table, one node for replicated tables) as a lease; the engine
-  answers the plan (stage and execute: scans on those nodes, joins on the region's Spark) and the
-  slots are released. A query without tables, and EXPLAIN (which runs nothing), is answered at the
-  gateway.
+  answers the plan (stage and execute: scans on those nodes; joins on the one node holding every
+  table read, or on the region's Spark) and the slots are released. A query without tables, and
+  EXPLAIN (which runs nothing), is answered at the gateway.
 - mysql and simulation: the SQL (checked to be one read-only statement) and its parameters go
   unchanged to one node, which runs it in a slot and answers with the result.
 """
@@ -142,10 +142,15 @@ class NativeExecutor:
     blocking_plan = True  # checking may read the nodes' catalogs over HTTP
 
     def __init__(
-        self, balancer: RegionBalancer, settings: SparkSettings, spark: SparkFactory | None, threads: int = 64
+        self,
+        balancer: RegionBalancer,
+        settings: SparkSettings,
+        spark: SparkFactory | None,
+        threads: int = 64,
+        joins: str = "node",
     ):
         self.balancer = balancer
-        self.engine = Engine({}, settings, spark)
+        self.engine = Engine({}, settings, spark, joins)
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="query")
         self._reviving = threading.Lock()
 

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from balancer import Journal, RegionBalancer, settled
 from gateway.auth import Auth
-from gateway.config import GatewayConfig, SparkFactory, SparkSettings
+from gateway.config import GatewayConfig, SparkFactory, SparkSettings, SqlSettings
 from gateway.errors import error_middleware
 from gateway.executors import Executor, NativeExecutor, PassThroughExecutor
 from gateway.handlers.region import RegionHandlers
@@ -33,9 +33,10 @@ log = logging.getLogger("cxg.gateway")
 
 class Gateway:
     """The region's front door, built from its own sections of the configuration (`settings`, the
-    region's `spark_settings`) and what the region's composer decides for it: `spark`, the region's
-    Spark session factory (joins fail without one), the `backend` of its nodes, whether the balancer
-    dispatches `free_slot_first`, and the region's `name` in a file of several."""
+    region's `spark_settings`, its `sql` settings) and what the region's composer decides for it:
+    `spark`, the region's Spark session factory (joins that need it fail without one), the
+    `backend` of its nodes, whether the balancer dispatches `free_slot_first`, and the region's
+    `name` in a file of several."""
 
     def __init__(
         self,
@@ -43,6 +44,7 @@ class Gateway:
         spark_settings: SparkSettings,
         spark: SparkFactory | None = None,
         *,
+        sql: SqlSettings | None = None,
         backend: str = "native",
         free_slot_first: bool = False,
         name: str = "",
@@ -59,7 +61,8 @@ class Gateway:
         )
         self.executor: Executor
         if backend == "native":
-            self.executor = NativeExecutor(self.balancer, spark_settings, spark)
+            joins = (sql or SqlSettings()).joins
+            self.executor = NativeExecutor(self.balancer, spark_settings, spark, joins=joins)
         else:
             self.executor = PassThroughExecutor(self.balancer, backend)
         self.auth = Auth(g.tokens, g.cluster_token)

@@ -1,7 +1,7 @@
 """The configuration of the whole system: one TOML file, every option overridable on the command line.
 
 Each floor owns its sections (`storage.StorageConfig`, `balancer.simulation.SimulationConfig`,
-`gateway.GatewayConfig` and `gateway.SparkSettings`, this floor's `[region]` and `[balancing]`);
+`gateway.GatewayConfig`, `gateway.SparkSettings` and `gateway.SqlSettings`, this floor's `[region]` and `[balancing]`);
 this module puts them in one file, reads each with `regions.section_reader`, checks each section
 and what spans them, and composes a file of several regions (`[regions.NAME]` tables).
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from balancer import SimulationConfig
-from gateway import GatewayConfig, SparkSettings
+from gateway import GatewayConfig, SparkSettings, SqlSettings
 from regions.section_reader import read_section
 from regions.sections import BalancingConfig, Peer, RegionConfig, RegionTable
 from storage import DEFAULT_DATA, ConfigError, StorageConfig
@@ -30,6 +30,7 @@ class Config:
 
     storage: StorageConfig = field(default_factory=StorageConfig)
     spark: SparkSettings = field(default_factory=SparkSettings)
+    sql: SqlSettings = field(default_factory=SqlSettings)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
     region: RegionConfig = field(default_factory=RegionConfig)
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
@@ -44,7 +45,7 @@ class Config:
 
 
 SECTIONS: dict[str, type] = {name: hint for name, hint in typing.get_type_hints(Config).items() if is_dataclass(hint)}
-REGION_SECTIONS = ("storage", "spark", "gateway", "region", "simulation")  # what a [regions.NAME] table may set
+REGION_SECTIONS = ("storage", "spark", "sql", "gateway", "region", "simulation")  # what a [regions.NAME] table may set
 REGION_KEYS = tuple(f.name for f in fields(RegionTable))
 
 

@@ -22,6 +22,7 @@ def region_gateway(config: Config, spark: SparkFactory | None = None) -> Gateway
         config.gateway,
         config.spark,
         spark,
+        sql=config.sql,
         backend=config.region.backend,
         free_slot_first=config.region.dispatch == "free-slot-first",
         name=config.name,

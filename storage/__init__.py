@@ -34,6 +34,7 @@ _FACE: dict[str, tuple[str, ...]] = {
     "mysql_urls": ("mysql_url",),
     "node": ("Node",),
     "node_client": ("NodeClient", "NodeError", "ScanCancelled", "ScanStream"),
+    "query_protocol": ("NodeEngineError", "QueryRequest"),
     "redistribution": ("TableMove", "moved", "plan_move"),
     "scan": ("TableCache", "scan_table"),
     "scan_protocol": (

@@ -1,5 +1,7 @@
 """A storage node: an aiohttp service answering scans on its store's compressed tables.
 
+    POST /v1/query           a whole query over scans of tables held here (storage.node_query): its
+                             scans, then DataFusion's joins and the rest -> Arrow IPC stream
     POST /v1/scan            a scan request (storage.scan_protocol) -> Arrow IPC stream, one batch per
                              block (or per hash partition of a block) as blocks finish, then an
                              empty trailer batch whose metadata holds the scan's statistics
@@ -53,6 +55,8 @@ from storage.errors import OutOfMemoryError, StorageError, TableNotFoundError, U
 from storage.ingest import Commit, DirectoryTarget
 from storage.manifest import Sizing
 from storage.memory_budget import private_memory_limit
+from storage.node_query import NodeQuery
+from storage.query_protocol import QUERY_PATH, QueryRequest
 from storage.scan import BlockScan, TableCache, scan_table
 from storage.scan_protocol import (
     ARROW_STREAM,
@@ -155,6 +159,7 @@ class Node:
         self._executor = ThreadPoolExecutor(self.slots, thread_name_prefix=f"{store.node}-scan")
         self._target = DirectoryTarget(store)
         self.on_commit: list[Callable[[], Awaitable[None]]] = []  # told when a table changed
+        self._queries: dict[str, NodeQuery] = {}  # whole queries running, by the id a DELETE names
 
     # ---- HTTP handlers --------------------------------------------------------------------------
 
@@ -254,11 +259,7 @@ class Node:
         self.cache.forget(name)
 
     async def scan(self, request: web.Request) -> web.StreamResponse:
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-            raise UnreadableRequestError("invalid_json", f"the scan request is not valid JSON: {e}") from None
-        scan = await _on_thread(self._plan, body)
+        scan = await _on_thread(self._plan, await _json_body(request, "scan"))
         async with self._slots:
             self.running += 1
             self.counters["started"] += 1
@@ -269,6 +270,51 @@ class Node:
             finally:
                 self.running -= 1
                 self.work.record(scan.plan.table, scan.rows_read, scan.seconds_read)
+
+    async def query(self, request: web.Request) -> web.Response:
+        """A whole query (`storage.node_query`) in one slot: its scans, then DataFusion."""
+        asked = await _on_thread(QueryRequest.from_json, await _json_body(request, "query"))
+        async with self._slots:
+            self.running += 1
+            self.counters["queries"] += 1
+            query = NodeQuery(asked, self.cache, self.backend, self._query_memory(), workers=self.workers)
+            query.threads = self.threads or max(1, self.cores // self.running)
+            if asked.id:
+                self._queries[asked.id] = query
+            try:
+                body = await asyncio.get_running_loop().run_in_executor(self._executor, self._answer, query)
+            except asyncio.CancelledError:  # the client went away: the query stops at its next batch
+                query.cancel.set()
+                raise
+            finally:
+                self.running -= 1
+                self._queries.pop(asked.id, None)
+        headers = {HEADER_BACKEND: self.backend.name, HEADER_NODE: self.store.node}
+        return web.Response(body=body, content_type=ARROW_STREAM, headers=headers)
+
+    async def cancel_query(self, request: web.Request) -> web.Response:
+        query = self._queries.get(request.match_info["id"])
+        if query is not None:
+            query.cancel.set()
+        return web.json_response({"cancelled": query is not None})
+
+    def _query_memory(self) -> int | None:
+        """What DataFusion's operators may hold for one query: half of a slot's share of the node's
+        budget (the other half holds the scans' results it reads)."""
+        budget = private_memory_limit()
+        return None if budget is None else budget // (2 * self.slots)
+
+    def _answer(self, query: NodeQuery) -> bytes:
+        """Worker thread: the query's answer as one Arrow IPC stream, its trailer the query's account."""
+        try:
+            table = query.run()
+        except MemoryError:
+            raise OutOfMemoryError(f"a query needed more memory than node {self.store.node} may hold") from None
+        encoder = ArrowStreamEncoder(table.schema)
+        parts = [encoder.batch(batch) for batch in table.to_batches()]
+        stats = {**query.stats, "backend": self.backend.name}
+        parts.append(encoder.trailer({METADATA_STATS: json.dumps(stats).encode()}))
+        return b"".join(parts)
 
     def _plan(self, body: object) -> BlockScan:
         """Worker thread: the request checked by the protocol, then planned on its table (a long IN
@@ -433,6 +479,8 @@ class Node:
                 web.delete("/v1/tables/{name}", self.retire),
                 web.get("/v1/tables/{name}/versions", self.versions),
                 web.post(SCAN_PATH, self.scan),
+                web.post(QUERY_PATH, self.query),
+                web.delete(QUERY_PATH + "/{id}", self.cancel_query),
                 web.put("/v1/tables/{name}/loads/{load}/blocks/{file}", self.put_block),
                 web.post("/v1/tables/{name}/loads/{load}/commit", self.commit_load),
                 web.delete("/v1/tables/{name}/loads/{load}", self.abort_load),
@@ -468,6 +516,13 @@ class Node:
         self._executor.shutdown(wait=False, cancel_futures=True)
         if self.workers is not None:
             self.workers.close()
+
+
+async def _json_body(request: web.Request, what: str) -> object:
+    try:
+        return await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise UnreadableRequestError("invalid_json", f"the {what} request is not valid JSON: {e}") from None
 
 
 async def _on_thread(work: Callable[..., T], *args: Any) -> T:

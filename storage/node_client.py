@@ -3,18 +3,21 @@ the coordinator's worker threads): JSON endpoints and streamed scans."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 from storage.errors import StorageError
+from storage.query_protocol import QUERY_PATH, QueryRequest
 from storage.scan_protocol import (
     HEADER_BACKEND,
     HEADER_NODE,
@@ -25,6 +28,8 @@ from storage.scan_protocol import (
     SCAN_PATH,
     ScanRequest,
 )
+
+CANCEL_CHECK_S = 0.05  # how often a whole query's wait looks at its cancellation
 
 
 class NodeError(StorageError):
@@ -142,8 +147,29 @@ class NodeClient:
 
     def scan(self, request: ScanRequest | dict[str, Any]) -> ScanStream:
         """Start a scan; `request` typed, or in its JSON form (sent as it is, the node checks it)."""
-        body = request.to_json() if isinstance(request, ScanRequest) else request
-        response = self._open(SCAN_PATH, body)
+        return self._stream(SCAN_PATH, request.to_json() if isinstance(request, ScanRequest) else request)
+
+    def query(self, request: QueryRequest, cancelled: threading.Event | None = None) -> ScanStream:
+        """A whole query on this node (`storage.query_protocol`): its answer reads as a scan's.
+        Setting `cancelled` while the node works on it (`request.id` named) asks the node to stop
+        it and raises ScanCancelled."""
+        if cancelled is None or not request.id:
+            return self._stream(QUERY_PATH, request.to_json())
+        pool = ThreadPoolExecutor(1, thread_name_prefix="node-query")
+        answer = pool.submit(self._stream, QUERY_PATH, request.to_json())
+        pool.shutdown(wait=False)
+        while True:
+            try:
+                return answer.result(timeout=CANCEL_CHECK_S)
+            except TimeoutError:
+                if cancelled.is_set():
+                    answer.add_done_callback(lambda done: done.exception() or done.result().close())
+                    with contextlib.suppress(NodeError):  # gone already: nothing left to stop
+                        self.delete(f"{QUERY_PATH}/{request.id}")
+                    raise ScanCancelled("query cancelled") from None
+
+    def _stream(self, path: str, body: dict[str, Any]) -> ScanStream:
+        response = self._open(path, body)
         node = response.headers.get(HEADER_NODE, self.base_url)
         try:
             reader = pa.ipc.open_stream(response)

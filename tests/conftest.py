@@ -85,6 +85,28 @@ def region(region_stores):
 
 
 @pytest.fixture(scope="session")
+def whole_node(tmp_path_factory: pytest.TempPathFactory, tpch_files: dict[str, Path]):
+    """One node holding every table of `region_stores` whole (TPC-H SF 0.01 and the small tables of
+    `tests.sql_cases`); yields node name -> URL."""
+    store = Store(tmp_path_factory.mktemp("whole") / "n0", node="node-0")
+    for name, path in tpch_files.items():
+        source = read_parquet([path])
+        load_table([store], tpch.schema_for(name, source.schema), source)
+    for schema, table in edge_tables():
+        load_table([store], schema, table)
+    with serve(Node(store, get_backend("numpy"), slots=2).app()) as url:
+        yield {store.node: url}
+
+
+@pytest.fixture(scope="session")
+def node_engine(whole_node, spark, spark_settings):
+    """An engine over `whole_node`: every join query is answered by the node's DataFusion."""
+    from gateway.sql.engine import Engine  # pyspark: loaded only where a test uses Spark
+
+    return Engine(whole_node, spark_settings, lambda: spark)
+
+
+@pytest.fixture(scope="session")
 def engine(region, spark, spark_settings):
     from gateway.sql.engine import Engine  # pyspark: loaded only where a test uses Spark
 

@@ -15,6 +15,8 @@ raised as they come: the gateway's `ApiError.of` tells the client what each mean
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import threading
 import time
 import uuid
@@ -24,7 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from gateway.config import SparkFactory, SparkSettings
+from gateway.config import JOINS, SparkFactory, SparkSettings
 from gateway.sql.catalog import RegionCatalog
 from gateway.sql.check import CheckedQuery, check
 from gateway.sql.errors import ExecutionError, QueryCancelled, SqlError
@@ -37,7 +39,9 @@ from gateway.sql.planner import Planner
 from gateway.sql.profile import PROFILE, Profile
 from gateway.sql.result_types import stable_types
 from gateway.sql.stage import Staged, stage
-from storage import allow_deep_expressions
+from storage import NodeEngineError, NodeError, allow_deep_expressions
+
+log = logging.getLogger("cxg.sql")
 
 
 @dataclass
@@ -53,10 +57,21 @@ class Result:
 
 class Engine:
     """SQL over one region: its storage nodes (name -> URL) and its Spark session, which
-    whoever composes the region hands in as `spark`, a factory called when a query needs it."""
+    whoever composes the region hands in as `spark`, a factory called when a query needs it;
+    `joins` says where joins may run (`gateway.config.SqlSettings`: ``node`` where one node holds
+    every table a query reads, else Spark; ``spark`` always)."""
 
-    def __init__(self, nodes: dict[str, str], settings: SparkSettings | None = None, spark: SparkFactory | None = None):
+    def __init__(
+        self,
+        nodes: dict[str, str],
+        settings: SparkSettings | None = None,
+        spark: SparkFactory | None = None,
+        joins: str = "node",
+    ):
         allow_deep_expressions()
+        if joins not in JOINS:
+            raise ValueError(f"joins run on {' or '.join(JOINS)}, not {joins!r}")
+        self.joins = joins
         self.catalog = RegionCatalog(nodes)
         self.spark_settings = settings or SparkSettings()
         self._spark_factory = spark
@@ -90,7 +105,7 @@ class Engine:
         catalog = catalog or self.catalog
         if isinstance(query, str):
             query, copy = self.check(query, catalog=catalog), False
-        return Planner(catalog).plan(query, copy=copy)
+        return Planner(catalog, self.joins).plan(query, copy=copy)
 
     # ---- the steps once admitted -------------------------------------------------------------------
 
@@ -121,8 +136,15 @@ class Engine:
         profile = Profile() if explain == "analyze" else None
         profiled = PROFILE.set(profile)
         try:
-            staged = stage(plan, catalog, self.exchange_options)
-            table = execute(staged, catalog, lambda: self._spark_job(query_id, waiting))
+            staged = stage(plan, catalog, self.exchange_options, self.joins)
+            spark = functools.partial(self._spark_job, query_id, waiting)
+            try:
+                table = execute(staged, catalog, spark)
+            except NodeError as e:
+                if e.code != NodeEngineError.code:
+                    raise
+                staged = stage(_to_spark(staged.plan, e), catalog, self.exchange_options, self.joins)
+                table = execute(staged, catalog, spark)
         except SqlError:
             raise
         except Exception as e:
@@ -165,7 +187,7 @@ class Engine:
         stage fetched (what EXPLAIN ANALYZE shows of the plan)."""
         snapshot = self.catalog.snapshot()
         try:
-            return stage(self.plan(sql, snapshot), snapshot, self.exchange_options)
+            return stage(self.plan(sql, snapshot), snapshot, self.exchange_options, self.joins)
         finally:
             snapshot.close()
 
@@ -199,3 +221,12 @@ class Engine:
             with contextlib.suppress(Exception):  # a session whose JVM died has no jobs left to cancel
                 self._session.sparkContext.cancelJobGroup(query_id)
         return True
+
+
+def _to_spark(plan: Plan, failure: NodeError) -> Plan:
+    """A ``node`` plan whose node's engine could not run it, to run on Spark instead: the same
+    sub-queries and statement (what DataFusion failed on is in EXPLAIN ANALYZE and the log)."""
+    log.warning("the node's engine could not run a query, Spark runs it: %s", failure)
+    plan.engine = "spark"
+    plan.why = f"the node's engine could not run it ({str(failure).splitlines()[0][:200]}): Spark ran it"
+    return plan

@@ -1,14 +1,17 @@
 """Step 4 of a query's run phase: execute a staged plan. A ``nodes`` or ``coordinator`` plan is
-answered at the coordinator over the nodes' scans (`gateway.sql.local`); a ``spark`` plan runs on
-the region's Spark, its sub-queries handed over by an `Exchange` (the rows the stage fetched as
-they are, the others scanned again)."""
+answered at the coordinator over the nodes' scans (`gateway.sql.local`); a ``node`` plan is sent
+whole to one node that holds every table it reads (`on_node`); a ``spark`` plan runs on the
+region's Spark, its sub-queries handed over by an `Exchange` (the rows the stage fetched as they
+are, the others scanned again)."""
 
 from __future__ import annotations
 
 import threading
+import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -16,9 +19,11 @@ import pyarrow as pa
 from gateway.sql.catalog import RegionCatalog
 from gateway.sql.exchange import Exchange, ExchangeOptions
 from gateway.sql.executor_watch import ExecutorWatch
-from gateway.sql.local import answer_one_table
-from gateway.sql.profile import PROFILE, spark_lines
+from gateway.sql.local import CANCELLED, answer_one_table
+from gateway.sql.plan import Plan
+from gateway.sql.profile import PROFILE, node_lines, spark_lines
 from gateway.sql.stage import Staged
+from storage import NodeClient, QueryRequest
 
 
 @dataclass
@@ -39,9 +44,34 @@ class SparkJob:
 def execute(staged: Staged, catalog: RegionCatalog, spark: Callable[[], SparkJob]) -> pa.Table:
     """The rows of a staged plan over `catalog` (the snapshot its query holds); `spark` is asked
     for the Spark job only when the plan runs on Spark."""
+    if staged.plan.engine == "node":
+        return on_node(staged.plan, catalog)
     if staged.plan.engine != "spark":
         return answer_one_table(staged.plan, catalog)
     return on_spark(staged, catalog, spark())
+
+
+def on_node(plan: Plan, catalog: RegionCatalog) -> pa.Table:
+    """A ``node`` plan answered by the first node of `catalog` (the nodes whose slots the query
+    holds) that holds every table it reads, each read at the version the catalog serves. The
+    query's cancellation reaches the node (`storage.query_protocol`'s DELETE)."""
+    infos = {scan.table: catalog.table(scan.table) for scan in plan.scans}
+    node = min(set.intersection(*(set(info.nodes) for info in infos.values())))
+    views = {}
+    for scan in plan.scans:
+        version = infos[scan.table].version
+        request = scan.request()
+        views[scan.view] = request if version is None else replace(request, version=version)
+    profile = PROFILE.get()
+    asked = QueryRequest(plan.node_sql, views, analyze=profile is not None, id=uuid.uuid4().hex)
+    client = NodeClient(catalog.url(node))
+    started = time.perf_counter()
+    with client.query(asked, CANCELLED.get()) as stream:
+        table = stream.read_all()
+    if profile is not None:
+        profile.node = node_lines(node, stream.stats, time.perf_counter() - started)
+        profile.rows = stream.stats.get("rows")
+    return table
 
 
 class SchedulerPools:

@@ -1,13 +1,14 @@
 """The plan of a query, a description with no data in it, and its EXPLAIN.
 
 A plan names its engine: ``coordinator`` (no table: evaluated where the query arrived),
-``nodes`` (one table: everything runs on the storage nodes, the coordinator finishes) or
-``spark`` (the select-project sub-query of every table reference runs on the nodes, Spark joins
-them and evaluates everything above). `gateway.sql.planner` builds plans; `gateway.sql.stage`
-completes one before it is executed: it answers the subqueries the plan lists as `first` and plans
-the query again with their answers, and makes a ``spark`` plan's sub-queries smaller (recorded in
-the sub-queries' filters, `reductions` and `rows`, and in the plan's `deliveries` and `dropped`,
-so that EXPLAIN ANALYZE shows it).
+``nodes`` (one table: everything runs on the storage nodes, the coordinator finishes), ``node``
+(every table it reads is whole on one node: that node runs the select-project sub-query of every
+table reference and its embedded DataFusion joins them and evaluates everything above) or
+``spark`` (the sub-queries run on the nodes, Spark joins them and evaluates everything above).
+`gateway.sql.planner` builds plans; `gateway.sql.stage` completes one before it is executed: it
+answers the subqueries the plan lists as `first` and plans the query again with their answers, and
+makes a ``spark`` plan's sub-queries smaller (recorded in the sub-queries' filters, `reductions` and
+`rows`, and in the plan's `deliveries` and `dropped`, so that EXPLAIN ANALYZE shows it).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from sqlglot import exp
 
 from gateway.sql.catalog import TableInfo
 from gateway.sql.check import CheckedQuery
+from gateway.sql.node_dialect import node_text
 from gateway.sql.spark_dialect import spark_text
 from gateway.sql.tree import brief
 from storage import Aggregate, Expr, Named, ScanRequest, conjoin
@@ -110,6 +112,7 @@ class Edge:
 
 ENGINES = {
     "nodes": "storage nodes: select-project and partial aggregates; coordinator: reduce/final",
+    "node": "one storage node: select-project sub-queries on compressed data, DataFusion joins and everything above",
     "spark": "storage nodes: select-project sub-queries; Spark: joins and everything above them",
     "coordinator": "coordinator (no table)",
 }
@@ -117,7 +120,7 @@ ENGINES = {
 
 @dataclass
 class Plan:
-    engine: str  # "nodes", "spark" or "coordinator"
+    engine: str  # "nodes", "node", "spark" or "coordinator"
     query: CheckedQuery  # the planner's own copy: for "spark", the statement Spark runs over the views
     scans: list[TableQuery] = field(default_factory=list)
     local: LocalQuery | None = None
@@ -130,14 +133,20 @@ class Plan:
     result_types: list[str] | None = None  # what each output's DECIMAL becomes (`result_types.type_rules`)
     deliveries: dict[int, str] = field(default_factory=dict)  # staged: how each sub-query reaches Spark, by scan
     dropped: dict[int, str] = field(default_factory=dict)  # staged: sub-queries Spark need not join, and why
+    why: str = ""  # why a join query runs where it runs (``node`` or ``spark``)
 
     @property
     def spark_sql(self) -> str | None:
         """The query Spark runs over the sub-queries' views."""
         return spark_text(self.query.tree) if self.engine == "spark" else None
 
+    @property
+    def node_sql(self) -> str | None:
+        """The query the node's DataFusion runs over the sub-queries' views."""
+        return node_text(self.query.tree) if self.engine == "node" else None
+
     def explain(self) -> list[str]:
-        lines = [f"engine: {ENGINES[self.engine]}", *self.notes]
+        lines = [f"engine: {ENGINES[self.engine]}", *([f"  ({self.why})"] if self.why else []), *self.notes]
         if self.first:  # the answers decide where the rest runs: left over one table, on the nodes
             lines[0] += " (of the query as written: planned again once its subqueries are answered)"
             lines.append("answered first on the nodes, then the query is planned again with the answers in place:")
@@ -155,6 +164,9 @@ class Plan:
         if self.engine == "spark":
             lines.append("Spark SQL over the sub-queries:")
             lines += ["  " + line for line in self.spark_sql.splitlines()]
+        if self.engine == "node":
+            lines.append("DataFusion SQL over the sub-queries, on the node:")
+            lines += ["  " + line for line in self.node_sql.splitlines()]
         return lines
 
 

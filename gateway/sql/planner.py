@@ -7,9 +7,11 @@ The regular plan (seed 004 §2.2) is built automatically from the qualified quer
   it calls a function the nodes' expression language lacks;
 - a query over one table runs entirely on the nodes (`gateway.sql.one_table`), unless it has what
   only Spark runs (a window function, a set operation, grouping sets);
-- any other query runs on Spark: every base-table reference becomes a select-project sub-query
-  for the nodes, and the `RULES` below, in this order, rewrite the query around them; what is
-  left of the tree is the statement Spark runs over the sub-queries' views.
+- any other query joins: every base-table reference becomes a select-project sub-query for the
+  nodes, and the `RULES` below, in this order, rewrite the query around them; what is left of the
+  tree is the statement that joins the sub-queries' views. Where it runs is `place_joins`'s
+  decision: on one node, whose DataFusion runs it (``node``), when every table it reads is whole
+  on that node (replicated, or the region's only node holds it); else on Spark (``spark``).
 
 An uncorrelated subquery over one table can be answered on the nodes before its query is
 planned; the plan lists them (`Plan.first`, found by `Planner.subqueries_first`), and the stage
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
-from gateway.sql.catalog import RegionCatalog
+from gateway.sql.catalog import RegionCatalog, TableInfo
 from gateway.sql.check import CheckedQuery
 from gateway.sql.constant import plan_constant
 from gateway.sql.one_table import plan_one_table
@@ -67,8 +69,9 @@ class FirstSubquery:
 
 
 class Planner:
-    def __init__(self, catalog: RegionCatalog):
+    def __init__(self, catalog: RegionCatalog, joins: str = "node"):
         self.catalog = catalog
+        self.joins = joins
 
     def plan(self, query: CheckedQuery, copy: bool = True) -> Plan:
         """The plan of `query`, made of a copy of it (`query` is left as it is); `copy=False` plans
@@ -77,7 +80,8 @@ class Planner:
         first = [found.plan for found in self.subqueries_first(query)]
         written = (query if copy else query.copy()) if first else None  # before the passes rewrite it
         plan = self.plan_answered(query, copy=copy)
-        plan.first, plan.written = first, written
+        if plan.engine != "node":  # a node's engine answers subqueries itself, in the same pass
+            plan.first, plan.written = first, written
         return plan
 
     def plan_answered(self, query: CheckedQuery, copy: bool = True) -> Plan:
@@ -91,6 +95,8 @@ class Planner:
             plan = plan_constant(query) or plan_joins(query, self.catalog)
         else:
             plan = plan_one_table(query, self.catalog) or plan_joins(query, self.catalog)
+        if plan.engine == "spark":
+            place_joins(plan, self.catalog, self.joins)
         plan.result_types = result_types
         return plan
 
@@ -117,6 +123,31 @@ def plan_joins(query: CheckedQuery, catalog: RegionCatalog) -> Plan:
     for rule in RULES:
         draft = rule(draft)
     return Plan("spark", query, list(draft.queries.values()), edges=draft.edges)
+
+
+def place_joins(plan: Plan, catalog: RegionCatalog, joins: str) -> None:
+    """Where a ``spark`` plan's joins run, with its reason (`Plan.why`): on one node (``node``)
+    when `joins` allows it and one node holds every table it reads whole; else on Spark."""
+    if joins == "spark":
+        plan.why = "sql.joins = spark: every join runs on Spark"
+        return
+    if not plan.scans:
+        return
+    infos = {scan.table: scan.info for scan in plan.scans}
+    split = sorted(name for name, info in infos.items() if not _whole_on_one(info))
+    if split:
+        plan.why = f"{', '.join(split)} {'is' if len(split) == 1 else 'are'} split over several nodes: Spark joins"
+        return
+    holders = set.intersection(*(set(info.nodes) for info in infos.values()))
+    if not holders:
+        plan.why = "no node holds every table it reads: Spark joins"
+        return
+    plan.engine = "node"
+    plan.why = f"every table it reads is whole on {' and on '.join(sorted(holders))}: one of them answers it"
+
+
+def _whole_on_one(info: TableInfo) -> bool:
+    return info.replicated or (len(info.nodes) == 1 and info.buckets is None)
 
 
 def _single_table(scope: Scope) -> bool:

@@ -45,6 +45,8 @@ class NodeScan:
 class Profile:
     scans: list[NodeScan] = field(default_factory=list)
     spark: list[str] = field(default_factory=list)  # Spark's jobs, stages and operators, as lines
+    node: list[str] = field(default_factory=list)  # a whole query on one node: its scans and DataFusion's operators
+    rows: int | None = None  # the result's rows, where the query ran analyzed returned none (on a node)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, scan: NodeScan) -> None:
@@ -52,7 +54,7 @@ class Profile:
             self.scans.append(scan)
 
     def lines(self, rows: int, seconds: float) -> list[str]:
-        lines = [f"executed in {seconds:.3f} s: {rows:,} row(s)"]
+        lines = [f"executed in {seconds:.3f} s: {self.rows if self.rows is not None else rows:,} row(s)"]
         if self.scans:
             lines.append("scans on the nodes (as the coordinator received them):")
             by_step: dict[str, list[NodeScan]] = {}
@@ -61,7 +63,23 @@ class Profile:
             for step, scans in by_step.items():
                 lines.append(f"  {step}")
                 lines += [f"    {scan.line()}" for scan in sorted(scans, key=lambda s: s.node)]
-        return lines + self.spark
+        return lines + self.node + self.spark
+
+
+def node_lines(node: str, stats: dict[str, Any], seconds: float) -> list[str]:
+    """A node's account of a whole query it answered (`storage.node_query`): each view's scan,
+    then DataFusion's operators with their metrics."""
+    lines = [
+        f"the whole query on {node} in {seconds * 1000:.1f} ms ({stats.get('backend', '?')} scans, then DataFusion):"
+    ]
+    for scan in stats.get("scans", []):
+        lines.append(
+            f"  scan {scan['table']} -> {scan['view']}: {scan['rows']:,} rows, {format_size(scan['bytes'])} "
+            f"in {scan['seconds'] * 1000:.1f} ms ({scan.get('blocks', 0):,} block(s) read, "
+            f"{scan.get('blocks_skipped', 0):,} skipped by min/max)"
+        )
+    lines.append(f"  DataFusion: {stats.get('engine_seconds', 0) * 1000:.1f} ms; operators (rows out, time):")
+    return lines + [f"    {line}" for line in stats.get("operators", [])]
 
 
 PROFILE: ContextVar[Profile | None] = ContextVar("cxg_profile", default=None)

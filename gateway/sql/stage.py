@@ -51,11 +51,12 @@ class Staged:
     fetched: dict[int, pa.Table] = field(default_factory=dict)
 
 
-def stage(plan: Plan, catalog: RegionCatalog, options: ExchangeOptions) -> Staged:
+def stage(plan: Plan, catalog: RegionCatalog, options: ExchangeOptions, joins: str = "node") -> Staged:
     """`plan` made ready to execute over `catalog` (the snapshot its query holds), its sub-queries
-    handed over to Spark as `options` say. The plan is consumed: the final plan is made of its parts."""
+    handed over to Spark as `options` say; planned again (after subqueries answered first) with
+    `joins` as `Planner`'s. The plan is consumed: the final plan is made of its parts."""
     if plan.first:
-        plan = answer_first(plan, catalog)
+        plan = answer_first(plan, catalog, joins)
     if plan.engine != "spark":
         return Staged(plan)
     fetched = reduce_and_fetch(plan, catalog, options.fetch_rows)
@@ -67,10 +68,10 @@ def stage(plan: Plan, catalog: RegionCatalog, options: ExchangeOptions) -> Stage
     return Staged(plan, fetched)
 
 
-def answer_first(plan: Plan, catalog: RegionCatalog) -> Plan:
+def answer_first(plan: Plan, catalog: RegionCatalog, joins: str = "node") -> Plan:
     """The plan of `plan.written` with the answers of its one-table subqueries in their place, and
     a note per answer for EXPLAIN ANALYZE; `plan` itself when no answer could take a subquery's place."""
-    planner = Planner(catalog)
+    planner = Planner(catalog, joins)
     answered, notes = answer_subqueries_first(plan.written, planner, catalog)
     if answered is plan.written:
         plan.first, plan.written = [], None

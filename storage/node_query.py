@@ -1,0 +1,116 @@
+"""A whole query answered by one node (PerformSys, seed 004 ch. 4): every table reference's
+select-project scan runs on the node's compressed blocks with the scan kernels, as any scan does;
+the results go to the embedded DataFusion as Arrow tables, without a copy, and DataFusion joins
+them and evaluates everything above them.
+
+The request and its answer are `storage.query_protocol`'s. One query is one partition of
+DataFusion on one core (its slot: "one query per core plus one"), and its operators' memory is held
+to the query's share of the node's budget: past it, the query fails alone with ``out_of_memory``. A
+query DataFusion cannot plan or run answers 422 ``node_engine_failed`` with DataFusion's message
+(the coordinator then runs it elsewhere). Identical scans of one query (a correlated subquery
+reading the outer query's table as it does) run once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from storage.errors import OutOfMemoryError, StorageError
+from storage.query_protocol import NodeEngineError, QueryRequest
+from storage.scan import TableCache, scan_table
+from storage.scan_protocol import ScanRequest
+from storage.scan_workers import ScanWorkers
+
+_OUTPUT_ROWS = re.compile(r"output_rows=(\d+)")
+
+
+@dataclass
+class NodeQuery:
+    """One query on this node: `run` scans every view, then DataFusion answers the SQL. Setting
+    `cancel` stops it at the next block of a scan or batch of the result."""
+
+    request: QueryRequest
+    cache: TableCache
+    backend: Any
+    memory: int | None = None  # bytes DataFusion's operators may hold (None: no bound)
+    threads: int = 1
+    workers: ScanWorkers | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def run(self) -> pa.Table:
+        """The answer (no rows with `analyze`: the operators are in `stats`)."""
+        import datafusion  # the node's join engine: loaded by the first whole query
+
+        config = datafusion.SessionConfig().with_target_partitions(1)
+        runtime = datafusion.RuntimeEnvBuilder()
+        if self.memory is not None:
+            runtime = runtime.with_greedy_memory_pool(self.memory)
+        context = datafusion.SessionContext(config, runtime)
+        scans: list[dict[str, Any]] = []
+        done: dict[str, pa.Table] = {}
+        for view, request in self.request.views.items():
+            key = json.dumps(request.to_json(), sort_keys=True)
+            if key not in done:
+                done[key] = self._scan(request, view, scans)
+            context.from_arrow(done[key], name=view)
+        started = time.perf_counter()
+        try:
+            if self.request.analyze:
+                text = context.sql("EXPLAIN ANALYZE " + self.request.sql).to_arrow_table().column("plan")[0].as_py()
+                table = pa.table({})
+                operators = text.splitlines()
+                found = _OUTPUT_ROWS.search(text)
+                self.stats["rows"] = int(found[1]) if found else 0
+            else:
+                frame, batches, operators = context.sql(self.request.sql), [], []
+                for batch in frame.execute_stream():
+                    if self.cancel.is_set():
+                        raise QueryCancelledError("query cancelled")
+                    batches.append(batch.to_pyarrow())
+                table = pa.Table.from_batches(batches, batches[0].schema if batches else frame.schema())
+        except Exception as e:  # DataFusion raises plain exceptions: its message says what failed
+            raise _engine_error(e) from None
+        self.stats.update(scans=scans, engine_seconds=time.perf_counter() - started, operators=operators)
+        return table
+
+    def _scan(self, request: ScanRequest, view: str, scans: list[dict[str, Any]]) -> pa.Table:
+        started = time.perf_counter()
+        scan = scan_table(self.cache, request, self.backend, self.threads, self.cancel)
+        scan.workers = self.workers
+        batches = [piece.batch for piece in scan.pieces()]  # a cancelled scan stops at its next block
+        if self.cancel.is_set():
+            raise QueryCancelledError("query cancelled")
+        table = pa.Table.from_batches(batches, schema=scan.plan.schema)
+        scans.append(
+            {
+                "view": view,
+                "table": request.table,
+                "rows": table.num_rows,
+                "bytes": table.nbytes,
+                "seconds": time.perf_counter() - started,
+                **scan.stats.to_json(),
+            }
+        )
+        return table
+
+
+class QueryCancelledError(StorageError):
+    code = "cancelled"
+    status = 499
+
+
+def _engine_error(error: Exception) -> StorageError:
+    if isinstance(error, StorageError):
+        return error
+    message = str(error)
+    if isinstance(error, MemoryError) or "Resources exhausted" in message:
+        return OutOfMemoryError(f"the query needed more memory than its share of the node's budget ({message})")
+    return NodeEngineError(message)

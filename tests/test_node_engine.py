@@ -1,0 +1,106 @@
+"""A node answering whole queries (PerformSys): where the plan sends a join, what the node's
+engine shows and bounds, and what it does with what it cannot run."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+
+from benchmarks.compare import rows, rows_match
+from gateway.sql.engine import Engine
+from gpu_kernels import get_backend
+from storage import Named, NodeClient, NodeError, QueryRequest, ScanRequest, TableCache
+from storage.errors import OutOfMemoryError
+from storage.node_query import NodeQuery
+
+JOIN_REPLICATED = """
+    SELECT n_name, count(*) AS suppliers FROM supplier JOIN nation ON s_nationkey = n_nationkey
+    JOIN region ON n_regionkey = r_regionkey WHERE r_name = 'EUROPE' GROUP BY n_name ORDER BY n_name"""
+JOIN_SPLIT = "SELECT o_orderpriority, count(*) AS n FROM orders JOIN customer ON o_custkey = c_custkey GROUP BY 1"
+
+
+def test_a_join_of_replicated_tables_is_answered_by_one_node(engine, duck) -> None:
+    plan = engine.plan(JOIN_REPLICATED)
+    assert plan.engine == "node" and "whole on node-0 and on node-1" in plan.why
+    result = engine.execute(JOIN_REPLICATED)
+    assert result.engine == "node"
+    assert rows_match(rows(result.table), duck.sql(JOIN_REPLICATED).fetchall(), ordered=True)
+
+
+def test_a_join_of_tables_split_over_nodes_goes_to_spark_and_says_why(engine) -> None:
+    plan = engine.plan(JOIN_SPLIT)
+    assert plan.engine == "spark"
+    assert plan.why == "customer, orders are split over several nodes: Spark joins"
+    assert "customer, orders are split over several nodes" in "\n".join(plan.explain())
+
+
+def test_sql_joins_spark_sends_every_join_to_spark(region, spark, spark_settings, duck) -> None:
+    engine = Engine(region, spark_settings, lambda: spark, joins="spark")
+    result = engine.execute(JOIN_REPLICATED)
+    assert result.engine == "spark" and result.plan.why == "sql.joins = spark: every join runs on Spark"
+    assert rows_match(rows(result.table), duck.sql(JOIN_REPLICATED).fetchall(), ordered=True)
+    with pytest.raises(ValueError, match="joins run on node or spark, not 'duckdb'"):
+        Engine(region, spark_settings, joins="duckdb")
+
+
+def test_explain_analyze_shows_the_nodes_scans_and_datafusions_operators(engine) -> None:
+    lines = engine.execute("EXPLAIN ANALYZE " + JOIN_REPLICATED).table.column("plan").to_pylist()
+    text = "\n".join(lines)
+    assert "DataFusion SQL over the sub-queries, on the node:" in text
+    assert "row(s)" in text and "executed in" in text
+    assert next(line for line in lines if line.startswith("executed in")).endswith(" 5 row(s)")
+    assert "scan supplier -> __cxg_" in text and "scan nation -> __cxg_" in text
+    assert any("HashJoinExec" in line and "output_rows=" in line for line in lines)
+
+
+def test_what_the_nodes_engine_cannot_run_spark_answers(engine, duck) -> None:
+    """A statement DataFusion refuses (here: a function it lacks) is run on Spark, the plan says why."""
+    sql = "SELECT n_name, sign(n_regionkey - 2) AS side FROM nation JOIN region ON n_regionkey = r_regionkey ORDER BY 1"
+    result = engine.execute(sql)
+    assert rows_match(rows(result.table), duck.sql(sql).fetchall(), ordered=True)
+    assert result.engine == "spark" and result.plan.why.startswith("the node's engine could not run it")
+
+
+def test_a_whole_query_past_its_memory_fails_alone_with_out_of_memory(region_stores) -> None:
+    names = (Named.column("n_name"),)
+    request = QueryRequest(
+        "SELECT a.n_name, b.n_name AS other FROM a CROSS JOIN b ORDER BY 1, 2",
+        {v: ScanRequest("nation", columns=names) for v in ("a", "b")},
+    )
+    cache = TableCache(region_stores[0])
+    with pytest.raises(OutOfMemoryError, match="more memory than its share"):
+        NodeQuery(request, cache, get_backend("numpy"), memory=1024).run()
+    assert NodeQuery(request, cache, get_backend("numpy"), memory=64 * 2**20).run().num_rows == 25 * 25
+
+
+def test_a_cancelled_whole_query_stops(region_stores) -> None:
+    scan = ScanRequest("supplier", columns=(Named.column("s_name"),))
+    query = NodeQuery(QueryRequest("SELECT * FROM v", {"v": scan}), TableCache(region_stores[0]), get_backend("numpy"))
+    query.cancel.set()
+    with pytest.raises(Exception, match="cancelled") as raised:
+        query.run()
+    assert getattr(raised.value, "code", None) == "cancelled"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"views": {"v": {"table": "nation"}}}, "sql must be a non-empty string"),
+        ({"sql": "SELECT 1", "views": {}}, "views must be an object naming at least one scan"),
+        ({"sql": "SELECT 1", "views": {"a b": {"table": "nation"}}}, "a view's name is an identifier, not 'a b'"),
+        ({"sql": "SELECT 1", "views": {"v": {"table": "nation"}}, "analyze": 1}, "analyze must be true or false"),
+    ],
+)
+def test_a_malformed_query_request_is_400_naming_the_problem(region, body, message) -> None:
+    client = NodeClient(region["node-0"])
+    with pytest.raises(NodeError, match=message) as raised:
+        client.post("/v1/query", body)
+    assert raised.value.status == 400 and raised.value.code == "invalid_query_request"
+
+
+def test_cancelling_a_query_no_node_runs_says_so(region) -> None:
+    request = urllib.request.Request(region["node-0"] + "/v1/query/nothing-running", method="DELETE")
+    with urllib.request.urlopen(request) as response:
+        assert json.loads(response.read()) == {"cancelled": False}
