@@ -27,6 +27,7 @@ _FACE: dict[str, tuple[str, ...]] = {
         "TableNotFoundError",
     ),
     "ingest": ("load_target",),
+    "key_filters": ("membership", "no_membership"),
     "loader": ("LoadOptions", "load_table"),
     "manifest": ("Sizing",),
     "memory_budget": ("ALLOCATOR_ENVIRONMENT", "OUT_OF_MEMORY", "limit_private_memory", "private_memory_limit"),

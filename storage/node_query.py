@@ -17,17 +17,20 @@ import json
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from storage.errors import OutOfMemoryError, StorageError
+from storage.key_filters import membership
 from storage.query_protocol import NodeEngineError, QueryRequest
 from storage.scan import TableCache, scan_table
-from storage.scan_protocol import ScanRequest
+from storage.scan_protocol import ScanRequest, conjoin
 from storage.scan_workers import ScanWorkers
 
+MAX_KEYS = 500_000  # values a semi-join filter between two scans may carry
 _OUTPUT_ROWS = re.compile(r"output_rows=(\d+)")
 
 
@@ -55,12 +58,8 @@ class NodeQuery:
             runtime = runtime.with_greedy_memory_pool(self.memory)
         context = datafusion.SessionContext(config, runtime)
         scans: list[dict[str, Any]] = []
-        done: dict[str, pa.Table] = {}
-        for view, request in self.request.views.items():
-            key = json.dumps(request.to_json(), sort_keys=True)
-            if key not in done:
-                done[key] = self._scan(request, view, scans)
-            context.from_arrow(done[key], name=view)
+        for view, table in self._scans(scans).items():
+            context.from_arrow(table, name=view)
         started = time.perf_counter()
         try:
             if self.request.analyze:
@@ -81,7 +80,38 @@ class NodeQuery:
         self.stats.update(scans=scans, engine_seconds=time.perf_counter() - started, operators=operators)
         return table
 
-    def _scan(self, request: ScanRequest, view: str, scans: list[dict[str, Any]]) -> pa.Table:
+    def _scans(self, scans: list[dict[str, Any]]) -> dict[str, pa.Table]:
+        """Every view's rows, smallest table first: a view whose rows are a part of its table's (a
+        filter, or keys it received) sends the distinct values of its join columns to the views at
+        the other end of its edges not scanned yet, as ``column IN keys`` (at most `MAX_KEYS`), so
+        that region -> nation -> customer -> orders -> lineitem each shrink the next. Identical
+        scans run once."""
+        requests = dict(self.request.views)
+        received: dict[str, list[str]] = {view: [] for view in requests}
+        rows = {view: self.cache.get(r.table, r.version).table.rows for view, r in requests.items()}
+        order = sorted(requests, key=lambda v: (requests[v].filter is None, rows[v]))
+        done: dict[str, pa.Table] = {}
+        tables: dict[str, pa.Table] = {}
+        for view in order:
+            request = requests[view]
+            key = json.dumps(request.to_json(), sort_keys=True)
+            if key not in done:
+                done[key] = self._scan(request, view, scans, received[view])
+            tables[view] = table = done[key]
+            if request.filter is None:
+                continue  # all of its table's keys: they filter nothing
+            for source, column, target, target_column in self.request.edges:
+                if source != view or target in tables or column not in table.column_names:
+                    continue
+                keys = pc.unique(table.column(column)).drop_null()
+                condition = membership(target_column, keys) if len(keys) <= MAX_KEYS else None
+                if condition is not None:
+                    both = [f for f in (requests[target].filter, condition) if f is not None]
+                    requests[target] = replace(requests[target], filter=conjoin(both))
+                    received[target].append(f"{target_column} IN ({len(keys):,} values of {view}.{column})")
+        return tables
+
+    def _scan(self, request: ScanRequest, view: str, scans: list[dict[str, Any]], received: list[str]) -> pa.Table:
         started = time.perf_counter()
         scan = scan_table(self.cache, request, self.backend, self.threads, self.cancel)
         scan.workers = self.workers
@@ -96,6 +126,7 @@ class NodeQuery:
                 "rows": table.num_rows,
                 "bytes": table.nbytes,
                 "seconds": time.perf_counter() - started,
+                "received": received,
                 **scan.stats.to_json(),
             }
         )

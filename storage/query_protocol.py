@@ -4,6 +4,7 @@
     POST /v1/query   {"sql": "SELECT ... FROM v0 JOIN v1 ...",        # DataFusion's SQL over the views
                       "views": {"v0": <scan request>, "v1": ...},    # each view: a scan of a table here
                       "analyze": false,                              # true: DataFusion's operators too
+                      "edges": [["v0", "c_custkey", "v1", "o_custkey"]],  # optional: join columns
                       "id": "3f2a..."}                               # optional: what a DELETE names
                      -> Arrow IPC stream: the result's batches, then a trailer batch whose metadata
                         holds what the query did (`METADATA_STATS`): each view's scan (rows, blocks,
@@ -43,10 +44,14 @@ class QueryRequest:
     views: dict[str, ScanRequest]
     analyze: bool = False
     id: str = ""  # what a cancellation names ("": none can)
+    # (view, column, other view, its column): an equality along which the first view's keys may
+    # filter the other's rows (an inner equi-join, or a correlated subquery's condition)
+    edges: tuple[tuple[str, str, str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         views = {name: request.to_json() for name, request in self.views.items()}
-        return {"sql": self.sql, "views": views, "analyze": self.analyze, "id": self.id}
+        edges = [list(edge) for edge in self.edges]
+        return {"sql": self.sql, "views": views, "analyze": self.analyze, "id": self.id, "edges": edges}
 
     @classmethod
     def from_json(cls, data: Any) -> QueryRequest:
@@ -64,4 +69,18 @@ class QueryRequest:
             raise QueryRequestError(f"analyze must be true or false, not {analyze!r}")
         if not isinstance(id, str) or len(id) > 128:
             raise QueryRequestError(f"id must be a string of at most 128 characters, not {id!r}")
-        return cls(sql, {name: ScanRequest.from_json(scan) for name, scan in views.items()}, analyze, id)
+        edges = data.get("edges", [])
+        if not isinstance(edges, list) or not all(_edge(edge, views) for edge in edges):
+            raise QueryRequestError("edges must be a list of [view, column, view, column], naming the views")
+        scans = {name: ScanRequest.from_json(scan) for name, scan in views.items()}
+        return cls(sql, scans, analyze, id, tuple(tuple(edge) for edge in edges))
+
+
+def _edge(edge: object, views: dict) -> bool:
+    return (
+        isinstance(edge, list)
+        and len(edge) == 4
+        and all(isinstance(part, str) for part in edge)
+        and edge[0] in views
+        and edge[2] in views
+    )

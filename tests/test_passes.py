@@ -204,6 +204,7 @@ def arrow_data_in(value: object, where: str = "", seen: set[int] | None = None) 
 
 EXPLAINED = """\
 engine: storage nodes: select-project sub-queries; Spark: joins and everything above them
+  (lineitem, orders are split over several nodes: Spark joins)
 select-project sub-queries (on compressed data):
   [0] lineitem AS l on n0, n1 (hash(l_orderkey) x4)
       columns: l_orderkey
@@ -275,6 +276,22 @@ def test_a_join_plan_is_explained_without_running_anything() -> None:
     # a zero divisor; one partition keeps the order
     assert PLAN_ID.sub("__cxg_PLAN_", "\n".join(plan.explain())) == EXPLAINED
     assert PLAN_ID.sub("__cxg_PLAN_", plan.spark_sql) in EXPLAINED.replace("\n  ", "\n")
+
+
+def test_a_join_of_replicated_tables_is_one_nodes_in_datafusions_sql() -> None:
+    """Every table whole on each node: one node's DataFusion runs it, dividing as a DOUBLE with NULL
+    for a zero divisor, NULLs last as DuckDB sorts them; no subquery is answered first."""
+    sql = (
+        "select a.n_name, count(*) / sum(b.n_nationkey) as share from nation a, nation b where a.n_nationkey = "
+        "b.n_nationkey and b.n_nationkey = (select max(n_nationkey) from nation) group by 1 order by 2 desc"
+    )
+    plan = Planner(CATALOG).plan(checked(sql))
+    assert plan.engine == "node" and not plan.first
+    assert plan.why == "every table it reads is whole on n0 and on n1: one of them answers it"
+    text = PLAN_ID.sub("__cxg_PLAN_", plan.node_sql)
+    assert "CAST(COUNT(*) AS DOUBLE PRECISION) / NULLIF(SUM(b.n_nationkey), 0) AS share" in text
+    assert text.endswith("ORDER BY\n  share DESC NULLS LAST") and "MAX(nation.n_nationkey) AS _col_0" in text
+    assert Planner(CATALOG, joins="spark").plan(checked(sql)).engine == "spark"
 
 
 def test_having_goes_to_the_nodes_when_groups_live_on_one() -> None:

@@ -23,8 +23,8 @@ from sqlglot import exp
 
 from gateway.sql.keysets import distinct, is_in
 from gateway.sql.plan import Plan, TableQuery
-from gateway.sql.request import membership, no_membership
 from gateway.sql.tree import and_all, split_and
+from storage import membership, no_membership
 
 
 def answer_exists(plan: Plan, fetched: dict[int, pa.Table]) -> None:

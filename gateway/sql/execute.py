@@ -63,7 +63,12 @@ def on_node(plan: Plan, catalog: RegionCatalog) -> pa.Table:
         request = scan.request()
         views[scan.view] = request if version is None else replace(request, version=version)
     profile = PROFILE.get()
-    asked = QueryRequest(plan.node_sql, views, analyze=profile is not None, id=uuid.uuid4().hex)
+    edges = tuple(
+        (source.view, column, target.view, target_column)
+        for edge in plan.edges
+        for source, column, target, target_column in edge.directions()
+    )
+    asked = QueryRequest(plan.node_sql, views, profile is not None, uuid.uuid4().hex, edges)
     client = NodeClient(catalog.url(node))
     started = time.perf_counter()
     with client.query(asked, CANCELLED.get()) as stream:

@@ -58,6 +58,9 @@ RULES = (
     distinct_if_only_tested,  # a subquery only tested for its keys returns each key once
     read_from_views,  # the tables become the sub-queries' views: the statement for Spark
 )
+# what only makes Spark's input smaller: on one node, DataFusion reads the scans where they are, and
+# grouping millions of rows by a key of nearly as many values costs the scan more than it saves
+FOR_SPARK_ONLY = (preaggregate, distinct_if_only_tested)
 
 
 @dataclass
@@ -90,13 +93,11 @@ class Planner:
         query = query.copy() if copy else query
         tree = query.tree
         if isinstance(tree, SET_OPERATIONS):
-            plan = plan_joins(query, self.catalog)
+            plan = plan_joins(query, self.catalog, self.joins)
         elif tree.args.get("from_") is None and not tree.args.get("joins"):
-            plan = plan_constant(query) or plan_joins(query, self.catalog)
+            plan = plan_constant(query) or plan_joins(query, self.catalog, self.joins)
         else:
-            plan = plan_one_table(query, self.catalog) or plan_joins(query, self.catalog)
-        if plan.engine == "spark":
-            place_joins(plan, self.catalog, self.joins)
+            plan = plan_one_table(query, self.catalog) or plan_joins(query, self.catalog, self.joins)
         plan.result_types = result_types
         return plan
 
@@ -117,33 +118,34 @@ class Planner:
                 yield FirstSubquery(select, plan)
 
 
-def plan_joins(query: CheckedQuery, catalog: RegionCatalog) -> Plan:
-    """The ``spark`` plan of `query`, whose tree the `RULES` rewrite in place."""
+def plan_joins(query: CheckedQuery, catalog: RegionCatalog, joins: str = "node") -> Plan:
+    """The ``node`` or ``spark`` plan of `query` (`place_joins`, once its tables' sub-queries are
+    known), whose tree the `RULES` rewrite in place (a ``node`` plan's without `FOR_SPARK_ONLY`)."""
     draft = Draft(query.tree, catalog)
+    engine, why = "spark", ""
     for rule in RULES:
+        if engine == "node" and rule in FOR_SPARK_ONLY:
+            continue
         draft = rule(draft)
-    return Plan("spark", query, list(draft.queries.values()), edges=draft.edges)
+        if rule is table_queries:
+            engine, why = place_joins([scan.info for scan in draft.queries.values()], joins)
+    return Plan(engine, query, list(draft.queries.values()), edges=draft.edges, why=why)
 
 
-def place_joins(plan: Plan, catalog: RegionCatalog, joins: str) -> None:
-    """Where a ``spark`` plan's joins run, with its reason (`Plan.why`): on one node (``node``)
-    when `joins` allows it and one node holds every table it reads whole; else on Spark."""
+def place_joins(infos: list[TableInfo], joins: str) -> tuple[str, str]:
+    """Where the joins of a query reading the tables `infos` run, and why: on one node (``node``)
+    when `joins` allows it and one node holds every one of them whole; else on Spark."""
     if joins == "spark":
-        plan.why = "sql.joins = spark: every join runs on Spark"
-        return
-    if not plan.scans:
-        return
-    infos = {scan.table: scan.info for scan in plan.scans}
-    split = sorted(name for name, info in infos.items() if not _whole_on_one(info))
+        return "spark", "sql.joins = spark: every join runs on Spark"
+    if not infos:
+        return "spark", ""
+    split = sorted({info.schema.name for info in infos if not _whole_on_one(info)})
     if split:
-        plan.why = f"{', '.join(split)} {'is' if len(split) == 1 else 'are'} split over several nodes: Spark joins"
-        return
-    holders = set.intersection(*(set(info.nodes) for info in infos.values()))
+        return "spark", f"{', '.join(split)} {'is' if len(split) == 1 else 'are'} split over several nodes: Spark joins"
+    holders = set.intersection(*(set(info.nodes) for info in infos))
     if not holders:
-        plan.why = "no node holds every table it reads: Spark joins"
-        return
-    plan.engine = "node"
-    plan.why = f"every table it reads is whole on {' and on '.join(sorted(holders))}: one of them answers it"
+        return "spark", "no node holds every table it reads: Spark joins"
+    return "node", f"every table it reads is whole on {' and on '.join(sorted(holders))}: one of them answers it"
 
 
 def _whole_on_one(info: TableInfo) -> bool:

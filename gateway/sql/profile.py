@@ -78,6 +78,7 @@ def node_lines(node: str, stats: dict[str, Any], seconds: float) -> list[str]:
             f"in {scan['seconds'] * 1000:.1f} ms ({scan.get('blocks', 0):,} block(s) read, "
             f"{scan.get('blocks_skipped', 0):,} skipped by min/max)"
         )
+        lines += [f"    semi-join filter: {received}" for received in scan.get("received", [])]
     lines.append(f"  DataFusion: {stats.get('engine_seconds', 0) * 1000:.1f} ms; operators (rows out, time):")
     return lines + [f"    {line}" for line in stats.get("operators", [])]
 

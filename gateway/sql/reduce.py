@@ -20,9 +20,8 @@ from gateway.sql.catalog import RegionCatalog
 from gateway.sql.keysets import distinct, is_in
 from gateway.sql.local import scan_nodes
 from gateway.sql.plan import Plan, TableQuery
-from gateway.sql.request import membership
 from gpu_kernels import final_aggregate
-from storage import ScanRequest, type_scan
+from storage import ScanRequest, membership, type_scan
 
 MAX_KEYS = 500_000  # values a semi-join filter may carry
 PROBE_ROWS = 500_000  # sub-queries up to this size are fetched for their join keys (default)

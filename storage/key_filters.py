@@ -1,4 +1,6 @@
-"""The semi-join filters the planner writes itself: ``column IN keys`` of an Arrow key array.
+"""Semi-join filters: ``column IN keys`` of an Arrow key array, as a scan filter. The coordinator's
+planner writes them for the nodes' scans, and a node answering a whole query writes them between
+its own scans (`storage.node_query`).
 
 Everything else of a scan request is the scan protocol's (`storage.scan_protocol`); this only
 chooses, by the keys' Arrow type, the protocol's list form that travels best.
@@ -8,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from storage import Expr, col, in_, int64_values, is_null, lit, not_, or_, values
+from storage.scan_protocol import Expr, col, in_, int64_values, is_null, lit, not_, or_, values
 
 
 def _values(keys: pa.Array) -> Expr | None:
