@@ -74,6 +74,13 @@ class StorageConfig:
         default="spark",
         metadata={"doc": "cxg load: spark (the ingest pipeline, streaming) or local (the table in this process)"},
     )
+    replicate_below: float = field(
+        default=0.25,
+        metadata={
+            "doc": "cxg load without --placement: a table smaller than this share of a node's memory budget is "
+            "replicated on every node (a node answers its queries whole), a larger one hash-placed"
+        },
+    )
     node_memory: str = field(
         default="auto",
         metadata={"doc": "private memory of a node process (each scan worker: a third): auto, a size or none"},
@@ -84,6 +91,8 @@ class StorageConfig:
     )
 
     def check(self) -> None:
+        if not 0 <= self.replicate_below <= 1:
+            raise ConfigError(f"storage.replicate_below is a share from 0 to 1, not {self.replicate_below}")
         if self.device_memory != "auto":
             try:
                 parse_size(self.device_memory)

@@ -31,6 +31,7 @@ from storage.scan_protocol import ScanRequest, conjoin
 from storage.scan_workers import ScanWorkers
 
 MAX_KEYS = 500_000  # values a semi-join filter between two scans may carry
+MAX_SOURCE_ROWS = 1_000_000  # a scan's rows past which its join keys are not sent
 _OUTPUT_ROWS = re.compile(r"output_rows=(\d+)")
 
 
@@ -82,10 +83,10 @@ class NodeQuery:
 
     def _scans(self, scans: list[dict[str, Any]]) -> dict[str, pa.Table]:
         """Every view's rows, smallest table first: a view whose rows are a part of its table's (a
-        filter, or keys it received) sends the distinct values of its join columns to the views at
-        the other end of its edges not scanned yet, as ``column IN keys`` (at most `MAX_KEYS`), so
-        that region -> nation -> customer -> orders -> lineitem each shrink the next. Identical
-        scans run once."""
+        filter, or keys it received), at most `MAX_SOURCE_ROWS` of them, sends the distinct values
+        of its join columns to the views at the other end of its edges not scanned yet, as ``column
+        IN keys`` (at most `MAX_KEYS`), so that region -> nation -> customer -> orders -> lineitem
+        each shrink the next. Identical scans run once."""
         requests = dict(self.request.views)
         received: dict[str, list[str]] = {view: [] for view in requests}
         rows = {view: self.cache.get(r.table, r.version).table.rows for view, r in requests.items()}
@@ -98,8 +99,8 @@ class NodeQuery:
             if key not in done:
                 done[key] = self._scan(request, view, scans, received[view])
             tables[view] = table = done[key]
-            if request.filter is None:
-                continue  # all of its table's keys: they filter nothing
+            if request.filter is None or table.num_rows > MAX_SOURCE_ROWS:
+                continue  # all of its table's keys filter nothing; the keys of millions cost more than they save
             for source, column, target, target_column in self.request.edges:
                 if source != view or target in tables or column not in table.column_names:
                     continue

@@ -85,17 +85,23 @@ def region(region_stores):
 
 
 @pytest.fixture(scope="session")
-def whole_node(tmp_path_factory: pytest.TempPathFactory, tpch_files: dict[str, Path]):
-    """One node holding every table of `region_stores` whole (TPC-H SF 0.01 and the small tables of
-    `tests.sql_cases`); yields node name -> URL."""
+def whole_store(tmp_path_factory: pytest.TempPathFactory, tpch_files: dict[str, Path]) -> Store:
+    """One store holding every table of `region_stores` whole (TPC-H SF 0.01 and the small tables
+    of `tests.sql_cases`)."""
     store = Store(tmp_path_factory.mktemp("whole") / "n0", node="node-0")
     for name, path in tpch_files.items():
         source = read_parquet([path])
         load_table([store], tpch.schema_for(name, source.schema), source)
     for schema, table in edge_tables():
         load_table([store], schema, table)
-    with serve(Node(store, get_backend("numpy"), slots=2).app()) as url:
-        yield {store.node: url}
+    return store
+
+
+@pytest.fixture(scope="session")
+def whole_node(whole_store: Store):
+    """`whole_store` served by a storage node on loopback; yields node name -> URL."""
+    with serve(Node(whole_store, get_backend("numpy"), slots=2).app()) as url:
+        yield {whole_store.node: url}
 
 
 @pytest.fixture(scope="session")
@@ -138,6 +144,18 @@ def native_gateway(region_stores, region, spark):
     config = load_config(None, ["gateway.port=0", 'spark.master="local[2]"', 'spark.driver_memory="2g"'])
     nodes = [NodeServer(s.node, NativeBackend(s), 2, region[s.node]) for s in region_stores]
     with EmbeddedRegion(config, nodes) as embedded:
+        yield embedded
+
+
+@pytest.fixture(scope="session")
+def whole_gateway(whole_store, whole_node, spark):
+    """A gateway in front of `whole_node`, its one native node with two slots: every join query is
+    answered by that node's DataFusion (what it cannot run, by the test session's Spark)."""
+    from regions import EmbeddedRegion, load_config  # pyspark: loaded only where a test uses Spark
+
+    config = load_config(None, ["gateway.port=0", 'spark.master="local[2]"', 'spark.driver_memory="2g"'])
+    node = NodeServer(whole_store.node, NativeBackend(whole_store), 2, whole_node[whole_store.node])
+    with EmbeddedRegion(config, [node]) as embedded:
         yield embedded
 
 

@@ -86,15 +86,24 @@ def test_load_parquet_with_layout_options(
     assert table.rows == 15_000
 
 
-def test_load_tpch_subset_into_two_nodes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+@pytest.mark.parametrize("share", [None, "0.00001"])
+def test_load_tpch_subset_into_two_nodes_placed_by_size(tmp_path: Path, capsys: pytest.CaptureFixture, share) -> None:
+    """Small tables are replicated (a node answers the queries over them whole); a table larger than
+    storage.replicate_below of a node's budget is hash-placed on its key."""
     nodes = [str(tmp_path / "n0"), str(tmp_path / "n1")]
     data_options = [option for n in nodes for option in ("--data", n)]
-    code, out, err = run(capsys, "load", "tpch", "--sf", "0.01", "--tables", "nation,orders", *data_options)
+    setting = ["--set", f"storage.replicate_below={share}"] if share else []
+    code, out, err = run(capsys, *setting, "load", "tpch", "--sf", "0.01", "--tables", "nation,orders", *data_options)
     assert code == 0, err
     assert "loaded nation: 25 rows" in out and "loaded orders: 15,000 rows" in out
     stores = [Store(n) for n in nodes]
     assert all(s.table("nation").rows == 25 for s in stores), "replicated on both nodes"
-    assert sum(s.table("orders").rows for s in stores) == 15_000, "hash-partitioned over both"
+    assert "nation: 0.0 MiB, at most" in out and "replicated on every node" in out
+    if share:
+        assert sum(s.table("orders").rows for s in stores) == 15_000, "hash-partitioned over both"
+        assert "orders:" in out and "hash(o_orderkey) x16" in out
+    else:
+        assert all(s.table("orders").rows == 15_000 for s in stores), "small: replicated on both"
 
 
 @pytest.mark.check

@@ -279,7 +279,15 @@ def _check(gateway, duck, sql: str, ordered: bool) -> None:
     assert rows_match(got, expected, ordered=ordered, tolerance=1e-6), (sql, got[:10], expected[:10])
 
 
-def test_generated_sql_is_answered_as_duckdb_answers_or_refused_with_a_4xx(native_gateway, duck, request) -> None:
+GATEWAYS = pytest.mark.parametrize("gateway", ["native_gateway", "whole_gateway"], ids=["spark", "node"])
+
+
+@GATEWAYS
+def test_generated_sql_is_answered_as_duckdb_answers_or_refused_with_a_4xx(gateway, duck, request) -> None:
+    """On two nodes (tables hash-placed over both: Spark joins) and on one node holding every table
+    (its DataFusion answers the joins)."""
+    native_gateway = request.getfixturevalue(gateway)
+
     @settings(
         max_examples=_examples(request, 60, 1000),
         deadline=None,
@@ -293,7 +301,10 @@ def test_generated_sql_is_answered_as_duckdb_answers_or_refused_with_a_4xx(nativ
     _no_slot_busy(native_gateway)
 
 
-def test_generated_windows_set_operations_and_grouping_sets_answer_as_duckdb(native_gateway, duck, request) -> None:
+@GATEWAYS
+def test_generated_windows_set_operations_and_grouping_sets_answer_as_duckdb(gateway, duck, request) -> None:
+    native_gateway = request.getfixturevalue(gateway)
+
     @settings(
         max_examples=_examples(request, 40, 600),
         deadline=None,
@@ -307,9 +318,9 @@ def test_generated_windows_set_operations_and_grouping_sets_answer_as_duckdb(nat
     _no_slot_busy(native_gateway)
 
 
-def test_mutated_tpch_queries_are_answered_as_duckdb_answers_or_refused_with_a_4xx(
-    native_gateway, duck, request
-) -> None:
+@GATEWAYS
+def test_mutated_tpch_queries_are_answered_as_duckdb_answers_or_refused_with_a_4xx(gateway, duck, request) -> None:
+    native_gateway = request.getfixturevalue(gateway)
     texts = all_queries()
 
     @settings(max_examples=_examples(request, 12, 300), deadline=None, suppress_health_check=[HealthCheck.too_slow])

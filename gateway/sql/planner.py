@@ -83,8 +83,7 @@ class Planner:
         first = [found.plan for found in self.subqueries_first(query)]
         written = (query if copy else query.copy()) if first else None  # before the passes rewrite it
         plan = self.plan_answered(query, copy=copy)
-        if plan.engine != "node":  # a node's engine answers subqueries itself, in the same pass
-            plan.first, plan.written = first, written
+        plan.first, plan.written = first, written
         return plan
 
     def plan_answered(self, query: CheckedQuery, copy: bool = True) -> Plan:
