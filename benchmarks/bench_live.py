@@ -27,6 +27,7 @@ from typing import Any
 import sqlglot
 
 from benchmarks.mariadb_server import MariaDB, available
+from cxg.placement import by_size, files_size, replicate_limit
 from gateway import Client
 from loadtests import (
     Scenario,
@@ -48,15 +49,20 @@ from storage import Store, load_mysql, load_table, read_parquet, tpch
 
 
 def load_native(sf: float, root: Path, nodes: int = 2) -> list[str]:
-    """TPC-H at `sf` loaded into `nodes` data directories under `root` (skipped when present)."""
+    """TPC-H at `sf` loaded into `nodes` data directories under `root` (skipped when present), each
+    table placed by its size as `cxg load tpch` places it (`cxg.placement`)."""
     directories = [root / f"node-{i}" for i in range(nodes)]
     stores = [Store(d, node=f"node-{i}") for i, d in enumerate(directories)]
     if all(set(s.tables()) >= set(tpch.TABLES) for s in stores):
         return [str(d) for d in directories]
     with tempfile.TemporaryDirectory(prefix="cxg-tpch-") as tmp, console.status(f"loading TPC-H SF {sf:g}"):
+        config = load_config(None, [])
+        limit = replicate_limit(config, nodes)
         for name, path in tpch.generate(sf, Path(tmp)).items():
             table = read_parquet([path])
-            load_table(stores, tpch.schema_for(name, table.schema), table)
+            schema = tpch.schema_for(name, table.schema, config.storage.buckets)
+            schema, _ = by_size(schema, files_size([path]), limit, config.storage.buckets)
+            load_table(stores, schema, table)
     return [str(d) for d in directories]
 
 

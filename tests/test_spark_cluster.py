@@ -82,7 +82,8 @@ def region(cluster, tmp_path_factory):
     """A region of processes (gateway and two nodes, empty at start) whose Spark is the cluster,
     every sub-query through the data source however small; TPC-H SF 0.01 loaded with
     `cxg load tpch --live` (a Spark application of its own, ended before the gateway starts
-    Spark: a standalone master gives an application every free core)."""
+    Spark: a standalone master gives an application every free core), with TPC-H's placements
+    whatever the tables' sizes (`storage.replicate_below = 0`)."""
     root = tmp_path_factory.mktemp("cluster-region")
     data = json.dumps([str(root / f"n{i}") for i in range(2)])
     sets = [
@@ -98,7 +99,20 @@ def region(cluster, tmp_path_factory):
     try:
         Client(url).wait_ready(timeout=120, nodes=2)
         args = [x for s in _spark_sets(cluster) for x in ("--set", s)]
-        load = [*CLI, *args, "load", "tpch", "--sf", "0.01", "--live", "--url", url]
+        # the fact tables hash-placed over both nodes, however small: their joins are Spark's, on the cluster
+        load = [
+            *CLI,
+            *args,
+            "--set",
+            "storage.replicate_below=0",
+            "load",
+            "tpch",
+            "--sf",
+            "0.01",
+            "--live",
+            "--url",
+            url,
+        ]
         loaded = subprocess.run(load, capture_output=True, text=True, timeout=600)
         assert loaded.returncode == 0, loaded.stdout[-2000:] + loaded.stderr[-3000:]
         yield url, loaded.stdout
