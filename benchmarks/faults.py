@@ -49,8 +49,11 @@ QUERIES = {
     "join": "SELECT count(*) AS n, sum(l_extendedprice) AS s FROM lineitem JOIN orders ON l_orderkey = o_orderkey "
     "WHERE o_orderstatus = 'F'",
     "nation": "SELECT count(*) AS n, sum(n_regionkey) AS s FROM nation",
+    # replicated tables only: one node answers it whole, its DataFusion joining
+    "nations": "SELECT a.n_regionkey AS r, count(*) AS n FROM nation a JOIN nation b ON a.n_regionkey = b.n_regionkey "
+    "GROUP BY 1 ORDER BY 1",
 }
-NODE_QUERIES = ("count", "q1", "having", "nation")  # answered by the nodes, no Spark
+NODE_QUERIES = ("count", "q1", "having", "nation", "nations")  # answered by the nodes, no Spark
 
 
 def value(v: Any) -> Any:
@@ -333,16 +336,18 @@ def _recovered(region: FaultRegion, expected: dict, names: tuple[str, ...], seco
     return clients(region.url, expected, names, for_seconds(1.0), seed=99)
 
 
-def kill_node(region: FaultRegion, expected: dict, seed: int = 1, role: str = "node-1") -> Report:
-    """SIGKILL a node while clients query; the supervisor starts it again."""
+def kill_node(
+    region: FaultRegion, expected: dict, seed: int = 1, role: str = "node-1", names: tuple[str, ...] = NODE_QUERIES
+) -> Report:
+    """SIGKILL a node while clients send the queries `names`; the supervisor starts it again."""
     pid = region.pid(role)
     workers = group(pid)
     timer = threading.Timer(random.Random(seed).uniform(0.3, 1.5), kill, (pid, signal.SIGKILL))
     timer.start()
-    during = clients(region.url, expected, NODE_QUERIES, for_seconds(4.0), seed)
+    during = clients(region.url, expected, names, for_seconds(4.0), seed)
     timer.join()
     wait_until(lambda: not [p for p in workers if alive(p)], 10, "the dead node's scan workers are gone")
-    after = _recovered(region, expected, NODE_QUERIES)
+    after = _recovered(region, expected, names)
     return Report(f"{role} killed (SIGKILL) mid-query", during, after, [f"{len(workers)} scan workers went with it"])
 
 

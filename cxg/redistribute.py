@@ -1,6 +1,7 @@
 """`cxg redistribute`: tables copied or moved to another region, re-owned over a region's nodes (one
-added or taken out), or their buckets moved from the busiest nodes to the idlest; each a Spark job
-with a progress bar, while the region keeps answering (`regions.redistribution`)."""
+added or taken out), placed otherwise (replicated on every node, or hash-placed), or their buckets
+moved from the busiest nodes to the idlest; each a Spark job with a progress bar, while the region
+keeps answering (`regions.redistribution`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from regions import (
     measure_costs,
     plan_copy,
     plan_nodes,
+    plan_placement,
     plan_rebalance,
     retire_everywhere,
     run_move,
@@ -44,6 +46,9 @@ def _plan(args: argparse.Namespace, config: Config, home: RegionView) -> tuple[R
     if args.nodes:
         nodes = [n.strip() for n in args.nodes.split(",") if n.strip()]
         return home, [plan_nodes(home, table, nodes) for table in args.tables]
+    if args.placement:
+        buckets = args.buckets or config.storage.buckets
+        return home, [plan_placement(home, table, args.placement, buckets) for table in args.tables]
     if args.by == "rows":
         held: dict = {}
         for info in home.catalog.tables().values():
@@ -72,9 +77,9 @@ def _show_costs(table_costs: dict) -> None:
 
 
 def cmd_redistribute(args: argparse.Namespace, config: Config) -> int:
-    chosen = [bool(args.to), bool(args.nodes), args.rebalance]
+    chosen = [bool(args.to), bool(args.nodes), bool(args.placement), args.rebalance]
     if sum(chosen) != 1:
-        raise ConfigError("cxg redistribute needs one of --to REGION, --nodes N,... or --rebalance")
+        raise ConfigError("cxg redistribute needs one of --to REGION, --nodes N,..., --placement P or --rebalance")
     if not args.tables and not args.rebalance:
         raise ConfigError("name the tables to move")
     if args.move and not args.to:
@@ -122,6 +127,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--to", metavar="REGION", help="copy the tables to this region of the configuration")
     p.add_argument("--move", action="store_true", help="with --to: retire them here once the copy is served")
     p.add_argument("--nodes", metavar="N,...", help="re-own their buckets over these nodes of the region")
+    p.add_argument(
+        "--placement",
+        metavar="P",
+        help="place them otherwise: replicated (every node holds them whole) or hash(col, ...) over the nodes",
+    )
+    p.add_argument("--buckets", type=int, help="--placement hash(...): its buckets (default storage.buckets)")
     p.add_argument("--rebalance", action="store_true", help="move buckets from the busiest nodes to the idlest")
     p.add_argument(
         "--by", choices=("load", "rows"), default="load", help="--rebalance: scan time measured, or rows held"

@@ -33,6 +33,7 @@ _FACE: dict[str, tuple[str, ...]] = {
         "measure_costs",
         "plan_copy",
         "plan_nodes",
+        "plan_placement",
         "plan_rebalance",
         "retire_everywhere",
         "run_move",

@@ -23,6 +23,7 @@ from storage import (
     LoadOptions,
     NodeClient,
     NodeError,
+    Placement,
     RedistributionError,
     Sizing,
     TableMove,
@@ -152,6 +153,21 @@ def plan_nodes(view: RegionView, table: str, nodes: list[str]) -> TableMove:
         moves += balance({n: after.get(n, {}) for n in nodes}, nodes, threshold=0.0)
         placement = moved(placement, moves)
     return plan_move(info.schema, info.version, info.data, info.nodes, placement, nodes)
+
+
+def plan_placement(view: RegionView, table: str, placement: str, buckets: int) -> TableMove:
+    """`table` placed otherwise over its region's nodes: replicated on every one of them, or
+    hash-placed (`placement` as `cxg load` reads it, `buckets` of them, owned round-robin); every
+    row is read and placed again."""
+    info = view.table(table)
+    nodes = sorted(view.nodes)
+    target = Placement.parse(placement, buckets)
+    if target.kind == "hash":
+        missing = [k for k in target.keys if k not in info.schema.column_names]
+        if missing:
+            raise RedistributionError(f"table {table} has no column {', '.join(missing)} to hash on")
+        target = target.with_owners(nodes)
+    return plan_move(info.schema, info.version, info.data, info.nodes, target, nodes)
 
 
 def _even(info: TableInfo) -> dict[str, dict[tuple[str, int], float]]:

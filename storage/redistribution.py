@@ -70,11 +70,9 @@ def plan_move(
     to `placement` over `nodes` (a replicated table: every one of them; a hash placement: its
     owners). `same_region`: the targets are the nodes the table is on now, so what a node holds
     under both placements stays; else every bucket is copied. `holding`: the target region's nodes
-    holding the table now (those the new placement leaves out retire it)."""
-    if placement.kind != schema.placement.kind or placement.keys != schema.placement.keys:
-        raise RedistributionError(
-            f"table {schema.name}: a move keeps the placement's kind and keys ({schema.placement})"
-        )
+    holding the table now (those the new placement leaves out retire it). Another kind, other keys
+    or another number of buckets (a replicated table hash-placed, or the reverse) read every row
+    and place it again."""
     if placement.kind == "hash":
         nodes = list(dict.fromkeys(placement.owners))
     if not nodes:
@@ -82,7 +80,12 @@ def plan_move(
     keep: dict[str, list[int]] = defaultdict(list)
     gains: dict[str, list[int]] = defaultdict(list)
     reads: dict[str, list[int]] = defaultdict(list)
-    rehashed = placement.buckets != schema.placement.buckets
+    before_placement = schema.placement
+    rehashed = (placement.kind, placement.keys, placement.buckets) != (
+        before_placement.kind,
+        before_placement.keys,
+        before_placement.buckets,
+    )
     for bucket in range(placement.buckets):
         before = _answering(schema, held, bucket) if same_region and not rehashed else []
         after = holders(placement, nodes, bucket)

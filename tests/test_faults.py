@@ -85,6 +85,14 @@ def test_a_killed_node_gives_right_answers_or_retryable_errors_never_part_of_a_t
     assert any("node-1 exited" in e for e in live.events) and any("node-1 started again" in e for e in live.events)
 
 
+def test_a_node_killed_under_queries_over_replicated_tables_costs_no_answer(live: FaultRegion, expected) -> None:
+    """A query one node answers whole runs again on the other node holding its tables: the client
+    gets its answer, not an error."""
+    report = clean(faults.kill_node(live, expected, seed=3, names=("nations",)))
+    assert set(report.during.outcomes) == {"right"}, report.during.outcomes
+    assert report.during.outcomes["right"] > 3
+
+
 def test_a_killed_scan_worker_costs_no_query(live: FaultRegion, expected) -> None:
     report = clean(faults.kill_scan_worker(live, expected))
     assert set(report.during.outcomes) == {"right"}, "the node runs a dead worker's blocks itself"

@@ -18,7 +18,7 @@ import pytest
 from benchmarks import faults
 from benchmarks.faults import NODE_QUERIES, FaultRegion
 from gateway import Client, free_port
-from regions import RegionView, measure_costs, plan_nodes, plan_rebalance, run_move, wait_served
+from regions import RegionView, measure_costs, plan_nodes, plan_placement, plan_rebalance, run_move, wait_served
 from storage import (
     BucketMove,
     BucketWork,
@@ -131,10 +131,22 @@ def test_a_replicated_table_is_copied_to_a_node_added() -> None:
     assert move.keep == {"a": (0,), "b": (0,), "c": ()} and move.gains["c"] == (0,) and move.reads == {"a": (0,)}
 
 
-def test_a_move_keeps_its_keys_and_needs_a_holder_of_every_bucket() -> None:
+def test_another_kind_or_key_reads_every_row_and_places_it_again() -> None:
+    """Hash-placed to replicated: every bucket read once, every node gains the whole table and keeps
+    nothing of the old version; replicated to hash: read from one holder, each owner gains its
+    buckets and a node owning none retires it; other keys: every bucket again."""
+    schema = _hashed(["a", "b", "a", "b"])
+    whole = plan_move(schema, 1, "d", ["a", "b"], Placement(), ["a", "b"])
+    assert whole.reads == {"a": (0, 2), "b": (1, 3)} and whole.gains == {"a": (0,), "b": (0,)}
+    assert whole.keep == {"a": (), "b": ()} and whole.retire == ()
+    hashed = plan_move(SCHEMA, 2, "d", ["a", "b", "c"], Placement("hash", ("k",), 4).with_owners(["a", "b"]), [])
+    assert hashed.reads == {"a": (0,)} and hashed.gains == {"a": (0, 2), "b": (1, 3)} and hashed.retire == ("c",)
+    rekeyed = plan_move(schema, 1, "d", ["a", "b"], Placement("hash", ("v",), 4, ("a", "b", "a", "b")), [])
+    assert rekeyed.reads == {"a": (0, 2), "b": (1, 3)} and rekeyed.copied == 4 and not any(rekeyed.keep.values())
+
+
+def test_a_move_needs_a_holder_of_every_bucket() -> None:
     schema = _hashed(["a", "b"])
-    with pytest.raises(RedistributionError, match="keeps the placement's kind and keys"):
-        plan_move(schema, 1, "d", ["a", "b"], Placement("hash", ("v",), 2, ("a", "b")), [])
     with pytest.raises(RedistributionError, match="no node holding bucket 1"):
         plan_move(schema, 1, "d", ["a"], schema.placement.with_owners(["a", "c"]), [])
 
@@ -266,3 +278,19 @@ def test_rebalance_moves_buckets_of_the_measured_load_to_the_idlest_node(live, e
 def _url(live: FaultRegion, node: str) -> str:
     members = Client(live.url).cluster()["members"]
     return next(n["url"] for m in members for n in m["nodes"] if n["name"] == node)
+
+
+def test_a_table_is_replicated_and_hash_placed_again_while_clients_query(live, expected, spark) -> None:
+    """orders, hash-placed, becomes replicated (every node holds it whole: a query over it is one
+    node's) and then hash-placed again, each a new version served whole, every answer right."""
+    nodes = sorted(RegionView.of(Client(live.url)).nodes)
+    _right(_moving(live, expected, spark, lambda view: [plan_placement(view, "orders", "replicated", 8)]))
+    orders = Client(live.url).tables()["orders"]
+    assert orders["placement"] == "replicated" and orders["nodes"] == nodes
+    for name in nodes:
+        listed = {t["name"]: t for t in Client(_url(live, name)).get("/v1/tables")["tables"]}
+        assert listed["orders"]["rows"] == orders["rows"], f"{name} holds orders whole"
+    _right(_moving(live, expected, spark, lambda view: [plan_placement(view, "orders", "hash(o_orderkey)", 8)]))
+    orders = Client(live.url).tables()["orders"]
+    assert orders["placement"] == "hash(o_orderkey) x8" and orders["nodes"] == nodes
+    assert live.expected() == expected
