@@ -33,16 +33,19 @@ bench:
 	scripts/bootstrap.sh dev
 	.venv/bin/python -m benchmarks.bench_storage --sf 1 --json docs/bench/storage_sf1.json
 	.venv/bin/python -m benchmarks.bench_scan --sf 1 --json docs/bench/scan_sf1.json
-	.venv/bin/python -m benchmarks.bench_tpch --sf 1 --json docs/bench/tpch_sf1.json
-	.venv/bin/python -m benchmarks.bench_tpch --sf 1 --cluster 2 --json docs/bench/tpch_sf1_cluster.json
-	.venv/bin/python -m benchmarks.bench_tpcds --sf 1 --json docs/bench/tpcds_sf1.json
+	.venv/bin/python -m benchmarks.bench_tpch --sf 1 --json docs/bench/tpch_sf1_node.json
+	.venv/bin/python -m benchmarks.bench_tpch --sf 1 --joins spark --json docs/bench/tpch_sf1.json
+	.venv/bin/python -m benchmarks.bench_tpch --sf 1 --joins spark --cluster 2 --json docs/bench/tpch_sf1_cluster.json
+	.venv/bin/python -m benchmarks.bench_tpcds --sf 1 --json docs/bench/tpcds_sf1_node.json
+	.venv/bin/python -m benchmarks.bench_tpcds --sf 1 --joins spark --json docs/bench/tpcds_sf1.json
 	.venv/bin/python -m benchmarks.bench_gateway --dispatch both --json docs/bench/gateway.json
 	.venv/bin/python -m benchmarks.bench_performsys --json docs/bench/performsys.json
 	.venv/bin/python -m benchmarks.bench_performsys --tables 4.1 --dispatch free-slot-first \
 		--plot docs/bench/performsys_speedup_free_slot_first.png --json docs/bench/performsys_free_slot_first.json
-	.venv/bin/python -m benchmarks.bench_live --sf 0.1 --out docs/bench/live --json docs/bench/live_sf0.1.json
-	.venv/bin/python -m benchmarks.bench_live --sf 1 --queries 100 --exclude 10 --out docs/bench/live_sf1 \
-		--json docs/bench/live_sf1.json
+	.venv/bin/python -m benchmarks.bench_live --sf 0.1 --users 1,4,16,64 --out docs/bench/live_node \
+		--json docs/bench/live_node_sf0.1.json
+	.venv/bin/python -m benchmarks.bench_live --sf 1 --users 16,64 --queries 100 --exclude 10 \
+		--out docs/bench/live_node_sf1 --json docs/bench/live_node_sf1.json
 	.venv/bin/python -m benchmarks.bench_faults --sf 0.1 --json docs/bench/faults_sf0.1.json
 	.venv/bin/python -m benchmarks.bench_overload --sf 0.1 --json docs/bench/overload_sf0.1.json
 	.venv/bin/python -m benchmarks.bench_regions --json docs/bench/regions_sim.json --plot docs/bench/regions_sim.png

@@ -70,10 +70,13 @@ def load_native(files: dict[str, Path], root: Path, nodes: int = 2) -> list[str]
     return [str(d) for d in directories]
 
 
-def region_sets(backend: str, slots: int, **extra: str) -> list[str]:
+def region_sets(backend: str, slots: int, users: int, **extra: str) -> list[str]:
+    """A region of two nodes of `backend` with `slots` each, whose queue holds `users` queries:
+    every user's query waits its turn rather than being turned away (`queue_full`)."""
     return [
         f'region.backend="{backend}"',
         f"region.slots={slots}",
+        f"gateway.max_queue={max(users, 1)}",
         "gateway.port=0",
         "region.first_port=0",
         'spark.master="local[*]"',
@@ -156,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             files = tpch.generate(args.sf, Path(tmp) / "parquet")
         data = load_native(files, root)
         queries = tpch_list(14)
-        sets = region_sets("native", args.slots, **{"storage.data": json.dumps(data)})
+        sets = region_sets("native", args.slots, max(users), **{"storage.data": json.dumps(data)})
         results["cxg: native nodes"] = live_runs(sets, queries, users, args, "cxg: native nodes")
         concurrency = len(data) * args.slots  # the region's slots
         with ceiling(files, concurrency, os.cpu_count() or 1) as url:
@@ -169,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                 mysql_queries = [
                     Query(q.tag, sqlglot.transpile(q.sql, read="duckdb", write="mysql")[0]) for q in queries
                 ]
-                sets = region_sets("mysql", args.slots, **{"region.mysql_url": f'"{server.url}"'})
+                sets = region_sets("mysql", args.slots, max(users), **{"region.mysql_url": f'"{server.url}"'})
                 results["PerformSys: MariaDB nodes"] = live_runs(
                     sets, mysql_queries, users, args, "PerformSys: MariaDB nodes"
                 )

@@ -6,6 +6,9 @@ Spark SQL (same Spark version and settings, the same warm session) and loaded in
 answer of this engine is checked against DuckDB's. Times are the best of `--repeat` warm runs.
 "Spark floor" is Spark's time for the SQL this engine hands it, over one row per sub-query.
 
+With `--joins spark` (`sql.joins`), every join runs on Spark instead of on the node that holds
+every table (the default since a node answers whole queries): the figures before that change.
+
 With `--cluster N`, Spark is a standalone cluster of N workers started here (`regions.standalone`,
 the machine's cores shared between them) instead of an embedded local one: this engine's
 sub-queries then reach the executors through the cxg data source (`spark.exchange` auto), and
@@ -123,6 +126,7 @@ def measure(
     adaptive: bool = False,
     floor: bool = True,
     master: str | None = None,
+    joins: str = "node",
 ) -> dict[str, Any]:
     """Every query on this engine (one storage node, a process of its own), on plain Spark SQL over
     the Parquet files (the same session and settings) and on DuckDB, best of `repeat` warm runs,
@@ -146,7 +150,7 @@ def measure(
         spark = spark_session(settings)
         for name, path in files.items():
             spark.read.parquet(str(path)).createOrReplaceTempView(name)
-        engine = Engine({"node-0": f"http://127.0.0.1:{port}"}, settings, session_factory(settings))
+        engine = Engine({"node-0": f"http://127.0.0.1:{port}"}, settings, session_factory(settings), joins)
         duck = duckdb.connect()
         duck.execute("SET ieee_floating_point_ops = false")  # x / 0 is NULL, as in this engine (docs/sql.md)
         duck.execute("SET error_on_division_by_zero = false")
@@ -192,7 +196,7 @@ def measure(
 EXECUTOR_MEMORY = "3g"  # --cluster: each worker's executor (its worker offers 1 GiB more)
 
 
-def run(sf: float, repeat: int, adaptive: bool = False, workers: int = 0) -> dict[str, Any]:
+def run(sf: float, repeat: int, adaptive: bool = False, workers: int = 0, joins: str = "node") -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="cxg-bench-tpch-") as tmp, ExitStack() as stack:
         work = Path(tmp)
         with console.status(f"generating TPC-H SF {sf:g}"):
@@ -205,7 +209,7 @@ def run(sf: float, repeat: int, adaptive: bool = False, workers: int = 0) -> dic
                 for _ in range(workers):
                     cluster.add_worker(cores=cores, memory=f"{int(EXECUTOR_MEMORY[:-1]) + 1}g")
                 master = cluster.url
-        measured = measure(work, files, all_queries(), tpch.schema_for, repeat, adaptive, master=master)
+        measured = measure(work, files, all_queries(), tpch.schema_for, repeat, adaptive, master=master, joins=joins)
     results = measured["queries"]
     summary = summarize(results)
     summary["single_table_speedup_vs_spark"] = {
@@ -215,7 +219,7 @@ def run(sf: float, repeat: int, adaptive: bool = False, workers: int = 0) -> dic
     bound = geomean([r["spark_floor_s"] if r["spark_floor_s"] is not None else r["ours_s"] for r in results])
     summary["floor_bound_speedup_vs_spark"] = summary["geomean_spark_s"] / bound
     spark = {"cluster_workers": workers, "exchange": "source"} if workers else {"master": "local", "exchange": "files"}
-    return {"benchmark": "tpch", "sf": sf, **spark, **measured, "summary": summary}
+    return {"benchmark": "tpch", "sf": sf, "joins": joins, **spark, **measured, "summary": summary}
 
 
 def report(figures: dict[str, Any]) -> None:
@@ -285,8 +289,11 @@ def main(argv: list[str] | None = None) -> None:
         metavar="WORKERS",
         help="Spark as a standalone cluster of this many workers started here (default: local, embedded)",
     )
+    p.add_argument(
+        "--joins", choices=("node", "spark"), default="node", help="where joins run (sql.joins; default node)"
+    )
     args = p.parse_args(argv)
-    figures = run(args.sf, args.repeat, args.adaptive, args.cluster)
+    figures = run(args.sf, args.repeat, args.adaptive, args.cluster, args.joins)
     report(figures)
     write_json(args.json, figures)
 

@@ -20,13 +20,17 @@ def parser(description: str, default_sf: float = 1.0) -> argparse.ArgumentParser
     return p
 
 
-def bench_main(argv: list[str] | None, doc: str, run: Any, report: Any, repeat: int) -> None:
-    """The command line of a benchmark that takes a scale factor and a number of timed runs: run,
-    print the report, write the JSON figures."""
+def bench_main(argv: list[str] | None, doc: str, run: Any, report: Any, repeat: int, joins: bool = False) -> None:
+    """The command line of a benchmark that takes a scale factor, a number of timed runs and (with
+    `joins`) where joins run: run, print the report, write the JSON figures."""
     p = parser(doc.splitlines()[0])
     p.add_argument("--repeat", type=int, default=repeat, help=f"timed runs per query and system (default {repeat})")
+    if joins:
+        p.add_argument(
+            "--joins", choices=("node", "spark"), default="node", help="where joins run (sql.joins; default node)"
+        )
     args = p.parse_args(argv)
-    figures = run(args.sf, args.repeat)
+    figures = run(args.sf, args.repeat, args.joins) if joins else run(args.sf, args.repeat)
     report(figures)
     write_json(args.json, figures)
 

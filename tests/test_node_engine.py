@@ -4,6 +4,7 @@ engine shows and bounds, and what it does with what it cannot run."""
 from __future__ import annotations
 
 import json
+import threading
 import urllib.request
 
 import pytest
@@ -11,9 +12,10 @@ import pytest
 from benchmarks.compare import rows, rows_match
 from gateway.sql.engine import Engine
 from gpu_kernels import get_backend
-from storage import Named, NodeClient, NodeError, QueryRequest, ScanRequest, TableCache
+from storage import Named, NodeClient, NodeError, QueryRequest, ScanCancelled, ScanRequest, TableCache
 from storage.errors import OutOfMemoryError
 from storage.node_query import NodeQuery
+from tests.waiting import eventually
 
 JOIN_REPLICATED = """
     SELECT n_name, count(*) AS suppliers FROM supplier JOIN nation ON s_nationkey = n_nationkey
@@ -104,3 +106,30 @@ def test_cancelling_a_query_no_node_runs_says_so(region) -> None:
     request = urllib.request.Request(region["node-0"] + "/v1/query/nothing-running", method="DELETE")
     with urllib.request.urlopen(request) as response:
         assert json.loads(response.read()) == {"cancelled": False}
+
+
+def test_a_whole_query_cancelled_by_its_client_stops_on_the_node(whole_node) -> None:
+    """The client's cancellation reaches the node (DELETE), which stops the query at its next batch
+    and frees its slot: a cross join of 900 M rows does not run to its end."""
+    url = whole_node["node-0"]
+    scan = {
+        v: ScanRequest(t, columns=(Named.column(c),))
+        for v, t, c in (("a", "lineitem", "l_orderkey"), ("b", "orders", "o_orderkey"))
+    }
+    request = QueryRequest("SELECT a.l_orderkey, b.o_orderkey FROM a CROSS JOIN b", scan, id="cancel-me")
+    cancelled = threading.Event()
+    outcome: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            NodeClient(url).query(request, cancelled)
+        except Exception as e:  # what the client gets
+            outcome.append(e)
+
+    asking = threading.Thread(target=ask)
+    asking.start()
+    eventually(lambda: NodeClient(url).get("/v1/node")["running"] == 1, 30, "the query running on the node")
+    cancelled.set()
+    asking.join(30)
+    assert not asking.is_alive() and isinstance(outcome[0], ScanCancelled)
+    eventually(lambda: NodeClient(url).get("/v1/node")["running"] == 0, 30, "the node's slot free again")
