@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from gateway.sql.tree import as_double
+
 
 def _node(node: exp.Expression) -> exp.Expression:
     if isinstance(node, exp.Div):
-        double = isinstance(node.this, exp.Cast) and node.this.to.is_type("double")
-        dividend = node.this if double else exp.cast(node.this, "double")
-        return exp.Div(this=dividend, expression=_nonzero(node.expression))
+        return exp.Div(this=as_double(node.this), expression=_nonzero(node.expression))
     if isinstance(node, exp.Mod):
         return exp.Mod(this=node.this, expression=_nonzero(node.expression))
     if isinstance(node, exp.TimeToStr):

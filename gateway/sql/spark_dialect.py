@@ -8,6 +8,7 @@ import re
 from sqlglot import exp
 
 from gateway.sql.errors import UnsupportedSql
+from gateway.sql.tree import as_double
 
 
 def _spark_node(node: exp.Expression) -> exp.Expression:
@@ -93,9 +94,7 @@ def _order_by_output(select: exp.Select) -> exp.Select:
 
 def _division(node: exp.Expression) -> exp.Expression:
     if isinstance(node, exp.Div):
-        double = isinstance(node.this, exp.Cast) and node.this.to.is_type("double")
-        dividend = node.this if double else exp.cast(node.this, "double")
-        return exp.Anonymous(this="TRY_DIVIDE", expressions=[dividend, node.expression])
+        return exp.Anonymous(this="TRY_DIVIDE", expressions=[as_double(node.this), node.expression])
     if isinstance(node, exp.Mod):
         return exp.Anonymous(this="TRY_MOD", expressions=[node.this, node.expression])
     return node

@@ -67,6 +67,12 @@ def brief(node: exp.Expression) -> str:
     return node.sql()
 
 
+def as_double(node: exp.Expression) -> exp.Expression:
+    """`node` cast to DOUBLE, unless it is such a cast already: the dividend of `/` as DuckDB
+    divides (both engines' SQL writes it so)."""
+    return node if isinstance(node, exp.Cast) and node.to.is_type("double") else exp.cast(node, "double")
+
+
 def literal(value: Any) -> exp.Expression:
     """A Python value (as Arrow gives it) as an SQL literal of its type."""
     if value is None:
