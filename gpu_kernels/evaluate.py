@@ -228,7 +228,7 @@ class BlockEvaluator(BlockDecoder):
         fractions = [exact_fraction(lit, t) for lit in literals]
         if any(f is None for f in fractions):
             return None
-        return integer_predicate(xp, op, fractions)
+        return integer_predicate(self.backend, op, fractions)
 
     def _apply(self, name: str, t: Type, predicate: ValuePredicate, within: Selection) -> Truth:
         """Evaluate a value predicate on a column: per run, per distinct value, or per selected row."""
