@@ -117,7 +117,7 @@ def cmd_node(args: argparse.Namespace, config: Config) -> int:
         if config.storage.device_memory != "auto":
             backend.device_memory = parse_size(config.storage.device_memory)
         worker_memory = budget // NODE_SHARES if budget else None
-        node = Node(store, backend, args.scan_slots, args.threads, args.processes, worker_memory)
+        node = Node(store, backend, args.scan_slots, args.threads, args.processes or 0, worker_memory)
         server = NodeServer(args.name, NativeBackend(store), slots, url, journal)
         node.on_commit.append(server.announce)
         app = node.app()
@@ -287,7 +287,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--processes",
         type=int,
-        help="native, CPU kernels: worker processes for long scans (default: the cores; 0: threads instead)",
+        help="native, CPU kernels: worker processes for long scans (default storage.scan_processes, 0: threads)",
     )
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), help="native: kernels (default storage.backend)")
     p.add_argument(

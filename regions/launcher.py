@@ -123,7 +123,7 @@ class LocalRegion:
             args += ["--upstream", upstreams[i]]
             args += ["--memory", str(budget) if budget else "none"]
             if region.backend == "native":
-                args += ["--data", self.config.storage.data[i]]
+                args += ["--data", self.config.storage.data[i], "--processes", str(self.config.storage.scan_processes)]
             roles.append(Role(name, args, port))
         return roles
 

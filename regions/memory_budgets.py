@@ -15,7 +15,7 @@ import re
 
 from regions.config import Config
 from regions.spark_session import driver_memory, machine_memory
-from storage import ConfigError, default_processes, parse_size
+from storage import ConfigError, parse_size
 
 SYSTEM_SHARE = 0.10
 JVM_OVERHEAD = 1.10  # a JVM holds up to this much for each byte of its heap (metaspace, threads, buffers)
@@ -45,5 +45,5 @@ def node_memory_budget(config: Config, nodes: int, with_spark: bool = True) -> i
     left = machine_memory() * (1 - SYSTEM_SHARE)
     if with_spark:
         left -= jvm_bytes(driver_memory(config.spark.driver_memory)) * JVM_OVERHEAD
-    parts = max(1, nodes) * (NODE_SHARES + default_processes())
+    parts = max(1, nodes) * (NODE_SHARES + config.storage.scan_processes)
     return NODE_SHARES * max(SMALLEST_PART, int(left / parts))

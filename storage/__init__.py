@@ -68,7 +68,6 @@ _FACE: dict[str, tuple[str, ...]] = {
         "or_",
         "values",
     ),
-    "scan_workers": ("default_processes",),
     "scan_typing": ("kernel_expr", "output_schema", "type_scan", "typed_output"),
     "sources": ("Source", "read_parquet"),
     "spark_ingest": ("source_frame", "spark_load", "tpch_frame"),

@@ -81,6 +81,13 @@ class StorageConfig:
             "replicated on every node (a node answers its queries whole), a larger one hash-placed"
         },
     )
+    scan_processes: int = field(
+        default=0,
+        metadata={
+            "doc": "CPU scan worker processes per node (0: worker threads, measured faster on whole queries "
+            "on a 2-core machine, docs/kernels.md)"
+        },
+    )
     node_memory: str = field(
         default="auto",
         metadata={"doc": "private memory of a node process (each scan worker: a third): auto, a size or none"},
@@ -91,6 +98,8 @@ class StorageConfig:
     )
 
     def check(self) -> None:
+        if self.scan_processes < 0:
+            raise ConfigError(f"storage.scan_processes is a count of processes, not {self.scan_processes}")
         if not 0 <= self.replicate_below <= 1:
             raise ConfigError(f"storage.replicate_below is a share from 0 to 1, not {self.replicate_below}")
         if self.device_memory != "auto":

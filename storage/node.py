@@ -18,8 +18,8 @@
     DELETE /v1/tables/{name}/loads/{load}              drop a failed load's uploads
 
 Each scan holds one of the node's K slots (K = cores unless configured) while it runs; its
-blocks are processed on a worker thread (a long CPU scan's on the node's worker processes, one per
-core: storage.scan_workers) and written as they finish. A client that goes away
+blocks are processed on worker threads (or, with --processes N, a long CPU scan's on worker
+processes: storage.scan_workers) and written as they finish. A client that goes away
 mid-stream cancels its scan: the worker stops at the next block and the slot is freed.
 Errors are JSON ``{"error": {"code": ..., "message": ...}}`` with the status each storage error
 carries (`storage.errors`: 400 malformed or unsupported request, 404 unknown table, 409
@@ -70,7 +70,7 @@ from storage.scan_protocol import (
     ScanRequest,
     allow_deep_expressions,
 )
-from storage.scan_workers import ScanWorkers, default_processes
+from storage.scan_workers import ScanWorkers
 from storage.stats import summarize
 from storage.store import Store
 
@@ -138,7 +138,7 @@ class Node:
         backend: NumpyBackend,
         slots: int | None = None,
         threads: int | None = None,
-        processes: int | None = None,
+        processes: int = 0,
         worker_memory: int | None = None,
     ):
         allow_deep_expressions()
@@ -148,9 +148,7 @@ class Node:
         self.cores = os.cpu_count() or 1
         self.slots = slots or self.cores
         self.threads = threads  # per scan; None: the cores shared by the scans running when it starts
-        # CPU kernels: long scans spread over worker processes (default: one per core; 0: threads)
-        if processes is None:
-            processes = default_processes()
+        # CPU kernels: long scans spread over worker processes when asked (`storage.scan_processes`)
         self.workers = ScanWorkers(processes, worker_memory) if processes and backend.name == "numpy" else None
         self.running = 0
         self.counters: Counter = Counter()

@@ -69,12 +69,6 @@ Pieces = list[tuple[Any, int | None]]  # (record batch, hash bucket or None)
 Result = tuple[BlockEntry, Pieces, ScanStats]
 
 
-def default_processes() -> int:
-    """Scan worker processes of a node unless configured: one per core, none on one core."""
-    cores = os.cpu_count() or 1
-    return cores if cores > 1 else 0
-
-
 class ScanWorkers:
     """A pool of `processes` worker processes shared by a node's scans, started on first use, each
     held to `memory` bytes of its own (`storage.memory_budget`; None: the node's budget)."""

@@ -183,10 +183,12 @@ def expected(duck) -> dict[str, list[tuple]]:
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory, tpch_files: dict[str, Path]):
     """A supervised region of processes (gateway and two nodes) over TPC-H SF 0.01, one per test
-    module (`benchmarks.faults.FaultRegion`): its tests kill, hang and reload it, or move its tables."""
+    module (`benchmarks.faults.FaultRegion`): its tests kill, hang and reload it, or move its tables.
+    Its nodes keep scan worker processes, so that faults reach them too."""
     from benchmarks.faults import FaultRegion  # pyspark and DuckDB: loaded only where a test runs a region of processes
 
-    region = FaultRegion.start(tmp_path_factory.mktemp("region-of-processes"), tpch_files)
+    root = tmp_path_factory.mktemp("region-of-processes")
+    region = FaultRegion.start(root, tpch_files, extra=("storage.scan_processes=2",))
     try:
         yield region
     finally:
