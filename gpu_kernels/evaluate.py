@@ -133,8 +133,9 @@ class BlockEvaluator(BlockDecoder):
         return Truth(within.subset(data & vec.valid), within.subset(~vec.valid))
 
     def _and(self, args: tuple[E.Expr, ...], within: Selection) -> Truth:
-        result = self.truth(args[0], within)
-        for arg in args[1:]:
+        first, *rest = sorted(args, key=self._cost_class)  # stable: the written order among equals
+        result = self.truth(first, within)
+        for arg in rest:
             if result.unknown is None:  # the next conjunct only sees rows still true
                 result = self.truth(arg, result.true)
                 continue
@@ -149,6 +150,20 @@ class BlockEvaluator(BlockDecoder):
                 unknown = both if unknown is None else unknown | both
             result = Truth(true, unknown)
         return result
+
+    def _cost_class(self, e: E.Expr) -> int:
+        """Which conjuncts an AND evaluates first, each on the rows the ones before left: a column
+        against literals per run or distinct value (0), then a column's membership in a long list
+        (a lookup per row, mostly selective: semi-join keys) (1), then any other column against
+        literals (2), then the rest (3). None of the first three can fail, so the rest only ever
+        sees fewer rows."""
+        if not isinstance(e, Call) or e.op not in (*E.COMPARISONS, "between", "in") or not isinstance(e.args[0], Col):
+            return 3
+        if not all(isinstance(a, Lit | E.Values) for a in e.args[1:]):
+            return 3
+        if isinstance(self.block.columns[e.args[0].name].encoding, RunLength | Dictionary):
+            return 0
+        return 1 if isinstance(e.args[-1], E.Values) else 2
 
     def _or(self, args: tuple[E.Expr, ...], within: Selection) -> Truth:
         result = self.truth(args[0], within)

@@ -82,20 +82,20 @@ class NodeQuery:
         return table
 
     def _scans(self, scans: list[dict[str, Any]]) -> dict[str, pa.Table]:
-        """Every view's rows, filtered ones first (those that received keys first among them), then
-        the smallest: a view whose rows are a part of its table's (a filter, or keys it received), at
-        most `MAX_SOURCE_ROWS` of them, sends the distinct values of its join columns to the views at
-        the other end of its edges not scanned yet, as ``column IN keys`` (at most `MAX_KEYS`), so
-        that region -> nation -> supplier -> lineitem -> orders each shrink the next. Identical
-        scans run once."""
+        """Every view's rows, filtered ones first (keys received filter too), the smallest table
+        first among them (of two as large, the one that received more keys): a view whose rows are a
+        part of its table's, at most `MAX_SOURCE_ROWS` of them, sends the distinct values of its join
+        columns to the views at the other end of its edges not scanned yet, as ``column IN keys`` (at
+        most `MAX_KEYS`), so that region -> nation -> supplier -> lineitem each shrink the next.
+        Identical scans run once."""
         requests = dict(self.request.views)
         received: dict[str, list[str]] = {view: [] for view in requests}
         rows = {view: self.cache.get(r.table, r.version).table.rows for view, r in requests.items()}
         done: dict[str, pa.Table] = {}
         tables: dict[str, pa.Table] = {}
 
-        def first(view: str) -> tuple[bool, int, int]:  # filtered, then most keys received, then smallest
-            return requests[view].filter is None, -len(received[view]), rows[view]
+        def first(view: str) -> tuple[bool, int, int]:  # filtered, then smallest, then most keys received
+            return requests[view].filter is None, rows[view], -len(received[view])
 
         while len(tables) < len(requests):  # chosen anew each time: keys received make a view filtered
             view = min((v for v in requests if v not in tables), key=first)
