@@ -7,6 +7,8 @@
   answer equals DuckDB's, or the query is refused with a 4xx whose code docs/http-api.md lists.
 * Window functions, set operations and grouping sets drawn over the same tables: each answer
   equals DuckDB's.
+* Correlated subqueries in every clause (the outer table by its own name or an alias): DuckDB's
+  answer, or a documented 4xx.
 * The HTTP API fuzzed against its own OpenAPI document with Schemathesis: wrong methods, content
   types, bodies, numbers; no 5xx, and every error in the JSON error format.
 
@@ -232,6 +234,58 @@ def analyst_queries(draw) -> str:
     return f"select {order} as o, {items} from {table} {TABLES[table][0]}" + (f" where {where}" if where else "")
 
 
+# the inner table of a correlated subquery: its alias, and how it is tied to an outer row of people
+# (by the person, or by the city: the group key of a HAVING)
+CORRELATED = {
+    "visits": ("v", "v.person_id = {o}.id", "v.note = {o}.city"),
+    "events": ("e", "e.person_id = {o}.id", "e.kind = {o}.city"),
+    "people": ("p", "p.id <> {o}.id and p.city = {o}.city", "p.city = {o}.city"),
+}
+
+
+@st.composite
+def correlated_queries(draw) -> str:
+    """A query over people with a subquery that refers to the outer row, in one of its clauses: the
+    select list, WHERE (a comparison, EXISTS, NOT EXISTS, IN, NOT IN), HAVING or ORDER BY. The
+    outer table is named by its own name or by an alias; the inner one is another table or people
+    again (then the outer one goes by its own name: the inner ``p`` is the other row)."""
+    inner = draw(st.sampled_from(list(CORRELATED)))
+    alias, by_person, by_city = CORRELATED[inner]
+    o = "people" if inner == "people" else draw(st.sampled_from(["people", "o"]))
+    source = "people" if o == "people" else "people o"
+    extra = draw(st.none() | predicates([inner], 1))
+    numbers_inside = _columns([inner], {"int", "num"})
+    aggregate = draw(
+        st.sampled_from(["count(*)", *(f"{f}({c})" for f in ("sum", "min", "max", "avg") for c in numbers_inside)])
+    )
+
+    def where(tie: str) -> str:
+        return tie.format(o=o) + (f" and {extra}" if extra else "")
+
+    scalar = f"(select {aggregate} from {inner} {alias} where {where(by_person)})"
+    outer_number = draw(st.sampled_from([f"{o}.age", f"{o}.score", f"{o}.id"]))
+    clause = draw(st.sampled_from(["select", "where", "exists", "not exists", "in", "not in", "having", "order by"]))
+    if clause == "select":
+        arithmetic = draw(st.sampled_from(["", " + 1", " * 2.5", f" - {outer_number}"]))
+        return f"select {o}.id as c0, {scalar}{arithmetic} as c1 from {source}"
+    if clause == "where":
+        op = draw(st.sampled_from(["<", ">=", "=", "<>"]))
+        return f"select {o}.id as c0, {o}.name as c1 from {source} where {outer_number} {op} {scalar}"
+    if clause in ("exists", "not exists"):
+        inside = f"select 1 from {inner} {alias} where {where(by_person)}"
+        return f"select {o}.id as c0 from {source} where {clause} ({inside})"
+    if clause in ("in", "not in"):
+        key, outer_key = ("p.city", f"{o}.city") if inner == "people" else (f"{alias}.person_id", f"{o}.id")
+        number = draw(st.sampled_from(numbers_inside))
+        inside = f"select {key} from {inner} {alias} where {number} > {outer_number}"
+        inside += f" and {extra}" if extra else ""
+        return f"select {o}.id as c0 from {source} where {outer_key} {clause} ({inside})"
+    if clause == "having":
+        counted = f"(select count(*) from {inner} {alias} where {where(by_city)})"
+        return f"select {o}.city as c0, count(*) as c1 from {source} group by {o}.city having count(*) >= {counted}"
+    return f"select {o}.id as c0, {scalar} as c1 from {source} order by {scalar} desc nulls first, {o}.id"
+
+
 def _mutate(tree: exp.Expression, choice: int, number: int) -> exp.Expression:
     """One small change to a TPC-H query: a literal changed, a comparison turned, a conjunct of
     the WHERE dropped, or the order reversed. Without its LIMIT: a mutation can leave ties at the
@@ -313,6 +367,25 @@ def test_generated_windows_set_operations_and_grouping_sets_answer_as_duckdb(gat
     @given(analyst_queries())
     def run(sql: str) -> None:
         _check(native_gateway, duck, sql, ordered=False)
+
+    run()
+    _no_slot_busy(native_gateway)
+
+
+@GATEWAYS
+def test_generated_correlated_subqueries_answer_as_duckdb_or_are_refused_with_a_4xx(gateway, duck, request) -> None:
+    """A subquery referring to the outer query, in every clause, the outer table by its own name or
+    an alias: DuckDB's answer or a documented 4xx (`unsupported` naming the construct), never a 5xx."""
+    native_gateway = request.getfixturevalue(gateway)
+
+    @settings(
+        max_examples=_examples(request, 24, 500),
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(correlated_queries())
+    def run(sql: str) -> None:
+        _check(native_gateway, duck, sql, ordered=" order by " in sql)
 
     run()
     _no_slot_busy(native_gateway)

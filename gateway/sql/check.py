@@ -97,6 +97,7 @@ def check(sql: str, schema: dict[str, dict[str, str]], params: dict[str, Any] | 
         names = output_names(statement)  # as written, before the spellings below change
         statement = statement.transform(_known_spelling)
         check_constructs(statement)
+        order_by_subqueries_as_items(statement)
         inline_information_schema(statement, schema)
     for table in _table_references(statement):
         if table.name.lower() not in schema:
@@ -113,6 +114,27 @@ def check(sql: str, schema: dict[str, dict[str, str]], params: dict[str, Any] | 
         names = list(tree.named_selects)
     read_text_as_dates(tree, schema)
     return CheckedQuery(tree, names, explain, sql)
+
+
+def order_by_subqueries_as_items(tree: exp.Expression) -> None:
+    """ORDER BY a subquery that is also an item of the select list orders by that item (its
+    ordinal: what the engines then sort by is the column computed once); a subquery in ORDER BY
+    that is not one is refused, naming it."""
+    for select in tree.find_all(exp.Select):
+        order = select.args.get("order")
+        if order is None:
+            continue
+        items = [p.unalias() for p in select.expressions]
+        for ordered in order.expressions:
+            if ordered.this.find(exp.Query) is None:
+                continue
+            same = next((i for i, item in enumerate(items) if item == ordered.this), None)
+            if same is None:
+                raise UnsupportedSql(
+                    f"a subquery in ORDER BY ({ordered.this.sql(dialect=DIALECT)[:80]}) is supported only as an "
+                    "item of the select list: select it, and order by it"
+                )
+            ordered.set("this", exp.Literal.number(same + 1))
 
 
 def _known_spelling(node: exp.Expression) -> exp.Expression:

@@ -120,6 +120,7 @@ class Planner:
 def plan_joins(query: CheckedQuery, catalog: RegionCatalog, joins: str = "node") -> Plan:
     """The ``node`` or ``spark`` plan of `query` (`place_joins`, once its tables' sub-queries are
     known), whose tree the `RULES` rewrite in place (a ``node`` plan's without `FOR_SPARK_ONLY`)."""
+    wrong_on_node = _correlated_not_in(query.tree)  # read before the rules rewrite the tree
     draft = Draft(query.tree, catalog)
     engine, why = "spark", ""
     for rule in RULES:
@@ -128,6 +129,8 @@ def plan_joins(query: CheckedQuery, catalog: RegionCatalog, joins: str = "node")
         draft = rule(draft)
         if rule is table_queries:
             engine, why = place_joins([scan.info for scan in draft.queries.values()], joins)
+            if engine == "node" and wrong_on_node:
+                engine, why = "spark", f"{wrong_on_node}: Spark runs it"
     return Plan(engine, query, list(draft.queries.values()), edges=draft.edges, why=why)
 
 
@@ -145,6 +148,22 @@ def place_joins(infos: list[TableInfo], joins: str) -> tuple[str, str]:
     if not holders:
         return "spark", "no node holds every table it reads: Spark joins"
     return "node", f"every table it reads is whole on {' and on '.join(sorted(holders))}: one of them answers it"
+
+
+def _correlated_not_in(tree: exp.Expression) -> str:
+    """What in `tree` the node's DataFusion answers wrong, or "": NOT IN over a correlated subquery
+    (DataFusion 55 decorrelates it into one null-aware anti join over every row of the subquery's
+    table, so a NULL that the correlation would have left out empties the answer)."""
+    for negation in tree.find_all(exp.Not):
+        test = negation.this
+        subquery = test.args.get("query") if isinstance(test, exp.In) else None
+        if subquery is None:
+            continue
+        inside = {t.alias_or_name for t in subquery.find_all(exp.Table)}
+        inside |= {s.alias for s in subquery.find_all(exp.Subquery) if s.alias}
+        if any(c.table and c.table not in inside for c in subquery.find_all(exp.Column)):
+            return "a NOT IN over a correlated subquery (the node's engine mistreats its NULLs)"
+    return ""
 
 
 def _whole_on_one(info: TableInfo) -> bool:
