@@ -87,7 +87,8 @@ class NodeQuery:
         part of its table's, at most `MAX_SOURCE_ROWS` of them, sends the distinct values of its join
         columns to the views at the other end of its edges not scanned yet, as ``column IN keys`` (at
         most `MAX_KEYS`), so that region -> nation -> supplier -> lineitem each shrink the next.
-        Identical scans run once."""
+        Views of the same rows of a table (a correlated subquery reading the outer query's table as
+        it does) are one scan of all their columns."""
         requests = dict(self.request.views)
         received: dict[str, list[str]] = {view: [] for view in requests}
         rows = {view: self.cache.get(r.table, r.version).table.rows for view, r in requests.items()}
@@ -99,22 +100,26 @@ class NodeQuery:
 
         while len(tables) < len(requests):  # chosen anew each time: keys received make a view filtered
             view = min((v for v in requests if v not in tables), key=first)
-            request = requests[view]
+            twins = [v for v in requests if v not in tables and _same_rows(requests[v], requests[view])]
+            request = _together([requests[v] for v in twins])
             key = json.dumps(request.to_json(), sort_keys=True)
             if key not in done:
-                done[key] = self._scan(request, view, scans, received[view])
-            tables[view] = table = done[key]
+                done[key] = self._scan(request, ", ".join(twins), scans, received[view])
+            table = done[key]
+            tables.update(dict.fromkeys(twins, table))
             if request.filter is None or table.num_rows > MAX_SOURCE_ROWS:
                 continue  # all of its table's keys filter nothing; the keys of millions cost more than they save
+            sent = set()
             for source, column, target, target_column in self.request.edges:
-                if source != view or target in tables or column not in table.column_names:
+                if source not in twins or target in tables or (column, target) in sent:
                     continue
+                sent.add((column, target))
                 keys = pc.unique(table.column(column)).drop_null()
                 condition = membership(target_column, keys) if len(keys) <= MAX_KEYS else None
                 if condition is not None:
                     both = [f for f in (requests[target].filter, condition) if f is not None]
                     requests[target] = replace(requests[target], filter=conjoin(both))
-                    received[target].append(f"{target_column} IN ({len(keys):,} values of {view}.{column})")
+                    received[target].append(f"{target_column} IN ({len(keys):,} values of {source}.{column})")
         return tables
 
     def _scan(self, request: ScanRequest, view: str, scans: list[dict[str, Any]], received: list[str]) -> pa.Table:
@@ -137,6 +142,24 @@ class NodeQuery:
             }
         )
         return table
+
+
+def _same_rows(one: ScanRequest, other: ScanRequest) -> bool:
+    """Whether two projections read the same rows of one table: what they compute may differ,
+    but not under one name."""
+    if one.aggregating or other.aggregating:
+        return one == other
+    if replace(one, columns=(), select=()) != replace(other, columns=(), select=()):
+        return False
+    theirs = {n.name: n.expr for n in other.outputs}
+    return all(theirs.get(n.name, n.expr) == n.expr for n in one.outputs)
+
+
+def _together(requests: list[ScanRequest]) -> ScanRequest:
+    """One scan of the `_same_rows` projections `requests`: every column any of them asks for."""
+    columns = {n.name: n for r in requests for n in r.columns}
+    select = {n.name: n for r in requests for n in r.select if n.name not in columns}
+    return replace(requests[0], columns=tuple(columns.values()), select=tuple(select.values()))
 
 
 class QueryCancelledError(StorageError):
