@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,7 @@ from gateway.sql.stage import Staged, stage
 from storage import NodeEngineError, NodeError, allow_deep_expressions
 
 log = logging.getLogger("cxg.sql")
+CHECKED_KEPT = 256  # checked queries an engine keeps, the latest used
 
 
 @dataclass
@@ -77,6 +79,7 @@ class Engine:
         self._spark_factory = spark
         self._session: Any = None  # the session once a query asked for it: what `cancel` reaches
         self._running: dict[str, threading.Event] = {}
+        self._checked: OrderedDict[tuple[str, str, str], CheckedQuery] = OrderedDict()  # the latest checks, kept
         self._lock = threading.Lock()
 
     @property
@@ -96,8 +99,26 @@ class Engine:
     def check(
         self, sql: str, params: dict[str, Any] | None = None, catalog: RegionCatalog | None = None
     ) -> CheckedQuery:
-        """Step 1: `sql` checked against the tables `catalog` (default: the region's now) serves."""
-        return check(sql, (catalog or self.catalog).sql_schema(), params)
+        """Step 1: `sql` checked against the tables `catalog` (default: the region's now) serves.
+        The same text, parameters and tables checked before give a copy of that check (parsing and
+        qualifying are most of a short query's planning)."""
+        schema = (catalog or self.catalog).sql_schema()
+        key = (
+            sql,
+            repr(sorted((params or {}).items())),
+            repr(sorted((t, sorted(c.items())) for t, c in schema.items())),
+        )
+        with self._lock:
+            checked = self._checked.get(key)
+            if checked is not None:
+                self._checked.move_to_end(key)
+        if checked is None:
+            checked = check(sql, schema, params)
+            with self._lock:
+                self._checked[key] = checked
+                if len(self._checked) > CHECKED_KEPT:
+                    self._checked.popitem(last=False)
+        return checked.copy()
 
     def plan(self, query: CheckedQuery | str, catalog: RegionCatalog | None = None, copy: bool = True) -> Plan:
         """Step 2: the plan of `query` (SQL text is checked first) over `catalog` (default: the
