@@ -33,13 +33,13 @@ def _push(scope: Scope, base: dict[str, TableQuery], nullable: set[str], counter
     select = scope.expression
     names: dict[tuple[str, str], str] = {}
     group = select.args.get("group")
-    keys = {k.sql() for k in group.find_all(exp.Expression)} if group is not None else None
+    keys = {_text(k) for k in group.find_all(exp.Expression)} if group is not None else None
 
     def visit(node: exp.Expression, aggregated: bool = False) -> None:
         # in a grouped scope, an expression outside the aggregates must stay what GROUP BY names
         # (`SUBSTRING(r_reason_desc, 1, 20) ... GROUP BY r_reason_desc`): pushed, it would be a
         # column Spark cannot tell is one value per group
-        movable = aggregated or keys is None or node.sql() in keys
+        movable = aggregated or keys is None or _text(node) in keys
         owner = single_owner(node, base) if movable and _worth_pushing(node) else None
         if owner is not None and owner not in nullable:
             try:
@@ -47,7 +47,7 @@ def _push(scope: Scope, base: dict[str, TableQuery], nullable: set[str], counter
             except NotTranslatable:
                 ir = None
             if ir is not None:
-                key = (owner, node.sql())
+                key = (owner, _text(node))
                 if key not in names:
                     names[key] = f"__e{next(counter)}"
                     base[owner].computed[names[key]] = (node.copy(), ir)
@@ -74,3 +74,9 @@ def _worth_pushing(node: exp.Expression) -> bool:
     if isinstance(node, (exp.Column, exp.Literal, exp.Star, exp.Interval, exp.Paren, exp.Alias)):
         return False
     return any(True for _ in node.find_all(exp.Column)) and not any(True for _ in node.find_all(exp.AggFunc))
+
+
+def _text(node: exp.Expression) -> str:
+    """The expression's SQL, to compare: written without the copy `sql()` makes first (the plain
+    dialect's generator changes nothing)."""
+    return node.sql(copy=False)
