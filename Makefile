@@ -34,6 +34,7 @@ bench:
 	.venv/bin/python -m benchmarks.bench_storage --sf 1 --json docs/bench/storage_sf1.json
 	.venv/bin/python -m benchmarks.bench_scan --sf 1 --json docs/bench/scan_sf1.json
 	.venv/bin/python -m benchmarks.bench_tpch --sf 1 --json docs/bench/tpch_sf1_node.json
+	.venv/bin/python -m benchmarks.bench_tpch --sf 1 --threads 1 --json docs/bench/tpch_sf1_node_1thread.json
 	.venv/bin/python -m benchmarks.bench_tpch --sf 1 --joins spark --json docs/bench/tpch_sf1.json
 	.venv/bin/python -m benchmarks.bench_tpch --sf 1 --joins spark --cluster 2 --json docs/bench/tpch_sf1_cluster.json
 	.venv/bin/python -m benchmarks.bench_tpcds --sf 1 --json docs/bench/tpcds_sf1_node.json

@@ -2,9 +2,9 @@
 
 All in one run on the same data, as `benchmarks.bench_tpch` does it (`measure`): TPC-DS generated
 offline by DuckDB's TPC-DS extension (`benchmarks.tpcds`), loaded into one storage node (a `cxg node`
-process, CPU backend; each table placed by its size, as `cxg load` places it), the same Parquet files read by plain Spark SQL in the same session, and
-DuckDB. Every answer of this engine is checked against DuckDB's. Times are the best of `--repeat`
-warm runs.
+process, CPU backend; each table placed by its size, as `cxg load` places it), the same Parquet
+files read by plain Spark SQL in the same session, and DuckDB. Every answer of this engine is
+checked against DuckDB's. Times are the best of `--repeat` warm runs.
 
     python -m benchmarks.bench_tpcds [--sf 1] [--json PATH] [--repeat 1] [--joins node|spark]
 """

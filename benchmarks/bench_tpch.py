@@ -15,7 +15,10 @@ the machine's cores shared between them) instead of an embedded local one: this 
 sub-queries then reach the executors through the cxg data source (`spark.exchange` auto), and
 plain Spark reads the Parquet files with those same executors.
 
-    python -m benchmarks.bench_tpch [--sf 1] [--json PATH] [--repeat 3] [--cluster 2]
+With `--threads 1` the node scans on one thread (its DataFusion always runs one partition): one
+core per query, what DuckDB with one thread is compared with.
+
+    python -m benchmarks.bench_tpch [--sf 1] [--json PATH] [--repeat 3] [--cluster 2] [--threads 1]
 """
 
 from __future__ import annotations
@@ -57,9 +60,11 @@ def _best(fn, repeat: int) -> tuple[float, Any]:
     return best, result
 
 
-def _start_node(data: Path, port: int) -> subprocess.Popen:
+def _start_node(data: Path, port: int, threads: int | None = None) -> subprocess.Popen:
+    """A `cxg node` over `data`; `threads` per scan (default: the cores shared by the running scans)."""
+    command = [sys.executable, "-m", "cxg", "node", "--data", str(data), "--port", str(port), "--backend", "numpy"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "cxg", "node", "--data", str(data), "--port", str(port), "--backend", "numpy"],
+        command + (["--threads", str(threads)] if threads else []),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -129,6 +134,7 @@ def measure(
     floor: bool = True,
     master: str | None = None,
     joins: str = "node",
+    threads: int | None = None,
 ) -> dict[str, Any]:
     """Every query on this engine (one storage node, a process of its own), on plain Spark SQL over
     the Parquet files (the same session and settings) and on DuckDB, best of `repeat` warm runs,
@@ -146,7 +152,7 @@ def measure(
             load_table([store], schema, source)
     load_s = time.perf_counter() - started
     port = free_port()
-    node = _start_node(store.root, port)
+    node = _start_node(store.root, port, threads)
     try:
         settings = SparkSettings(master=f"local[{os.cpu_count() or 2}]", adaptive=adaptive)
         if master is not None:
@@ -201,7 +207,9 @@ def measure(
 EXECUTOR_MEMORY = "3g"  # --cluster: each worker's executor (its worker offers 1 GiB more)
 
 
-def run(sf: float, repeat: int, adaptive: bool = False, workers: int = 0, joins: str = "node") -> dict[str, Any]:
+def run(
+    sf: float, repeat: int, adaptive: bool = False, workers: int = 0, joins: str = "node", threads: int | None = None
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="cxg-bench-tpch-") as tmp, ExitStack() as stack:
         work = Path(tmp)
         with console.status(f"generating TPC-H SF {sf:g}"):
@@ -214,7 +222,9 @@ def run(sf: float, repeat: int, adaptive: bool = False, workers: int = 0, joins:
                 for _ in range(workers):
                     cluster.add_worker(cores=cores, memory=f"{int(EXECUTOR_MEMORY[:-1]) + 1}g")
                 master = cluster.url
-        measured = measure(work, files, all_queries(), tpch.schema_for, repeat, adaptive, master=master, joins=joins)
+        measured = measure(
+            work, files, all_queries(), tpch.schema_for, repeat, adaptive, master=master, joins=joins, threads=threads
+        )
     results = measured["queries"]
     summary = summarize(results)
     summary["single_table_speedup_vs_spark"] = {
@@ -224,6 +234,7 @@ def run(sf: float, repeat: int, adaptive: bool = False, workers: int = 0, joins:
     bound = geomean([r["spark_floor_s"] if r["spark_floor_s"] is not None else r["ours_s"] for r in results])
     summary["floor_bound_speedup_vs_spark"] = summary["geomean_spark_s"] / bound
     spark = {"cluster_workers": workers, "exchange": "source"} if workers else {"master": "local", "exchange": "files"}
+    spark["node_scan_threads"] = threads or os.cpu_count() or 1
     return {"benchmark": "tpch", "sf": sf, "joins": joins, **spark, **measured, "summary": summary}
 
 
@@ -297,8 +308,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--joins", choices=("node", "spark"), default="node", help="where joins run (sql.joins; default node)"
     )
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="threads per scan on the node (default: the cores, shared by the running scans; 1: one core per query)",
+    )
     args = p.parse_args(argv)
-    figures = run(args.sf, args.repeat, args.adaptive, args.cluster, args.joins)
+    figures = run(args.sf, args.repeat, args.adaptive, args.cluster, args.joins, args.threads)
     report(figures)
     write_json(args.json, figures)
 
