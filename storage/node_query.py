@@ -109,11 +109,12 @@ class NodeQuery:
             tables.update(dict.fromkeys(twins, table))
             if request.filter is None or table.num_rows > MAX_SOURCE_ROWS:
                 continue  # all of its table's keys filter nothing; the keys of millions cost more than they save
-            sent = set()
+            sent = set()  # twins share their edges' keys: each sent once
             for source, column, target, target_column in self.request.edges:
-                if source not in twins or target in tables or (column, target) in sent:
+                edge = (column, target, target_column)
+                if source not in twins or target in tables or edge in sent or column not in table.column_names:
                     continue
-                sent.add((column, target))
+                sent.add(edge)
                 keys = pc.unique(table.column(column)).drop_null()
                 condition = membership(target_column, keys) if len(keys) <= MAX_KEYS else None
                 if condition is not None:

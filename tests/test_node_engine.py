@@ -57,6 +57,33 @@ def test_explain_analyze_shows_the_nodes_scans_and_datafusions_operators(engine)
     assert any("HashJoinExec" in line and "output_rows=" in line for line in lines)
 
 
+SAME_ROWS_TWICE = """
+    SELECT count(*) AS n FROM lineitem l1, part
+    WHERE p_partkey = l1.l_partkey AND p_container = 'MED BOX'
+      AND l1.l_quantity < (SELECT 2 * avg(l2.l_quantity) FROM lineitem l2 WHERE l2.l_partkey = p_partkey)"""
+
+
+def test_a_node_scans_filtered_views_first_sends_their_keys_and_reads_the_same_rows_once(node_engine, duck) -> None:
+    """part (filtered) first; its keys filter lineitem; the two views of lineitem, which read the
+    same rows, are one scan."""
+    engine = node_engine
+    lines = engine.execute("EXPLAIN ANALYZE " + SAME_ROWS_TWICE).table.column("plan").to_pylist()
+    scans = [line.strip() for line in lines if line.strip().startswith("scan ")]
+    assert len(scans) == 2 and scans[0].startswith("scan part ") and scans[1].startswith("scan lineitem "), scans
+    assert scans[1].count("__cxg_") == 2, scans  # both views of lineitem from one scan
+    assert any("semi-join filter: l_partkey IN (" in line for line in lines), lines
+    assert rows_match(rows(engine.execute(SAME_ROWS_TWICE).table), duck.sql(SAME_ROWS_TWICE).fetchall(), ordered=False)
+
+
+def test_a_correlated_not_in_runs_on_spark_and_says_why(node_engine, duck) -> None:
+    engine = node_engine
+    sql = "SELECT n_name FROM nation WHERE n_name NOT IN (SELECT r_name FROM region WHERE r_regionkey > n_regionkey)"
+    plan = engine.plan(sql)
+    assert plan.engine == "spark" and "a NOT IN over a correlated subquery" in plan.why
+    assert engine.plan(sql.replace("> n_regionkey", "> 2")).engine == "node"  # uncorrelated: the node's
+    assert rows_match(rows(engine.execute(sql).table), duck.sql(sql).fetchall(), ordered=False)
+
+
 def test_what_the_nodes_engine_cannot_run_spark_answers(engine, duck) -> None:
     """A statement DataFusion refuses (here: a function it lacks) is run on Spark, the plan says why."""
     sql = "SELECT n_name, sign(n_regionkey - 2) AS side FROM nation JOIN region ON n_regionkey = r_regionkey ORDER BY 1"
