@@ -333,6 +333,25 @@ def _check(gateway, duck, sql: str, ordered: bool) -> None:
     assert rows_match(got, expected, ordered=ordered, tolerance=1e-6), (sql, got[:10], expected[:10])
 
 
+def _answered_as_duckdb(
+    gateway, duck, drawn: st.SearchStrategy[str], examples: int, ordered: bool | None = None
+) -> None:
+    """`examples` SQL texts `drawn`, each `_check`ed (compared in order when it has an ORDER BY,
+    unless `ordered` says); afterwards no slot is left busy."""
+
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(drawn)
+    def run(sql: str) -> None:
+        _check(gateway, duck, sql, ordered=" order by " in sql if ordered is None else ordered)
+
+    run()
+    _no_slot_busy(gateway)
+
+
 GATEWAYS = pytest.mark.parametrize("gateway", ["native_gateway", "whole_gateway"], ids=["spark", "node"])
 
 
@@ -340,55 +359,21 @@ GATEWAYS = pytest.mark.parametrize("gateway", ["native_gateway", "whole_gateway"
 def test_generated_sql_is_answered_as_duckdb_answers_or_refused_with_a_4xx(gateway, duck, request) -> None:
     """On two nodes (tables hash-placed over both: Spark joins) and on one node holding every table
     (its DataFusion answers the joins)."""
-    native_gateway = request.getfixturevalue(gateway)
-
-    @settings(
-        max_examples=_examples(request, 60, 1000),
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
-    @given(queries())
-    def run(sql: str) -> None:
-        _check(native_gateway, duck, sql, ordered=" order by " in sql)
-
-    run()
-    _no_slot_busy(native_gateway)
+    _answered_as_duckdb(request.getfixturevalue(gateway), duck, queries(), _examples(request, 60, 1000))
 
 
 @GATEWAYS
 def test_generated_windows_set_operations_and_grouping_sets_answer_as_duckdb(gateway, duck, request) -> None:
-    native_gateway = request.getfixturevalue(gateway)
-
-    @settings(
-        max_examples=_examples(request, 40, 600),
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
-    @given(analyst_queries())
-    def run(sql: str) -> None:
-        _check(native_gateway, duck, sql, ordered=False)
-
-    run()
-    _no_slot_busy(native_gateway)
+    gateway = request.getfixturevalue(gateway)
+    _answered_as_duckdb(gateway, duck, analyst_queries(), _examples(request, 40, 600), ordered=False)
 
 
 @GATEWAYS
 def test_generated_correlated_subqueries_answer_as_duckdb_or_are_refused_with_a_4xx(gateway, duck, request) -> None:
     """A subquery referring to the outer query, in every clause, the outer table by its own name or
     an alias: DuckDB's answer or a documented 4xx (`unsupported` naming the construct), never a 5xx."""
-    native_gateway = request.getfixturevalue(gateway)
-
-    @settings(
-        max_examples=_examples(request, 24, 500),
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
-    @given(correlated_queries())
-    def run(sql: str) -> None:
-        _check(native_gateway, duck, sql, ordered=" order by " in sql)
-
-    run()
-    _no_slot_busy(native_gateway)
+    gateway = request.getfixturevalue(gateway)
+    _answered_as_duckdb(gateway, duck, correlated_queries(), _examples(request, 24, 500))
 
 
 @GATEWAYS
