@@ -234,8 +234,16 @@ def run(
     bound = geomean([r["spark_floor_s"] if r["spark_floor_s"] is not None else r["ours_s"] for r in results])
     summary["floor_bound_speedup_vs_spark"] = summary["geomean_spark_s"] / bound
     spark = {"cluster_workers": workers, "exchange": "source"} if workers else {"master": "local", "exchange": "files"}
-    spark["node_scan_threads"] = threads or os.cpu_count() or 1
-    return {"benchmark": "tpch", "sf": sf, "joins": joins, **spark, **measured, "summary": summary}
+    scan_threads = threads or os.cpu_count() or 1
+    return {
+        "benchmark": "tpch",
+        "sf": sf,
+        "joins": joins,
+        "node_scan_threads": scan_threads,
+        **spark,
+        **measured,
+        "summary": summary,
+    }
 
 
 def report(figures: dict[str, Any]) -> None:
