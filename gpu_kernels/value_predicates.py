@@ -109,7 +109,8 @@ def integer_predicate(backend: NumpyBackend, op: str, bounds: list[Fraction]) ->
         if not members:
             return none
         if len(members) > _FEW_MEMBERS:  # one lookup per row, not one comparison per member
-            return membership_of(backend, np.asarray(members, dtype=np.int64))
+            listed = tuple(members)
+            return _membership_once(backend, listed, listed, lambda: np.asarray(listed, dtype=np.int64))
         return lambda v: xp.isin(v, xp.asarray(members, dtype=xp.int64))
     return None
 
@@ -117,24 +118,34 @@ def integer_predicate(backend: NumpyBackend, op: str, bounds: list[Fraction]) ->
 _TABLE_SPAN = 1 << 26  # membership by lookup table up to this many distinct possible values
 
 
-_MEMBERSHIPS: dict[tuple[int, str, int], tuple[E.Values, ValuePredicate]] = {}
+_MEMBERSHIPS: dict[tuple[object, str, int], tuple[object, ValuePredicate]] = {}
 
 
 def list_membership(backend: NumpyBackend, values: E.Values) -> ValuePredicate:
-    """v IN values for integer domains, built once per values list and device (every block of a
-    scan a device runs shares it; its table lives on that device)."""
-    key = (id(values), backend.name, backend.device())
-    cached = _MEMBERSHIPS.get(key)
-    if cached is not None and cached[0] is values:
+    """v IN values for integer domains, built once per values list and device."""
+
+    def members() -> np.ndarray:
+        if values.type.kind is Kind.DATE:
+            return np.asarray([(v - EPOCH).days for v in values.items], dtype=np.int64)
+        return values.integers
+
+    return _membership_once(backend, id(values), values, members)
+
+
+def _membership_once(
+    backend: NumpyBackend, key: object, owner: object, members: Callable[[], np.ndarray]
+) -> ValuePredicate:
+    """`membership_of` the `members()` of `owner`, built once per owner and device: every block of
+    a scan a device runs shares it (its table lives on that device). `key` finds it: an id, checked
+    against the owner kept, or the owner itself (a literal list, equal when its key is)."""
+    full = (key, backend.name, backend.device())
+    cached = _MEMBERSHIPS.get(full)
+    if cached is not None and (cached[0] is owner or key is owner):
         return cached[1]
-    if values.type.kind is Kind.DATE:
-        members = np.asarray([(v - EPOCH).days for v in values.items], dtype=np.int64)
-    else:
-        members = values.integers
-    predicate = membership_of(backend, members)
+    predicate = membership_of(backend, members())
     if len(_MEMBERSHIPS) > 64:
         _MEMBERSHIPS.clear()
-    _MEMBERSHIPS[key] = (values, predicate)
+    _MEMBERSHIPS[full] = (owner, predicate)
     return predicate
 
 
