@@ -53,7 +53,7 @@ from storage.bucket_load import BucketWork
 from storage.catalog import TableSchema
 from storage.errors import OutOfMemoryError, StorageError, TableNotFoundError, UnreadableRequestError
 from storage.ingest import Commit, DirectoryTarget
-from storage.manifest import Sizing
+from storage.manifest import MANIFEST, Sizing
 from storage.memory_budget import private_memory_limit
 from storage.node_query import NodeQuery
 from storage.query_protocol import QUERY_PATH, QueryRequest
@@ -158,6 +158,7 @@ class Node:
         self._target = DirectoryTarget(store)
         self.on_commit: list[Callable[[], Awaitable[None]]] = []  # told when a table changed
         self._queries: dict[str, NodeQuery] = {}  # whole queries running, by the id a DELETE names
+        self._listing: dict[str, tuple[tuple[int, ...], dict]] = {}  # each table's listed row, by its stamp
 
     # ---- HTTP handlers --------------------------------------------------------------------------
 
@@ -191,26 +192,36 @@ class Node:
         rows = []
         for name in self.cache.names():
             try:
-                table = self.store.table(name)
-                s = summarize(table)
-                versions = self.store.versions(name)
-            except TableNotFoundError:  # dropped meanwhile
-                continue
-            rows.append(
-                {
-                    "name": name,
-                    "rows": s.rows,
-                    "blocks": s.blocks,
-                    "placement": s.placement,
-                    "encoded_bytes": s.encoded_bytes,
-                    "disk_bytes": s.disk_bytes,
-                    "version": s.version,
-                    "versions": versions,
-                    "load": table.manifest.load,  # the load that committed the current version
-                    "data": table.manifest.data,  # the rows' identity (kept by copies and moves)
-                }
-            )
+                rows.append(self._listed(name))
+            except (TableNotFoundError, FileNotFoundError):  # dropped meanwhile
+                self._listing.pop(name, None)
         return rows
+
+    def _listed(self, name: str) -> dict:
+        """A table's row in the listing, read again only when its directory changed (a commit or a
+        kept version released renames a file in it): listing stays cheap however busy the node is."""
+        directory = self.store.table_dir(name)
+        manifest = os.stat(directory / MANIFEST)
+        stamp = (os.stat(directory).st_mtime_ns, manifest.st_ino, manifest.st_mtime_ns, manifest.st_size)
+        known = self._listing.get(name)
+        if known is not None and known[0] == stamp:
+            return known[1]
+        table = self.store.table(name)
+        s = summarize(table)
+        row = {
+            "name": name,
+            "rows": s.rows,
+            "blocks": s.blocks,
+            "placement": s.placement,
+            "encoded_bytes": s.encoded_bytes,
+            "disk_bytes": s.disk_bytes,
+            "version": s.version,
+            "versions": self.store.versions(name),
+            "load": table.manifest.load,  # the load that committed the current version
+            "data": table.manifest.data,  # the rows' identity (kept by copies and moves)
+        }
+        self._listing[name] = (stamp, row)
+        return row
 
     async def table(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]

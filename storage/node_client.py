@@ -36,10 +36,11 @@ class NodeError(StorageError):
     """An error answered by a node, with the status it answered; or the node could not be reached
     or broke off its answer (502, as a proxy tells its upstream's failure)."""
 
-    def __init__(self, code: str, message: str, status: int = 502):
+    def __init__(self, code: str, message: str, status: int = 502, timed_out: bool = False):
         super().__init__(message)
         self.code = code
         self.status = status
+        self.timed_out = timed_out  # reached, but no answer in time: busy or hung, not known down
 
 
 class ScanCancelled(StorageError):
@@ -127,15 +128,26 @@ class NodeClient:
                 error = {"code": "http_error", "message": f"HTTP {e.code} from {self.base_url}{path}"}
             raise NodeError(error["code"], error["message"], e.code) from None
         except (urllib.error.URLError, OSError) as e:
-            raise NodeError("node_unreachable", f"cannot reach node {self.base_url}: {e}") from None
+            slow = isinstance(e, TimeoutError) or isinstance(getattr(e, "reason", None), TimeoutError)
+            raise NodeError("node_unreachable", f"cannot reach node {self.base_url}: {e}", timed_out=slow) from None
 
     def get(self, path: str) -> dict[str, Any]:
-        with self._open(path) as response:
-            return json.loads(response.read())
+        return json.loads(self._read(path))
 
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        with self._open(path, body, "POST") as response:
-            return json.loads(response.read())
+        return json.loads(self._read(path, body, "POST"))
+
+    def _read(self, path: str, body: dict | None = None, method: str | None = None) -> bytes:
+        """A whole answer's body; its reading cut off (timed out, reset) is a NodeError, as its opening is."""
+        with self._open(path, body, method) as response:
+            try:
+                return response.read()
+            except OSError as e:
+                raise NodeError(
+                    "node_unreachable",
+                    f"node {self.base_url} broke off its answer: {e}",
+                    timed_out=isinstance(e, TimeoutError),
+                ) from None
 
     def put_bytes(self, path: str, payload: bytes) -> None:
         with self._open(path, method="PUT", raw=payload) as response:

@@ -11,7 +11,9 @@ and a query reading it fails with a retryable error naming what is missing, neve
 A query reads one `snapshot`: the versions it pins stay kept on the nodes until the snapshot is
 closed; then versions older than the one served, pinned by no query, are released on the nodes.
 The catalog reads the nodes again when it is older than `max_age` seconds, so loads, new tables and
-changed placements are seen without a restart.
+changed placements are seen without a restart. A node that does not list its tables in time is busy
+or hung: what it listed last serves for `SLOW_GRACE_S`, then it serves nothing until it answers; a
+node that refuses the connection serves nothing at once.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from storage import NodeClient, NodeError, ScanRequest, TableSchema, sql_name
 
 log = logging.getLogger("cxg.catalog")
 MAX_AGE_S = 1.0  # a catalog older than this reads the nodes again before a query is planned
-READ_TIMEOUT_S = 1.0  # a node that does not list its tables within this serves nothing for now
+READ_TIMEOUT_S = 1.0  # a node that does not list its tables within this is slow ...
+SLOW_GRACE_S = 5.0  # ... and what it listed last serves until it has been silent this long
 _RELEASER = ThreadPoolExecutor(1, thread_name_prefix="catalog-release")
 _READERS = ThreadPoolExecutor(16, thread_name_prefix="catalog-read")
 
@@ -99,6 +102,7 @@ class RegionCatalog:
         with self._lock:
             self.nodes = dict(nodes)
             self.clients = {name: NodeClient(url, timeout=READ_TIMEOUT_S) for name, url in self.nodes.items()}
+            self._listed: dict[str, tuple[float, list[dict]]] = {}  # each node's last listing, and when
             self._read_at = self._read_from = 0.0
 
     # ---- reading the nodes --------------------------------------------------------------------------
@@ -115,12 +119,20 @@ class RegionCatalog:
         clients = dict(self.clients)
         held: dict[tuple[str, int], list[_Held]] = defaultdict(list)
 
+        listed = self._listed
+
         def listing(node: str) -> list[dict] | None:
             try:
-                return clients[node].get("/v1/tables")["tables"]
-            except NodeError as e:  # down or hung: it serves nothing until it answers again
+                rows = clients[node].get("/v1/tables")["tables"]
+            except NodeError as e:  # down, or silent past the grace: it serves nothing until it answers
+                last = listed.get(node)
+                if e.timed_out and last is not None and time.monotonic() - last[0] <= SLOW_GRACE_S:
+                    log.info("catalog: node %s is slow to list its tables; its last listing serves", node)
+                    return last[1]
                 log.warning("catalog: node %s did not answer (%s)", node, e)
                 return None
+            listed[node] = (time.monotonic(), rows)
+            return rows
 
         answered = set()
         for node, rows in zip(clients, _READERS.map(listing, clients), strict=True):
