@@ -59,11 +59,28 @@ class BlockEvaluator(BlockDecoder):
     def __post_init__(self) -> None:
         super().__post_init__()
         self._vecs: dict[tuple[E.Expr, int], tuple[Selection, Vec]] = {}
+        # a filter keeps the rows where its predicate is true: unknown is false there, and which
+        # rows are unknown is worked out only beneath a NOT or for a boolean value
+        self._two_valued = False
 
     def filter(self, predicate: E.Expr | None) -> Selection:
         """The rows where `predicate` is true."""
         sel = self.everything()
-        return sel if predicate is None else self.truth(predicate, sel).true
+        if predicate is None:
+            return sel
+        self._two_valued = True
+        try:
+            return self.truth(predicate, sel).true
+        finally:
+            self._two_valued = False
+
+    def _three_valued(self, e: E.Expr, within: Selection) -> Truth:
+        """`truth`, with its unknown rows whatever the context."""
+        two_valued, self._two_valued = self._two_valued, False
+        try:
+            return self.truth(e, within)
+        finally:
+            self._two_valued = two_valued
 
     def truth(self, e: E.Expr, within: Selection) -> Truth:
         if within.is_empty:
@@ -82,7 +99,7 @@ class BlockEvaluator(BlockDecoder):
             if e.op == "or":
                 return self._or(e.args, within)
             if e.op == "not":
-                inner = self.truth(e.args[0], within)
+                inner = self._three_valued(e.args[0], within)
                 decided = inner.true if inner.unknown is None else inner.true | inner.unknown
                 return Truth(within - decided, inner.unknown)
             if e.op in ("is_null", "is_not_null"):
@@ -130,13 +147,15 @@ class BlockEvaluator(BlockDecoder):
         data = vec.data.astype(bool)
         if vec.valid is None:
             return Truth(within.subset(data))
+        if self._two_valued:
+            return Truth(within.subset(data & vec.valid))
         return Truth(within.subset(data & vec.valid), within.subset(~vec.valid))
 
     def _and(self, args: tuple[E.Expr, ...], within: Selection) -> Truth:
         first, *rest = sorted(args, key=self._cost_class)  # stable: the written order among equals
         result = self.truth(first, within)
         for arg in rest:
-            if result.unknown is None:  # the next conjunct only sees rows still true
+            if result.unknown is None or self._two_valued:  # the next conjunct only sees rows still true
                 result = self.truth(arg, result.true)
                 continue
             pending = result.true | result.unknown
@@ -215,7 +234,9 @@ class BlockEvaluator(BlockDecoder):
         if predicate is None:
             return None
         truth = self._apply(column.name, t, predicate, within)
-        if e.op == "in" and any(lit.value is None for lit in literals):  # x IN (..., NULL): unknown unless matched
+        if (
+            e.op == "in" and not self._two_valued and any(lit.value is None for lit in literals)
+        ):  # unknown unless matched
             truth = Truth(truth.true, within - truth.true)
         return truth
 
@@ -246,34 +267,41 @@ class BlockEvaluator(BlockDecoder):
         return integer_predicate(self.backend, op, fractions)
 
     def _apply(self, name: str, t: Type, predicate: ValuePredicate, within: Selection) -> Truth:
-        """Evaluate a value predicate on a column: per run, per distinct value, or per selected row."""
+        """Evaluate a value predicate on a column: per run, per distinct value, or per selected row.
+        A NULL value is never true; it is unknown, where that is asked (`_two_valued`)."""
         xp = self.xp
         encoding = self.block.columns[name].encoding
+        valid = self.valid_mask(name)
+
+        def and_valid(flags_of: Callable[[Selection], Array]) -> Callable[[Selection], Array]:
+            return flags_of if valid is None else lambda rows: flags_of(rows) & rows.take(valid)
+
         if isinstance(encoding, RunLength):
             self.stats.runs_evaluated += len(encoding.run_ends)
             flags = self._flags(predicate, encoding.values, t)
-            true = Selection.from_runs(self.backend, self.n, self.dev(encoding.run_ends), flags) & within
+            true = _valid_only(
+                Selection.from_runs(self.backend, self.n, self.dev(encoding.run_ends), flags) & within, valid
+            )
         elif isinstance(encoding, Dictionary):
             self.stats.dictionary_evaluated += len(encoding.dictionary)
             lut = self._flags(predicate, encoding.dictionary, t)
             if isinstance(encoding.codes, RunLength):
                 self.stats.runs_evaluated += len(encoding.codes.run_ends)
                 flags = lut[self.dev(encoding.codes.values).astype(xp.int64)]
-                true = Selection.from_runs(self.backend, self.n, self.dev(encoding.codes.run_ends), flags) & within
+                runs = Selection.from_runs(self.backend, self.n, self.dev(encoding.codes.run_ends), flags)
+                true = _valid_only(runs & within, valid)
             else:
-                true = self._row_level(lambda rows: lut[self.decode_rows(encoding.codes, rows)], within)
+                true = self._row_level(and_valid(lambda rows: lut[self.decode_rows(encoding.codes, rows)]), within)
         elif t.kind is Kind.STR:
             vec = self.column_vec(name, within)
-            true = within.subset(self._flags(predicate, vec.dictionary, t)[vec.data])
+            true = within.subset(and_valid(lambda rows: self._flags(predicate, vec.dictionary, t)[vec.data])(within))
         else:
             true = self._row_level(
-                lambda rows: predicate(self.numeric(self.decode_rows(encoding, rows), t.kind)), within
+                and_valid(lambda rows: predicate(self.numeric(self.decode_rows(encoding, rows), t.kind))), within
             )
-        valid = self.valid_mask(name)
-        if valid is None:
+        if valid is None or self._two_valued:
             return Truth(true)
-        valid_rows = Selection.from_mask(self.backend, valid)
-        return Truth(true & valid_rows, within - valid_rows)
+        return Truth(true, within.subset(~within.take(valid)))
 
     def _row_level(self, flags_of: Callable[[Selection], Array], within: Selection) -> Selection:
         """Rows of `within` whose flag is set; `flags_of(rows)` gives one flag per row of `rows`.
@@ -335,8 +363,8 @@ class BlockEvaluator(BlockDecoder):
 
     def _compute(self, e: Call, sel: Selection) -> Vec:
         op = e.op
-        if op in E.PREDICATES:
-            truth = self.truth(e, sel)
+        if op in E.PREDICATES:  # a boolean value: NULL where unknown
+            truth = self._three_valued(e, sel)
             data = sel.take(truth.true.as_mask())
             valid = None if truth.unknown is None else ~sel.take(truth.unknown.as_mask())
             return Vec(Type(Kind.BOOL), data, valid)
@@ -378,3 +406,8 @@ class BlockEvaluator(BlockDecoder):
             branch = materialize(self.backend, coerce(self.backend, value, result_type), rows)
             result = where(self.backend, chosen, branch, result)
         return result
+
+
+def _valid_only(sel: Selection, valid: Array | None) -> Selection:
+    """The rows of `sel` whose value is not NULL."""
+    return sel if valid is None or sel.is_empty else sel.subset(sel.take(valid))
