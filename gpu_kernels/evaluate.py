@@ -364,6 +364,9 @@ class BlockEvaluator(BlockDecoder):
     def _compute(self, e: Call, sel: Selection) -> Vec:
         op = e.op
         if op in E.PREDICATES:  # a boolean value: NULL where unknown
+            direct = self._bool_vec(e, sel)
+            if direct is not None:
+                return direct
             truth = self._three_valued(e, sel)
             data = sel.take(truth.true.as_mask())
             valid = None if truth.unknown is None else ~sel.take(truth.unknown.as_mask())
@@ -385,6 +388,24 @@ class BlockEvaluator(BlockDecoder):
             length = e.args[2].value if len(e.args) == 3 else None
             return substring(self.vec(e.args[0], sel), e.args[1].value, length)
         raise E.ExprError(f"unsupported operation {op!r}")
+
+    def _bool_vec(self, e: E.Expr, sel: Selection) -> Vec | None:
+        """A comparison of values, or an AND/OR/NOT of them, as one boolean per row of `sel` in
+        SQL's three-valued logic: cheaper than selections where every row needs its value (a CASE
+        condition). None for any other predicate, or where a part is one value for all rows."""
+        if not isinstance(e, Call):
+            return None
+        if e.op in E.COMPARISONS:
+            result = compare(self.backend, e.op, self.vec(e.args[0], sel), self.vec(e.args[1], sel))
+            return None if result.is_scalar else result
+        if e.op not in ("and", "or", "not"):
+            return None
+        parts = [self._bool_vec(a, sel) for a in e.args]
+        if any(p is None for p in parts):
+            return None
+        if e.op == "not":
+            return replace(parts[0], data=~parts[0].data)
+        return functools.reduce(functools.partial(_kleene, e.op), parts)
 
     def _case(self, e: Call, sel: Selection) -> Vec:
         xp = self.xp
@@ -411,3 +432,18 @@ class BlockEvaluator(BlockDecoder):
 def _valid_only(sel: Selection, valid: Array | None) -> Selection:
     """The rows of `sel` whose value is not NULL."""
     return sel if valid is None or sel.is_empty else sel.subset(sel.take(valid))
+
+
+def _kleene(op: str, a: Vec, b: Vec) -> Vec:
+    """`a AND b` or `a OR b` of two boolean vectors, NULL where SQL leaves it unknown."""
+    a_true = a.data if a.valid is None else a.data & a.valid
+    b_true = b.data if b.valid is None else b.data & b.valid
+    if a.valid is None and b.valid is None:
+        return Vec(Type(Kind.BOOL), (a_true & b_true) if op == "and" else (a_true | b_true))
+    a_false = ~a.data if a.valid is None else ~a.data & a.valid
+    b_false = ~b.data if b.valid is None else ~b.data & b.valid
+    if op == "and":
+        true = a_true & b_true
+        return Vec(Type(Kind.BOOL), true, true | a_false | b_false)
+    true = a_true | b_true
+    return Vec(Type(Kind.BOOL), true, true | (a_false & b_false))
