@@ -234,9 +234,8 @@ class BlockEvaluator(BlockDecoder):
         if predicate is None:
             return None
         truth = self._apply(column.name, t, predicate, within)
-        if (
-            e.op == "in" and not self._two_valued and any(lit.value is None for lit in literals)
-        ):  # unknown unless matched
+        nulls_listed = e.op == "in" and any(lit.value is None for lit in literals)
+        if nulls_listed and not self._two_valued:  # x IN (..., NULL): unknown unless matched
             truth = Truth(truth.true, within - truth.true)
         return truth
 
