@@ -35,7 +35,6 @@ from gateway.sql.parse import SET_OPERATIONS
 from gateway.sql.passes import (
     Draft,
     distinct_if_only_tested,
-    order_joins,
     preaggregate,
     prune_columns,
     push_expressions,
@@ -57,14 +56,11 @@ RULES = (
     preaggregate,  # aggregates over one table start as partial aggregates on the nodes
     prune_columns,  # each sub-query returns only the columns still read
     distinct_if_only_tested,  # a subquery only tested for its keys returns each key once
-    order_joins,  # comma-joined tables from the largest on, each next the smallest joined to those before
     read_from_views,  # the tables become the sub-queries' views: the statement for Spark
 )
 # what only makes Spark's input smaller: on one node, DataFusion reads the scans where they are, and
 # grouping millions of rows by a key of nearly as many values costs the scan more than it saves
 FOR_SPARK_ONLY = (preaggregate, distinct_if_only_tested)
-# DataFusion joins in the order written; Spark plans its own order (broadcasting the small tables)
-FOR_NODE_ONLY = (order_joins,)
 
 
 @dataclass
@@ -128,7 +124,7 @@ def plan_joins(query: CheckedQuery, catalog: RegionCatalog, joins: str = "node")
     draft = Draft(query.tree, catalog)
     engine, why = "spark", ""
     for rule in RULES:
-        if (engine == "node" and rule in FOR_SPARK_ONLY) or (engine == "spark" and rule in FOR_NODE_ONLY):
+        if engine == "node" and rule in FOR_SPARK_ONLY:
             continue
         draft = rule(draft)
         if rule is table_queries:

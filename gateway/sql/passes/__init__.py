@@ -4,7 +4,6 @@ planner's own copy) and the sub-queries of its table references."""
 
 from gateway.sql.passes.distinct_if_only_tested import distinct_if_only_tested
 from gateway.sql.passes.draft import Draft
-from gateway.sql.passes.order_joins import order_joins
 from gateway.sql.passes.preaggregate import preaggregate
 from gateway.sql.passes.prune_columns import prune_columns
 from gateway.sql.passes.push_expressions import push_expressions
@@ -17,7 +16,6 @@ from gateway.sql.passes.table_queries import table_queries
 __all__ = [
     "Draft",
     "distinct_if_only_tested",
-    "order_joins",
     "preaggregate",
     "prune_columns",
     "push_expressions",
