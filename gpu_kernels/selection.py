@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from gpu_kernels.backend import Array, NumpyBackend
 
+_SPARSE = 8  # ranges covering under 1/8 of their span are read by their rows' positions
+
 
 class Selection:
     """The selected rows of a block of `n` rows: ranges, or a bitmap over a window."""
@@ -194,6 +196,8 @@ class Selection:
                 [values[int(a) - offset : int(b) - offset] for a, b in zip(self.starts, self.stops, strict=True)]
             )
         lo, hi = self.span()
+        if _SPARSE * self.count() < hi - lo:  # a gather of the rows costs less than a bitmap of the span
+            return values[self.indices() - offset if offset else self.indices()]
         return values[lo - offset : hi - offset][self.window(lo, hi)]
 
     # -- set operations ---------------------------------------------------------------------
@@ -257,6 +261,9 @@ class Selection:
         if len(self.starts) == 1:
             return Selection.from_mask(self.backend, flags, int(self.starts[0]), self.n)
         lo, hi = self.span()
+        if _SPARSE * self.count() < hi - lo:  # few rows left: ranges of them, no bitmap of the span
+            kept = self.indices()[flags]
+            return Selection.from_ranges(self.backend, self.n, kept, kept + 1)
         window = xp.zeros(hi - lo, dtype=bool)
         window[self.indices()[flags] - lo] = True
         return Selection.from_mask(self.backend, window, lo, self.n)
