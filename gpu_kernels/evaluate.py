@@ -185,6 +185,10 @@ class BlockEvaluator(BlockDecoder):
         return 1 if isinstance(e.args[-1], E.Values) else 2
 
     def _or(self, args: tuple[E.Expr, ...], within: Selection) -> Truth:
+        parts = [self._bool_vec(a, within) for a in args] if self._two_valued and all(map(_row_wise, args)) else []
+        if parts and all(p is not None for p in parts):  # one flag per row, no set operations
+            either = functools.reduce(functools.partial(_kleene, "or"), parts)
+            return Truth(within.subset(either.data if either.valid is None else either.data & either.valid))
         result = self.truth(args[0], within)
         for arg in args[1:]:
             nxt = self.truth(arg, within - result.true)
@@ -397,6 +401,9 @@ class BlockEvaluator(BlockDecoder):
         if e.op in E.COMPARISONS:
             result = compare(self.backend, e.op, self.vec(e.args[0], sel), self.vec(e.args[1], sel))
             return None if result.is_scalar else result
+        if e.op == "between":
+            value, low, high = e.args
+            return self._bool_vec(Call("and", (Call(">=", (value, low)), Call("<=", (value, high)))), sel)
         if e.op not in ("and", "or", "not"):
             return None
         parts = [self._bool_vec(a, sel) for a in e.args]
@@ -426,6 +433,16 @@ class BlockEvaluator(BlockDecoder):
             branch = materialize(self.backend, coerce(self.backend, value, result_type), rows)
             result = where(self.backend, chosen, branch, result)
         return result
+
+
+def _row_wise(e: E.Expr) -> bool:
+    """Whether `_bool_vec` takes `e`: comparisons of anything but two literals, and AND/OR/NOT of
+    them."""
+    if not isinstance(e, Call):
+        return False
+    if e.op in (*E.COMPARISONS, "between"):
+        return not all(isinstance(a, Lit) for a in e.args)
+    return e.op in ("and", "or", "not") and all(_row_wise(a) for a in e.args)
 
 
 def _valid_only(sel: Selection, valid: Array | None) -> Selection:

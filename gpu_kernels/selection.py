@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from gpu_kernels.backend import Array, NumpyBackend
 
-_SPARSE = 8  # ranges covering under 1/8 of their span are read by their rows' positions
+_SPARSE = 8  # a selection of under 1/8 of its span is read by its rows' positions
 
 
 class Selection:
@@ -185,6 +185,8 @@ class Selection:
         if self.is_all and offset == 0 and len(values) == self.n:
             return values
         if self.mask is not None:
+            if _SPARSE * self.count() < len(self.mask):  # a gather costs less than a pass over the mask
+                return values[self.indices() - offset if offset else self.indices()]
             return values[self.lo - offset : self.lo - offset + len(self.mask)][self.mask]
         if not len(self.starts):
             return values[:0]
