@@ -256,16 +256,16 @@ class Selection:
     def subset(self, flags: Array) -> Selection:
         """The selected rows whose flag (one per selected row, in order) is set."""
         xp = self.backend.xp
+        lo, hi = self.span()
+        if _SPARSE * self.count() < hi - lo:  # few rows left: ranges of them, no bitmap of the span
+            kept = self.indices()[flags]
+            return Selection.from_ranges(self.backend, self.n, kept, kept + 1)
         if self.mask is not None:
             window = self.mask.copy()
             window[self.mask] = flags
             return Selection.from_mask(self.backend, window, self.lo, self.n)
         if len(self.starts) == 1:
             return Selection.from_mask(self.backend, flags, int(self.starts[0]), self.n)
-        lo, hi = self.span()
-        if _SPARSE * self.count() < hi - lo:  # few rows left: ranges of them, no bitmap of the span
-            kept = self.indices()[flags]
-            return Selection.from_ranges(self.backend, self.n, kept, kept + 1)
         window = xp.zeros(hi - lo, dtype=bool)
         window[self.indices()[flags] - lo] = True
         return Selection.from_mask(self.backend, window, lo, self.n)
