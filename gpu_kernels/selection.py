@@ -181,26 +181,21 @@ class Selection:
         return self.take_span(values, 0)
 
     def take_span(self, values: Array, offset: int) -> Array:
-        """The selected rows of `values`, an array holding rows [offset, offset + len(values))."""
+        """The selected rows of `values`, an array holding rows [offset, offset + len(values)).
+        Gathered by the rows' positions, found once per selection: indexing by a bitmap costs
+        several times more, every column again (a branch per row of the span)."""
         if self.is_all and offset == 0 and len(values) == self.n:
             return values
-        if self.mask is not None:
-            if _SPARSE * self.count() < len(self.mask):  # a gather costs less than a pass over the mask
-                return values[self.indices() - offset if offset else self.indices()]
-            return values[self.lo - offset : self.lo - offset + len(self.mask)][self.mask]
-        if not len(self.starts):
-            return values[:0]
-        if len(self.starts) == 1:
-            return values[int(self.starts[0]) - offset : int(self.stops[0]) - offset]
-        xp = self.backend.xp
-        if len(self.starts) <= 8:
-            return xp.concatenate(
-                [values[int(a) - offset : int(b) - offset] for a, b in zip(self.starts, self.stops, strict=True)]
-            )
-        lo, hi = self.span()
-        if _SPARSE * self.count() < hi - lo:  # a gather of the rows costs less than a bitmap of the span
-            return values[self.indices() - offset if offset else self.indices()]
-        return values[lo - offset : hi - offset][self.window(lo, hi)]
+        if self.mask is None:
+            if not len(self.starts):
+                return values[:0]
+            if len(self.starts) == 1:
+                return values[int(self.starts[0]) - offset : int(self.stops[0]) - offset]
+            if len(self.starts) <= 8:
+                return self.backend.xp.concatenate(
+                    [values[int(a) - offset : int(b) - offset] for a, b in zip(self.starts, self.stops, strict=True)]
+                )
+        return values[self.indices() - offset if offset else self.indices()]
 
     # -- set operations ---------------------------------------------------------------------
 
