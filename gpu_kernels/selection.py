@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from gpu_kernels.backend import Array, NumpyBackend
 
-_SPARSE = 8  # a selection of under 1/8 of its span is read by its rows' positions
+_SPARSE = 8  # a selection of under 1/8 of its span is narrowed by its rows' positions
+_DENSE = 25  # one of at least 24/25 of its span is gathered through its bitmap
 
 
 class Selection:
@@ -183,7 +184,8 @@ class Selection:
     def take_span(self, values: Array, offset: int) -> Array:
         """The selected rows of `values`, an array holding rows [offset, offset + len(values)).
         Gathered by the rows' positions, found once per selection: indexing by a bitmap costs
-        several times more, every column again (a branch per row of the span)."""
+        several times more, every column again (a branch per row of the span), unless nearly every
+        row of the span is selected."""
         if self.is_all and offset == 0 and len(values) == self.n:
             return values
         if self.mask is None:
@@ -195,6 +197,10 @@ class Selection:
                 return self.backend.xp.concatenate(
                     [values[int(a) - offset : int(b) - offset] for a, b in zip(self.starts, self.stops, strict=True)]
                 )
+        lo, hi = self.span()
+        if _DENSE * (hi - lo - self.count()) <= hi - lo:  # nearly all: the bitmap reads as a copy
+            mask = self.mask if self.mask is not None else self.window(lo, hi)
+            return values[lo - offset : hi - offset][mask]
         return values[self.indices() - offset if offset else self.indices()]
 
     # -- set operations ---------------------------------------------------------------------
