@@ -185,9 +185,8 @@ class BlockEvaluator(BlockDecoder):
         return 1 if isinstance(e.args[-1], E.Values) else 2
 
     def _or(self, args: tuple[E.Expr, ...], within: Selection) -> Truth:
-        parts = [self._bool_vec(a, within) for a in args] if self._two_valued and all(map(_row_wise, args)) else []
-        if parts and all(p is not None for p in parts):  # one flag per row, no set operations
-            either = functools.reduce(functools.partial(_kleene, "or"), parts)
+        either = self._bool_vec(Call("or", args), within) if self._two_valued else None
+        if either is not None:  # one flag per row, no set operations between the branches
             return Truth(within.subset(either.data if either.valid is None else either.data & either.valid))
         result = self.truth(args[0], within)
         for arg in args[1:]:
@@ -297,7 +296,8 @@ class BlockEvaluator(BlockDecoder):
                 true = self._row_level(and_valid(lambda rows: lut[self.decode_rows(encoding.codes, rows)]), within)
         elif t.kind is Kind.STR:
             vec = self.column_vec(name, within)
-            true = within.subset(and_valid(lambda rows: self._flags(predicate, vec.dictionary, t)[vec.data])(within))
+            flags = self._flags(predicate, vec.dictionary, t)[vec.data]
+            true = within.subset(flags if vec.valid is None else flags & vec.valid)
         else:
             true = self._row_level(
                 and_valid(lambda rows: predicate(self.numeric(self.decode_rows(encoding, rows), t.kind))), within
@@ -395,8 +395,9 @@ class BlockEvaluator(BlockDecoder):
     def _bool_vec(self, e: E.Expr, sel: Selection) -> Vec | None:
         """A comparison of values, or an AND/OR/NOT of them, as one boolean per row of `sel` in
         SQL's three-valued logic: cheaper than selections where every row needs its value (a CASE
-        condition). None for any other predicate, or where a part is one value for all rows."""
-        if not isinstance(e, Call):
+        condition). None for any other predicate (nothing computed), or where a part is one value
+        for all rows."""
+        if not _row_wise(e):
             return None
         if e.op in E.COMPARISONS:
             result = compare(self.backend, e.op, self.vec(e.args[0], sel), self.vec(e.args[1], sel))
@@ -404,8 +405,6 @@ class BlockEvaluator(BlockDecoder):
         if e.op == "between":
             value, low, high = e.args
             return self._bool_vec(Call("and", (Call(">=", (value, low)), Call("<=", (value, high)))), sel)
-        if e.op not in ("and", "or", "not"):
-            return None
         parts = [self._bool_vec(a, sel) for a in e.args]
         if any(p is None for p in parts):
             return None
