@@ -66,6 +66,13 @@ class OutOfMemoryError(StorageError):
     status = 503
 
 
+class NumericOverflowError(StorageError):
+    """Arithmetic of a query's scan whose result could pass 64 bits (the kernels' own
+    ``numeric_overflow``): the query's fault, as on a scan's stream."""
+
+    code = "numeric_overflow"
+
+
 class UnreadableRequestError(StorageError):
     """A request body the node cannot read (not JSON, a field missing or of the wrong kind); the
     code says which request (``invalid_json``, ``invalid_commit``)."""

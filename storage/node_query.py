@@ -23,7 +23,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage.errors import OutOfMemoryError, StorageError
+from gpu_kernels import OverflowInExpression
+from storage.errors import NumericOverflowError, OutOfMemoryError, StorageError
 from storage.key_filters import membership
 from storage.query_protocol import NodeEngineError, QueryRequest
 from storage.scan import TableCache, scan_table
@@ -127,7 +128,10 @@ class NodeQuery:
         started = time.perf_counter()
         scan = scan_table(self.cache, request, self.backend, self.threads, self.cancel)
         scan.workers = self.workers
-        batches = [piece.batch for piece in scan.pieces()]  # a cancelled scan stops at its next block
+        try:
+            batches = [piece.batch for piece in scan.pieces()]  # a cancelled scan stops at its next block
+        except OverflowInExpression as e:
+            raise NumericOverflowError(str(e)) from None
         if self.cancel.is_set():
             raise QueryCancelledError("query cancelled")
         table = pa.Table.from_batches(batches, schema=scan.plan.schema)

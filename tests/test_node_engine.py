@@ -85,8 +85,12 @@ def test_a_correlated_not_in_runs_on_spark_and_says_why(node_engine, duck) -> No
 
 
 def test_what_the_nodes_engine_cannot_run_spark_answers(engine, duck) -> None:
-    """A statement DataFusion refuses (here: a function it lacks) is run on Spark, the plan says why."""
-    sql = "SELECT n_name, sign(n_regionkey - 2) AS side FROM nation JOIN region ON n_regionkey = r_regionkey ORDER BY 1"
+    """A statement DataFusion refuses (here: a LATERAL subquery reading the outer row, which it
+    cannot decorrelate) is run on Spark, the plan says why."""
+    sql = (
+        "SELECT n_name, r.r_name FROM nation n CROSS JOIN LATERAL (SELECT r_name FROM region "
+        "WHERE r_regionkey = n.n_regionkey ORDER BY r_name LIMIT 1) r ORDER BY 1"
+    )
     result = engine.execute(sql)
     assert rows_match(rows(result.table), duck.sql(sql).fetchall(), ordered=True)
     assert result.engine == "spark" and result.plan.why.startswith("the node's engine could not run it")

@@ -1,6 +1,7 @@
 """One semantics on every path (docs/sql.md): each rule runs as a one-table query, which the nodes
-answer, and over a join, which Spark answers; both give DuckDB's answer, or both refuse with the
-same code. And the bounds of a query (`gateway.sql.limits`): below them deep and long expressions
+answer, over a join of tables hash-placed over two nodes, which Spark answers, and over a join of
+tables one node holds whole, which that node's DataFusion answers; each gives DuckDB's answer, or
+each refuses with the same code. And the bounds of a query (`gateway.sql.limits`): below them deep and long expressions
 are answered on both paths, past them the query is refused with 400 `too_complex`."""
 
 from __future__ import annotations
@@ -19,8 +20,14 @@ from gateway.sql.limits import MAX_IN_LIST, MAX_SQL_LENGTH, checked_text
 from storage import MAX_EXPRESSION_DEPTH
 from tests.refusals import refusal
 
-JOINED = "people p join visits v on p.id = v.person_id"  # Spark answers
+JOINED = "people p join visits v on p.id = v.person_id"  # Spark answers, or the node holding both
 ALONE = "people p"  # the nodes answer
+# path -> (the engine's fixture, the FROM clause, the engine that answers)
+PATHS = {
+    "nodes": ("engine", ALONE, "nodes"),
+    "spark": ("engine", JOINED, "spark"),
+    "node": ("node_engine", JOINED, "node"),
+}
 
 # (select list, where, order by) over people p; None: the clause is left out
 RULES = {
@@ -54,21 +61,24 @@ def _sql(select: str, where: str | None, order: str | None, source: str) -> str:
     )
 
 
-@pytest.mark.parametrize("source", [ALONE, JOINED], ids=["nodes", "spark"])
+@pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.parametrize("rule", list(RULES))
-def test_each_rule_gives_duckdbs_answer_on_both_paths(engine, duck, rule: str, source: str) -> None:
+def test_each_rule_gives_duckdbs_answer_on_every_path(request, duck, rule: str, path: str) -> None:
+    fixture, source, answers = PATHS[path]
     sql = _sql(*RULES[rule], source)
-    result = engine.execute(sql)
-    assert result.plan.engine == ("nodes" if source == ALONE and rule not in SPARK_ONLY else "spark")
+    result = request.getfixturevalue(fixture).execute(sql)
+    assert result.plan.engine == ("spark" if path == "nodes" and rule in SPARK_ONLY else answers)
     expected = duck.sql(sql).fetchall()
     assert rows_match(rows(result.table), expected, ordered=True), (rows(result.table), expected)
 
 
-@pytest.mark.parametrize("source", [ALONE, JOINED], ids=["nodes", "spark"])
+@pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.parametrize("rule", list(REFUSALS))
-def test_each_refusal_is_the_same_on_both_paths(engine, duck, rule: str, source: str) -> None:
+def test_each_refusal_is_the_same_on_every_path(request, duck, rule: str, path: str) -> None:
+    fixture, source, _ = PATHS[path]
     select, code = REFUSALS[rule]
     sql = _sql(select, None, None, source)
+    engine = request.getfixturevalue(fixture)
     refused = refusal(lambda: engine.execute(sql))
     assert (refused.status, refused.code) == (400, code), refused
     with pytest.raises(Exception):  # noqa: B017 - DuckDB refuses it too (its own error classes)
@@ -98,11 +108,12 @@ OVER_AGGREGATES = ", ".join(
 )
 
 
-@pytest.mark.parametrize("source", [ALONE, JOINED], ids=["nodes", "spark"])
-def test_arithmetic_over_aggregates_gives_duckdbs_answer_on_both_paths(engine, duck, source: str) -> None:
+@pytest.mark.parametrize("path", list(PATHS))
+def test_arithmetic_over_aggregates_gives_duckdbs_answer_on_every_path(request, duck, path: str) -> None:
+    fixture, source, answers = PATHS[path]
     sql = f"select p.city, {OVER_AGGREGATES}, sum(p.age) * count(*) - max(p.score) as y from {source} group by 1"
-    result = engine.execute(f"{sql} order by 1")
-    assert result.plan.engine == ("nodes" if source == ALONE else "spark")
+    result = request.getfixturevalue(fixture).execute(f"{sql} order by 1")
+    assert result.plan.engine == answers
     expected = duck.sql(f"{sql} order by 1").fetchall()
     assert rows_match(rows(result.table), expected, ordered=True, tolerance=1e-9), (rows(result.table), expected)
 

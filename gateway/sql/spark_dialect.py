@@ -8,13 +8,13 @@ import re
 from sqlglot import exp
 
 from gateway.sql.errors import UnsupportedSql
-from gateway.sql.tree import as_double
+from gateway.sql.tree import as_double, count_if_as_sum
 
 
 def _spark_node(node: exp.Expression) -> exp.Expression:
     """`node` as Spark needs it where sqlglot's translation keeps DuckDB's meaning apart: division
     and modulo, GROUPING of several columns (DuckDB's bit mask is Spark's GROUPING_ID), COUNT_IF
-    (DuckDB's is a sum of the condition as 0 or 1: NULL where it is never known), REGEXP_EXTRACT
+    (`count_if_as_sum`), REGEXP_EXTRACT
     without a group (DuckDB's is the whole match, Spark's the first group), QUANTILE_CONT (Spark's
     PERCENTILE), LOG of one argument (DuckDB's is base 10, Spark's natural), DAYNAME and MONTHNAME
     (DuckDB's are whole names), STRING_SPLIT (at the text, not a regex), the ORDER BY of a SELECT
@@ -22,7 +22,7 @@ def _spark_node(node: exp.Expression) -> exp.Expression:
     if isinstance(node, exp.Grouping) and len(node.expressions) > 1:
         return exp.Anonymous(this="GROUPING_ID", expressions=node.expressions)
     if isinstance(node, exp.CountIf):
-        return exp.Sum(this=exp.cast(node.this, "bigint"))
+        return count_if_as_sum(node)
     if isinstance(node, exp.RegexpExtract) and node.args.get("group") is None:
         whole = node.copy()
         whole.set("group", exp.Literal.number(0))  # DuckDB's default: the whole match

@@ -73,6 +73,12 @@ def as_double(node: exp.Expression) -> exp.Expression:
     return node if isinstance(node, exp.Cast) and node.to.is_type("double") else exp.cast(node, "double")
 
 
+def count_if_as_sum(node: exp.CountIf) -> exp.Expression:
+    """DuckDB's COUNT_IF: a sum of the condition as 0 or 1, NULL where it is never known (both
+    engines' SQL writes it so)."""
+    return exp.Sum(this=exp.cast(node.this, "bigint"))
+
+
 def literal(value: Any) -> exp.Expression:
     """A Python value (as Arrow gives it) as an SQL literal of its type."""
     if value is None:
