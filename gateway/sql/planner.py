@@ -35,6 +35,7 @@ from gateway.sql.parse import SET_OPERATIONS
 from gateway.sql.passes import (
     Draft,
     distinct_if_only_tested,
+    filter_derived,
     preaggregate,
     prune_columns,
     push_expressions,
@@ -49,6 +50,7 @@ from gateway.sql.result_types import type_rules
 
 RULES = (
     select_one_in_exists,  # EXISTS needs no column of its subquery
+    filter_derived,  # a derived table's rows filtered by what its readers keep
     table_queries,  # one sub-query per base-table reference
     push_predicates,  # conditions on one table (and those implied by ORs) into its sub-query
     push_expressions,  # scalar expressions over one table computed by its sub-query
