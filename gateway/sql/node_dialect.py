@@ -109,10 +109,10 @@ _DUCKDB: dict[type, Callable[..., exp.Expression | None]] = {
     exp.CountIf: count_if_as_sum,  # a sum of 0 or 1, NULL where never known (PostgreSQL's: a count)
     exp.Sign: lambda node: exp.Anonymous(this="SIGNUM", expressions=[node.this]),
     exp.Dayname: _name_of_day,
+    exp.Monthname: _name_of_day,
     exp.DateFromParts: lambda node: exp.Anonymous(
         this="MAKE_DATE", expressions=[node.args["year"], node.args["month"], node.args["day"]]
     ),
-    exp.Monthname: _name_of_day,
     exp.Fetch: _fetch,
     exp.RegexpExtract: _regexp_extract,
     exp.Split: _string_split,

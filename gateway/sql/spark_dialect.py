@@ -14,11 +14,10 @@ from gateway.sql.tree import as_double, count_if_as_sum
 def _spark_node(node: exp.Expression) -> exp.Expression:
     """`node` as Spark needs it where sqlglot's translation keeps DuckDB's meaning apart: division
     and modulo, GROUPING of several columns (DuckDB's bit mask is Spark's GROUPING_ID), COUNT_IF
-    (`count_if_as_sum`), REGEXP_EXTRACT
-    without a group (DuckDB's is the whole match, Spark's the first group), QUANTILE_CONT (Spark's
-    PERCENTILE), LOG of one argument (DuckDB's is base 10, Spark's natural), DAYNAME and MONTHNAME
-    (DuckDB's are whole names), STRING_SPLIT (at the text, not a regex), the ORDER BY of a SELECT
-    DISTINCT (`_order_by_output`)."""
+    (`count_if_as_sum`), REGEXP_EXTRACT without a group (DuckDB's is the whole match, Spark's the
+    first group), QUANTILE_CONT (Spark's PERCENTILE), LOG of one argument (DuckDB's is base 10,
+    Spark's natural), DAYNAME and MONTHNAME (DuckDB's are whole names), STRING_SPLIT (at the text,
+    not a regex), the ORDER BY of a SELECT DISTINCT (`_order_by_output`)."""
     if isinstance(node, exp.Grouping) and len(node.expressions) > 1:
         return exp.Anonymous(this="GROUPING_ID", expressions=node.expressions)
     if isinstance(node, exp.CountIf):
