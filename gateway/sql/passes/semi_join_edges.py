@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
+from gateway.sql.parse import SET_OPERATIONS
 from gateway.sql.passes.draft import Draft, nullable_aliases, owner
 from gateway.sql.plan import Edge, TableQuery
 from gateway.sql.tree import split_and
@@ -15,27 +18,37 @@ def semi_join_edges(draft: Draft) -> Draft:
     (`gateway.sql.reduce`): every two columns of one equivalence class of inner equi-joins
     (``a.x = b.y AND b.y = c.z`` also joins a and c), both ways; and a correlated subquery's
     ``inner.x = outer.y``, from the outer sub-query to the inner one only (inner rows matching no
-    outer row cannot change any outer row's result; the reverse would lose NOT EXISTS rows).
+    outer row cannot change any outer row's result; the reverse would lose NOT EXISTS rows); and a
+    table's inner equi-join with a derived table read once, from the table into each branch of the
+    derived table that takes that column from a table of its own (`_into_derived`).
 
     Example: ``FROM customer c, orders o WHERE c.c_custkey = o.o_custkey`` -> the edge
     customer.c_custkey = orders.o_custkey.
     """
+    sources = [source for scope in draft.scopes for _, source in scope.selected_sources.values()]
+    readers = Counter(id(source) for source in sources if isinstance(source, Scope))
     for scope in draft.scopes:
         base = draft.base(scope)
         if base and isinstance(scope.expression, exp.Select):
             draft.edges += _equi_joins(scope.expression, base, nullable_aliases(scope.expression))
+            draft.edges += _into_derived(scope, base, draft, readers)
         draft.edges += _correlated_edges(scope, draft)
     return draft
 
 
-def _equi_joins(select: exp.Select, base: dict[str, TableQuery], nullable: set[str]) -> list[Edge]:
-    """The `a.x = b.y` conditions of inner joins between two tables of this SELECT."""
+def _inner_conditions(select: exp.Select) -> list[exp.Expression]:
+    """The conjuncts of the WHERE and of the inner joins' ON."""
     conditions = split_and(select.args["where"].this) if select.args.get("where") else []
     for join in select.args.get("joins") or []:
         if not join.side and join.args.get("on") is not None:
             conditions += split_and(join.args["on"])
+    return conditions
+
+
+def _equi_joins(select: exp.Select, base: dict[str, TableQuery], nullable: set[str]) -> list[Edge]:
+    """The `a.x = b.y` conditions of inner joins between two tables of this SELECT."""
     pairs = []
-    for condition in conditions:
+    for condition in _inner_conditions(select):
         if isinstance(condition, exp.EQ) and isinstance(condition.this, exp.Column):
             left, right = condition.this, condition.expression
             if not isinstance(right, exp.Column) or left.table == right.table:
@@ -55,6 +68,72 @@ def _equi_joins(select: exp.Select, base: dict[str, TableQuery], nullable: set[s
                 if left_alias != right_alias:
                     edges.append(Edge(base[left_alias], left_column, base[right_alias], right_column))
     return edges
+
+
+def _into_derived(scope: Scope, base: dict[str, TableQuery], draft: Draft, readers: Counter) -> list[Edge]:
+    """``d.x = t.y`` between a table t and a derived table d (or common table expression) that
+    only this SELECT reads, neither on the NULL-extended side of an outer join: every row of d
+    whose x is not among t's values is dropped, so t's values filter, in each branch of d's body,
+    the table its x comes from (one way: d's values are known only once it is computed). Not into
+    a branch whose rows a LIMIT, a window or grouping sets compute from rows the filter would
+    remove, nor where x is an aggregate.
+
+    Example: ``FROM (SELECT ss_sold_date_sk AS date_sk ... FROM store_sales UNION ALL SELECT
+    sr_returned_date_sk ... FROM store_returns) s, date_dim WHERE s.date_sk = d_date_sk AND d_date
+    BETWEEN ...`` -> date_dim's keys filter store_sales and store_returns."""
+    select = scope.expression
+    nullable = nullable_aliases(select)
+    derived = {
+        alias: source
+        for alias, (_, source) in scope.selected_sources.items()
+        if isinstance(source, Scope) and readers[id(source)] == 1 and alias not in nullable
+    }
+    edges = []
+    for condition in _inner_conditions(select) if derived else []:
+        if not (isinstance(condition, exp.EQ) and all(isinstance(c, exp.Column) for c in condition.unnest_operands())):
+            continue
+        for inner, outer in ((condition.this, condition.expression), (condition.expression, condition.this)):
+            if inner.table in derived and outer.table in base and outer.table not in nullable:
+                for query, column in _origins(derived[inner.table], inner.name, draft):
+                    edges.append(Edge(base[outer.table], outer.name, query, column, both_ways=False))
+    return edges
+
+
+def _origins(body: Scope, name: str, draft: Draft) -> list[tuple[TableQuery, str]]:
+    """Each branch of `body` whose output `name` is a column of one of its tables, with that
+    table's sub-query and column."""
+    if body.external_columns:
+        return []  # a LATERAL body reads the outer row
+    leftmost = body.expression
+    while isinstance(leftmost, SET_OPERATIONS):
+        leftmost = leftmost.this
+    if not isinstance(leftmost, exp.Select):
+        return []
+    names = [p.alias_or_name for p in leftmost.expressions]
+    if name not in names:
+        return []
+    found = []
+    for branch in _branches(body):
+        select = branch.expression
+        group = select.args.get("group")
+        if select.args.get("limit") or select.args.get("offset") or select.find(exp.Window):
+            continue
+        if group is not None and any(group.args.get(a) for a in ("grouping_sets", "cube", "rollup")):
+            continue
+        value = select.expressions[names.index(name)].unalias() if len(select.expressions) == len(names) else None
+        if not isinstance(value, exp.Column) or (group is not None and value not in group.expressions):
+            continue
+        query = draft.query_of(select, value.table)
+        if query is not None:
+            found.append((query, value.name))
+    return found
+
+
+def _branches(body: Scope) -> list[Scope]:
+    """The SELECT scopes of a set operation's branches (the body itself when it is one SELECT)."""
+    if isinstance(body.expression, SET_OPERATIONS):
+        return [leaf for part in body.set_operation_scopes for leaf in _branches(part)]
+    return [body] if isinstance(body.expression, exp.Select) else []
 
 
 def _correlated_edges(scope: Scope, draft: Draft) -> list[Edge]:
