@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
 from gateway.sql.catalog import RegionCatalog
+from gateway.sql.parse import SET_OPERATIONS
 from gateway.sql.plan import Edge, TableQuery
 from gateway.sql.tree import has_subquery
 
 Key = tuple[int, str]  # (id of a scope's SELECT, a table alias of its FROM)
+NOT_ROW_WISE = (exp.AggFunc, exp.Window, exp.Rand, exp.Subquery, exp.Exists)  # not one value per input row
 
 
 @dataclass
@@ -77,3 +80,54 @@ def planned_selects(draft: Draft) -> list[tuple[Scope, dict[str, TableQuery]]]:
         if base and isinstance(scope.expression, exp.Select):
             found.append((scope, base))
     return found
+
+
+def derived_readers(scopes: list[Scope]) -> dict[int, list[tuple[exp.Expression, str]]]:
+    """Who reads each derived table or common table expression: by the id of its body's scope,
+    every (SELECT, alias) that names it in its FROM."""
+    readers: dict[int, list[tuple[exp.Expression, str]]] = defaultdict(list)
+    for scope in scopes:
+        for alias, (_, source) in scope.selected_sources.items():
+            if isinstance(source, Scope):
+                readers[id(source)].append((scope.expression, alias))
+    return readers
+
+
+def filterable_branches(body: exp.Expression) -> tuple[list[str], list[exp.Select]]:
+    """The output names of a derived table's body (a SELECT or a set operation of them) and the
+    SELECTs of its branches whose input rows a filter on their outputs may filter instead: not
+    one with a LIMIT or OFFSET, DISTINCT ON, a window or grouping sets, which compute the rows
+    they keep from rows such a filter would remove."""
+    leftmost = body
+    while isinstance(leftmost, SET_OPERATIONS):
+        leftmost = leftmost.this
+    if not isinstance(leftmost, exp.Select):
+        return [], []
+    names = [p.alias_or_name for p in leftmost.expressions]
+    return names, [b for b in _branches(body) if len(b.expressions) == len(names) and _filterable(b)]
+
+
+def _branches(body: exp.Expression) -> list[exp.Select]:
+    if isinstance(body, SET_OPERATIONS):
+        return [*_branches(body.this), *_branches(body.expression)]
+    return [body] if isinstance(body, exp.Select) else []
+
+
+def _filterable(select: exp.Select) -> bool:
+    distinct, group = select.args.get("distinct"), select.args.get("group")
+    if select.args.get("limit") or select.args.get("offset") or (distinct and distinct.args.get("on")):
+        return False
+    if group is not None and any(group.args.get(a) for a in ("grouping_sets", "cube", "rollup")):
+        return False
+    return not select.find(exp.Window)
+
+
+def per_input_row(select: exp.Select, value: exp.Expression) -> bool:
+    """Whether an output `value` of `select` is one of each input row's (a GROUP BY key, a
+    constant, or any row-wise expression of an ungrouped SELECT): a filter on it may filter the
+    input rows instead."""
+    if value.find(*NOT_ROW_WISE):
+        return False
+    group = select.args.get("group")
+    grouped = group is not None or any(p.find(exp.AggFunc) for p in select.expressions)
+    return not grouped or (group is not None and value in group.expressions) or not value.find(exp.Column)

@@ -4,17 +4,19 @@ their keys, the tables joined to them (`semi_join_edges`)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from sqlglot import exp
-from sqlglot.optimizer.scope import Scope, traverse_scope
+from sqlglot.optimizer.scope import traverse_scope
 from sqlglot.optimizer.simplify import simplify
 
-from gateway.sql.parse import SET_OPERATIONS
-from gateway.sql.passes.draft import Draft, nullable_aliases
+from gateway.sql.passes.draft import (
+    NOT_ROW_WISE,
+    Draft,
+    derived_readers,
+    filterable_branches,
+    nullable_aliases,
+    per_input_row,
+)
 from gateway.sql.tree import has_subquery, split_and
-
-_NOT_MOVABLE = (exp.AggFunc, exp.Window, exp.Rand, exp.Subquery, exp.Exists)
 
 
 def filter_derived(draft: Draft) -> Draft:
@@ -32,11 +34,7 @@ def filter_derived(draft: Draft) -> Draft:
     sub-query evaluates, and whose keys filter the sales tables' scans.
     """
     scopes = traverse_scope(draft.tree)
-    readers: dict[int, list[tuple[exp.Select, str]]] = defaultdict(list)
-    for scope in scopes:
-        for alias, (_, source) in scope.selected_sources.items():
-            if isinstance(source, Scope):
-                readers[id(source)].append((scope.expression, alias))
+    readers = derived_readers(scopes)
     for body in reversed(scopes):
         kept = [_kept(select, alias) for select, alias in readers.get(id(body), [])]
         if kept and all(kept):
@@ -53,7 +51,7 @@ def _kept(select: exp.Expression, alias: str) -> list[exp.Expression]:
     own = [
         c.copy()
         for c in split_and(where.this if where is not None else None)
-        if not c.find(*_NOT_MOVABLE) and not has_subquery(c) and _tables(c) == {alias}
+        if not c.find(*NOT_ROW_WISE) and not has_subquery(c) and _tables(c) == {alias}
     ]
     for condition in own:
         for column in condition.find_all(exp.Column):
@@ -66,60 +64,31 @@ def _tables(node: exp.Expression) -> set[str]:
 
 
 def _filter(body: exp.Expression, kept: list[list[exp.Expression]]) -> None:
-    """`body` (a SELECT or a set operation of them) filtered by what its readers keep: the OR of
-    their conditions over its output names."""
-    if isinstance(body, SET_OPERATIONS):
-        names = [p.alias_or_name for p in _leftmost(body).expressions]
-        for branch in _branches(body):
-            _filter_select(branch, kept, names)
-    elif isinstance(body, exp.Select):
-        _filter_select(body, kept, [p.alias_or_name for p in body.expressions])
+    """`body` (a SELECT or a set operation of them) filtered by what its readers keep: in each
+    branch, each reader's conditions over the outputs it computes per input row (the others left
+    out: a weaker condition, still kept by every row the reader keeps); their OR, simplified,
+    joins the branch's WHERE."""
+    names, branches = filterable_branches(body)
+    for select in branches:
+        values = (p.unalias() for p in select.expressions)
+        outputs = {name: value for name, value in zip(names, values, strict=True) if per_input_row(select, value)}
+        terms = []
+        for conditions in kept:
+            movable = [over for c in conditions if (over := _over(c, outputs)) is not None]
+            if not movable:
+                break  # this reader needs every row the branch gives
+            terms.append(exp.and_(*movable, copy=False))
+        else:
+            pushed = simplify(exp.or_(*terms, copy=False))
+            if pushed != exp.true():
+                select.where(pushed, copy=False)
 
 
-def _leftmost(body: exp.Expression) -> exp.Expression:
-    while isinstance(body, SET_OPERATIONS):
-        body = body.this
-    return body
-
-
-def _branches(body: exp.Expression) -> list[exp.Select]:
-    if isinstance(body, SET_OPERATIONS):
-        return [*_branches(body.this), *_branches(body.expression)]
-    return [body] if isinstance(body, exp.Select) else []
-
-
-def _filter_select(select: exp.Select, kept: list[list[exp.Expression]], names: list[str]) -> None:
-    """Each reader's conditions over columns `select` computes row by row (or groups by, or that
-    are constant), the others left out (a weaker condition, still kept by every row the reader
-    keeps); their OR, simplified, joins the WHERE."""
-    distinct = select.args.get("distinct")
-    if select.args.get("limit") or select.args.get("offset") or (distinct and distinct.args.get("on")):
-        return
-    if select.find(exp.Window):
-        return
-    group = select.args.get("group")
-    if group is not None and any(group.args.get(a) for a in ("grouping_sets", "cube", "rollup")):
-        return
-    grouped = group is not None or any(p.find(exp.AggFunc) for p in select.expressions)
-    keys = group.expressions if group is not None else []
-    outputs = {}
-    for name, projection in zip(names, select.expressions, strict=False):
-        value = projection.unalias()
-        if not value.find(*_NOT_MOVABLE) and (not grouped or value in keys or not value.find(exp.Column)):
-            outputs[name] = value
-    terms = []
-    for conditions in kept:
-        movable = [_over(c, outputs) for c in conditions if all(col.name in outputs for col in c.find_all(exp.Column))]
-        if not movable:
-            return  # this reader needs every row the select gives
-        terms.append(exp.and_(*movable, copy=False))
-    pushed = simplify(exp.or_(*terms, copy=False))
-    if pushed != exp.true():
-        select.where(pushed, copy=False)
-
-
-def _over(condition: exp.Expression, outputs: dict[str, exp.Expression]) -> exp.Expression:
-    """`condition` over a select's output names, with their expressions in their place."""
+def _over(condition: exp.Expression, outputs: dict[str, exp.Expression]) -> exp.Expression | None:
+    """`condition` over a select's output names, with their expressions in their place (None: it
+    reads another column)."""
+    if any(column.name not in outputs for column in condition.find_all(exp.Column)):
+        return None
     condition = condition.copy()
     for column in list(condition.find_all(exp.Column)):
         replacement = outputs[column.name].copy()

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
-from gateway.sql.parse import SET_OPERATIONS
-from gateway.sql.passes.draft import Draft, nullable_aliases, owner
+from gateway.sql.passes.draft import Draft, derived_readers, filterable_branches, nullable_aliases, owner, per_input_row
 from gateway.sql.plan import Edge, TableQuery
 from gateway.sql.tree import split_and
 
@@ -25,8 +22,7 @@ def semi_join_edges(draft: Draft) -> Draft:
     Example: ``FROM customer c, orders o WHERE c.c_custkey = o.o_custkey`` -> the edge
     customer.c_custkey = orders.o_custkey.
     """
-    sources = [source for scope in draft.scopes for _, source in scope.selected_sources.values()]
-    readers = Counter(id(source) for source in sources if isinstance(source, Scope))
+    readers = derived_readers(draft.scopes)
     for scope in draft.scopes:
         base = draft.base(scope)
         if base and isinstance(scope.expression, exp.Select):
@@ -70,7 +66,7 @@ def _equi_joins(select: exp.Select, base: dict[str, TableQuery], nullable: set[s
     return edges
 
 
-def _into_derived(scope: Scope, base: dict[str, TableQuery], draft: Draft, readers: Counter) -> list[Edge]:
+def _into_derived(scope: Scope, base: dict[str, TableQuery], draft: Draft, readers: dict[int, list]) -> list[Edge]:
     """``d.x = t.y`` between a table t and a derived table d (or common table expression) that
     only this SELECT reads, neither on the NULL-extended side of an outer join: every row of d
     whose x is not among t's values is dropped, so t's values filter, in each branch of d's body,
@@ -86,7 +82,7 @@ def _into_derived(scope: Scope, base: dict[str, TableQuery], draft: Draft, reade
     derived = {
         alias: source
         for alias, (_, source) in scope.selected_sources.items()
-        if isinstance(source, Scope) and readers[id(source)] == 1 and alias not in nullable
+        if isinstance(source, Scope) and len(readers.get(id(source), ())) == 1 and alias not in nullable
     }
     edges = []
     for condition in _inner_conditions(select) if derived else []:
@@ -100,40 +96,18 @@ def _into_derived(scope: Scope, base: dict[str, TableQuery], draft: Draft, reade
 
 
 def _origins(body: Scope, name: str, draft: Draft) -> list[tuple[TableQuery, str]]:
-    """Each branch of `body` whose output `name` is a column of one of its tables, with that
-    table's sub-query and column."""
+    """Each branch of `body` whose output `name` is a column of one of its tables, one per input
+    row, with that table's sub-query and column."""
     if body.external_columns:
         return []  # a LATERAL body reads the outer row
-    leftmost = body.expression
-    while isinstance(leftmost, SET_OPERATIONS):
-        leftmost = leftmost.this
-    if not isinstance(leftmost, exp.Select):
-        return []
-    names = [p.alias_or_name for p in leftmost.expressions]
-    if name not in names:
-        return []
+    names, branches = filterable_branches(body.expression)
     found = []
-    for branch in _branches(body):
-        select = branch.expression
-        group = select.args.get("group")
-        if select.args.get("limit") or select.args.get("offset") or select.find(exp.Window):
-            continue
-        if group is not None and any(group.args.get(a) for a in ("grouping_sets", "cube", "rollup")):
-            continue
-        value = select.expressions[names.index(name)].unalias() if len(select.expressions) == len(names) else None
-        if not isinstance(value, exp.Column) or (group is not None and value not in group.expressions):
-            continue
-        query = draft.query_of(select, value.table)
-        if query is not None:
+    for select in branches if name in names else []:
+        value = select.expressions[names.index(name)].unalias()
+        query = draft.query_of(select, value.table) if isinstance(value, exp.Column) else None
+        if query is not None and per_input_row(select, value):
             found.append((query, value.name))
     return found
-
-
-def _branches(body: Scope) -> list[Scope]:
-    """The SELECT scopes of a set operation's branches (the body itself when it is one SELECT)."""
-    if isinstance(body.expression, SET_OPERATIONS):
-        return [leaf for part in body.set_operation_scopes for leaf in _branches(part)]
-    return [body] if isinstance(body.expression, exp.Select) else []
 
 
 def _correlated_edges(scope: Scope, draft: Draft) -> list[Edge]:
