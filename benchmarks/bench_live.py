@@ -90,10 +90,24 @@ Measured = dict[int, tuple[Summary, dict[str, Any]]]  # users -> summary, and wh
 def live_runs(
     sets: list[str], queries: list[Query], users: list[int], args: argparse.Namespace, title: str
 ) -> Measured:
-    """Start the region of `sets`, warm it with every query once, then a load per count of `users`."""
+    """Start the region of `sets`, wait for its Spark, warm it with every query once, then a load
+    per count of `users`."""
     config = load_config(None, sets)
     with LocalRegion(config, [x for s in sets for x in ("--set", s)]) as region:
+        if config.region.backend == "native" and config.spark.warm_up:
+            wait_for_spark(Client(region.url), title)
         return load_runs(region.url, queries, users, args, title)
+
+
+def wait_for_spark(client: Client, title: str, timeout: float = 300.0) -> None:
+    """Until the gateway's Spark, which starts in the background, is up: a region measured in its
+    steady state, not while a JVM starting beside it takes a core."""
+    deadline = time.monotonic() + timeout
+    with console.status(f"{title}: waiting for the gateway's Spark to start"):
+        while client.cluster()["spark"]["state"] == "not started":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the gateway's Spark did not start within {timeout:.0f} s")
+            time.sleep(0.5)
 
 
 def load_runs(url: str, queries: list[Query], users: list[int], args: argparse.Namespace, title: str) -> Measured:

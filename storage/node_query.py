@@ -52,7 +52,7 @@ class NodeQuery:
 
     def run(self) -> pa.Table:
         """The answer (no rows with `analyze`: the operators are in `stats`)."""
-        import datafusion  # the node's join engine: loaded by the first whole query
+        import datafusion  # the node's join engine (`cxg node` loads it in the background at start-up)
 
         config = datafusion.SessionConfig().with_target_partitions(1)
         runtime = datafusion.RuntimeEnvBuilder()
