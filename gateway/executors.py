@@ -220,12 +220,10 @@ class NativeExecutor:
     def _plan(self, asked: Asked) -> Planned:
         snapshot = self.engine.catalog.snapshot()
         try:
-            query = self.engine.check(asked.sql, asked.params, snapshot)
+            query = self.engine.check(asked.sql, asked.params, snapshot, copy=False)  # only read
             names = read_tables(query.tree)
             authorize(names, asked.token, asked.may_read)
-            if asked.max_rows is not None:
-                query = query.capped(asked.max_rows + 1)  # a copy when it changed
-            plan = self.engine.plan(query, snapshot, copy=False)
+            plan = self.engine.plan_kept(query, names, snapshot, None if asked.max_rows is None else asked.max_rows + 1)
             if not names:
                 snapshot.close()
                 return Planned(asked, plan, local=True)

@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 import threading
 import urllib.request
+from contextlib import closing
+from dataclasses import replace
 
 import pytest
 
 from benchmarks.compare import rows, rows_match
+from gateway.sql.catalog import Snapshot
+from gateway.sql.check import read_tables
 from gateway.sql.engine import Engine
 from gpu_kernels import get_backend
 from storage import Named, NodeClient, NodeError, QueryRequest, ScanCancelled, ScanRequest, TableCache
@@ -86,7 +90,8 @@ def test_a_correlated_not_in_runs_on_spark_and_says_why(node_engine, duck) -> No
 
 def test_what_the_nodes_engine_cannot_run_spark_answers(engine, duck) -> None:
     """A statement DataFusion refuses (here: a LATERAL subquery reading the outer row, which it
-    cannot decorrelate) is run on Spark, the plan says why."""
+    cannot decorrelate) is run on Spark, the plan says why; a kept plan (`plan_kept`) is then no
+    longer kept, and stays as it was."""
     sql = (
         "SELECT n_name, r.r_name FROM nation n CROSS JOIN LATERAL (SELECT r_name FROM region "
         "WHERE r_regionkey = n.n_regionkey ORDER BY r_name LIMIT 1) r ORDER BY 1"
@@ -94,6 +99,38 @@ def test_what_the_nodes_engine_cannot_run_spark_answers(engine, duck) -> None:
     result = engine.execute(sql)
     assert rows_match(rows(result.table), duck.sql(sql).fetchall(), ordered=True)
     assert result.engine == "spark" and result.plan.why.startswith("the node's engine could not run it")
+    with closing(engine.catalog.snapshot()) as snapshot:
+        query = engine.check(sql, catalog=snapshot, copy=False)
+        kept = engine.plan_kept(query, read_tables(query.tree), snapshot, None)
+        assert kept.engine == "node"
+        assert engine.answer(kept, catalog=snapshot).engine == "spark" and kept.engine == "node"
+        assert engine.plan_kept(query, read_tables(query.tree), snapshot, None) is not kept
+
+
+def test_a_whole_query_for_one_node_is_planned_once_until_what_it_reads_changes(engine, duck) -> None:
+    """The same query over the same tables (versions, nodes, rows) and cap is planned once: its
+    plan is kept and shared, as running it only reads it."""
+    expected = duck.sql(JOIN_REPLICATED).fetchall()
+    with closing(engine.catalog.snapshot()) as snapshot:
+        query = engine.check(JOIN_REPLICATED, catalog=snapshot, copy=False)
+        names = read_tables(query.tree)
+        plan = engine.plan_kept(query, names, snapshot, None)
+        text = plan.node_sql
+        assert engine.plan_kept(query, names, snapshot, None) is plan
+        for _ in range(2):
+            assert rows_match(rows(engine.answer(plan, catalog=snapshot).table), expected, ordered=True)
+        assert (
+            plan.engine == "node" and plan.node_sql == text and engine.plan_kept(query, names, snapshot, None) is plan
+        )
+        capped = engine.plan_kept(query, names, snapshot, 2)
+        assert capped is not plan and "LIMIT 2" in capped.node_sql and "LIMIT" not in text
+        tables = snapshot.tables()
+        newer = {**tables, "nation": replace(tables["nation"], version=tables["nation"].version + 1)}
+        assert engine.plan_kept(query, names, Snapshot(snapshot.nodes, newer, engine.catalog, []), None) is not plan
+    with closing(engine.catalog.snapshot()) as snapshot:  # the next query's snapshot, the same tables
+        assert (
+            engine.plan_kept(engine.check(JOIN_REPLICATED, catalog=snapshot, copy=False), names, snapshot, None) is plan
+        )
 
 
 def test_a_whole_query_past_its_memory_fails_alone_with_out_of_memory(region_stores) -> None:

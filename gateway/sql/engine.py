@@ -22,13 +22,14 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
+from copy import deepcopy
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from gateway.config import JOINS, SparkFactory, SparkSettings
-from gateway.sql.catalog import RegionCatalog
+from gateway.sql.catalog import RegionCatalog, TableInfo
 from gateway.sql.check import CheckedQuery, check
 from gateway.sql.errors import ExecutionError, QueryCancelled, SqlError
 from gateway.sql.exchange import ExchangeOptions
@@ -44,6 +45,7 @@ from storage import NodeEngineError, NodeError, allow_deep_expressions
 
 log = logging.getLogger("cxg.sql")
 CHECKED_KEPT = 256  # checked queries an engine keeps, the latest used
+PLANS_KEPT = 256  # whole-query plans for one node an engine keeps, the latest used
 
 
 @dataclass
@@ -80,6 +82,7 @@ class Engine:
         self._session: Any = None  # the session once a query asked for it: what `cancel` reaches
         self._running: dict[str, threading.Event] = {}
         self._checked: OrderedDict[tuple[str, str, str], CheckedQuery] = OrderedDict()  # the latest checks, kept
+        self._plans: OrderedDict[tuple[Any, ...], tuple[CheckedQuery, Plan]] = OrderedDict()  # `plan_kept`'s
         self._lock = threading.Lock()
 
     @property
@@ -97,11 +100,16 @@ class Engine:
     # ---- the steps before admission: they read the catalog and run nothing on the nodes ----------
 
     def check(
-        self, sql: str, params: dict[str, Any] | None = None, catalog: RegionCatalog | None = None
+        self,
+        sql: str,
+        params: dict[str, Any] | None = None,
+        catalog: RegionCatalog | None = None,
+        copy: bool = True,
     ) -> CheckedQuery:
         """Step 1: `sql` checked against the tables `catalog` (default: the region's now) serves.
         The same text, parameters and tables checked before give a copy of that check (parsing and
-        qualifying are most of a short query's planning)."""
+        qualifying are most of a short query's planning), or with `copy=False` the kept check
+        itself, which the caller only reads (as `plan_kept` does)."""
         schema = (catalog or self.catalog).sql_schema()
         key = (
             sql,
@@ -118,7 +126,7 @@ class Engine:
                 self._checked[key] = checked
                 if len(self._checked) > CHECKED_KEPT:
                     self._checked.popitem(last=False)
-        return checked.copy()
+        return checked.copy() if copy else checked
 
     def plan(self, query: CheckedQuery | str, catalog: RegionCatalog | None = None, copy: bool = True) -> Plan:
         """Step 2: the plan of `query` (SQL text is checked first) over `catalog` (default: the
@@ -127,6 +135,32 @@ class Engine:
         if isinstance(query, str):
             query, copy = self.check(query, catalog=catalog), False
         return Planner(catalog, self.joins).plan(query, copy=copy)
+
+    def plan_kept(self, query: CheckedQuery, names: frozenset[str], catalog: RegionCatalog, rows: int | None) -> Plan:
+        """Step 2 for a kept check (`check(copy=False)`, left as it is) reading the tables `names`,
+        stopped after `rows` rows: the plan made before for the same check, cap and tables, served
+        at the same versions by the same nodes, when it was a whole query for one node (whose run
+        only reads its plan: it is shared); a new plan otherwise."""
+        served = tuple(_served(catalog.table(name)) for name in sorted(names))
+        key = (id(query), rows, self.joins, served)
+        with self._lock:
+            kept = self._plans.get(key)
+            if kept is not None and kept[0] is query:
+                self._plans.move_to_end(key)
+                return kept[1]
+        capped = query if rows is None else query.capped(rows)  # a copy when it changed
+        plan = Planner(catalog, self.joins).plan(capped, copy=capped is query)
+        if plan.engine == "node" and not plan.first and not query.explain and None not in served:
+            with self._lock:
+                self._plans[key] = query, plan
+                if len(self._plans) > PLANS_KEPT:
+                    self._plans.popitem(last=False)
+        return plan
+
+    def _forget(self, plan: Plan) -> None:
+        with self._lock:
+            for key in [k for k, (_, kept) in self._plans.items() if kept is plan]:
+                del self._plans[key]
 
     # ---- the steps once admitted -------------------------------------------------------------------
 
@@ -164,6 +198,7 @@ class Engine:
             except NodeError as e:
                 if e.code != NodeEngineError.code:
                     raise
+                self._forget(staged.plan)  # kept plans go to the node's engine: this one goes to Spark
                 staged = stage(_to_spark(staged.plan, e), catalog, self.exchange_options, self.joins)
                 table = execute(staged, catalog, spark)
         except SqlError:
@@ -244,10 +279,20 @@ class Engine:
         return True
 
 
+def _served(info: TableInfo) -> tuple[Any, ...] | None:
+    """What a plan reads of a table as served: its version (which fixes its schema), where it is
+    and its rows; None when the nodes serve versions of their own (no version to compare)."""
+    if info.version is None:
+        return None
+    return info.schema.name, info.version, tuple(info.nodes), repr(info.buckets), info.rows
+
+
 def _to_spark(plan: Plan, failure: NodeError) -> Plan:
-    """A ``node`` plan whose node's engine could not run it, to run on Spark instead: the same
-    sub-queries and statement (what DataFusion failed on is in EXPLAIN ANALYZE and the log)."""
+    """A ``node`` plan whose node's engine could not run it, to run on Spark instead: a copy with
+    the same sub-queries and statement (what DataFusion failed on is in EXPLAIN ANALYZE and the
+    log)."""
     log.warning("the node's engine could not run a query, Spark runs it: %s", failure)
+    plan = deepcopy(plan)
     plan.engine = "spark"
     plan.why = f"the node's engine could not run it ({str(failure).splitlines()[0][:200]}): Spark ran it"
     return plan

@@ -134,6 +134,7 @@ class Plan:
     deliveries: dict[int, str] = field(default_factory=dict)  # staged: how each sub-query reaches Spark, by scan
     dropped: dict[int, str] = field(default_factory=dict)  # staged: sub-queries Spark need not join, and why
     why: str = ""  # why a join query runs where it runs (``node`` or ``spark``)
+    _node_sql: str | None = field(default=None, repr=False, compare=False)  # written once: a node plan is only read
 
     @property
     def spark_sql(self) -> str | None:
@@ -143,7 +144,11 @@ class Plan:
     @property
     def node_sql(self) -> str | None:
         """The query the node's DataFusion runs over the sub-queries' views."""
-        return node_text(self.query.tree) if self.engine == "node" else None
+        if self.engine != "node":
+            return None
+        if self._node_sql is None:
+            self._node_sql = node_text(self.query.tree)
+        return self._node_sql
 
     def explain(self) -> list[str]:
         lines = [f"engine: {ENGINES[self.engine]}", *([f"  ({self.why})"] if self.why else []), *self.notes]
