@@ -18,7 +18,7 @@ from gateway.sql import stage
 from gateway.sql.check import CheckedQuery, check
 from gateway.sql.errors import NodeUnavailable
 from gateway.sql.passes import Draft, read_from_views
-from gateway.sql.planner import RULES, Planner
+from gateway.sql.planner import FOR_NODE_ONLY, FOR_SPARK_ONLY, RULES, Planner
 from gateway.sql.spark_dialect import spark_text
 from gateway.sql.stage import CardinalityError
 from gateway.sql.tree import node_at, path_to
@@ -75,10 +75,12 @@ def checked(sql: str) -> CheckedQuery:
 
 
 def draft_after(sql: str, rule) -> Draft:
-    """The draft of `sql` once `rule` and every rule before it have run."""
+    """The draft of `sql` once `rule` and every rule before it have run: those of a node's plan
+    for a rule of the node's alone (`FOR_NODE_ONLY`), else those of Spark's."""
+    skipped = FOR_SPARK_ONLY if rule in FOR_NODE_ONLY else FOR_NODE_ONLY
     draft = Draft(checked(sql).tree, CATALOG)
     for each in RULES[: RULES.index(rule) + 1]:
-        draft = each(draft)
+        draft = draft if each in skipped else each(draft)
     return draft
 
 

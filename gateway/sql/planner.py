@@ -35,6 +35,7 @@ from gateway.sql.parse import SET_OPERATIONS
 from gateway.sql.passes import (
     Draft,
     distinct_if_only_tested,
+    eager_aggregate,
     filter_derived,
     preaggregate,
     prune_columns,
@@ -57,12 +58,14 @@ RULES = (
     semi_join_edges,  # the equalities along which one sub-query's keys filter another's rows
     preaggregate,  # aggregates over one table start as partial aggregates on the nodes
     prune_columns,  # each sub-query returns only the columns still read
+    eager_aggregate,  # a join that only widens the groups joins them once aggregated
     distinct_if_only_tested,  # a subquery only tested for its keys returns each key once
     read_from_views,  # the tables become the sub-queries' views: the statement for Spark
 )
 # what only makes Spark's input smaller: on one node, DataFusion reads the scans where they are, and
 # grouping millions of rows by a key of nearly as many values costs the scan more than it saves
 FOR_SPARK_ONLY = (preaggregate, distinct_if_only_tested)
+FOR_NODE_ONLY = (eager_aggregate,)  # Spark's input is pre-aggregated on the nodes instead
 
 
 @dataclass
@@ -121,12 +124,13 @@ class Planner:
 
 def plan_joins(query: CheckedQuery, catalog: RegionCatalog, joins: str = "node") -> Plan:
     """The ``node`` or ``spark`` plan of `query` (`place_joins`, once its tables' sub-queries are
-    known), whose tree the `RULES` rewrite in place (a ``node`` plan's without `FOR_SPARK_ONLY`)."""
+    known), whose tree the `RULES` rewrite in place (a ``node`` plan's without `FOR_SPARK_ONLY`, a
+    ``spark`` plan's without `FOR_NODE_ONLY`)."""
     wrong_on_node = _correlated_not_in(query.tree)  # read before the rules rewrite the tree
     draft = Draft(query.tree, catalog)
     engine, why = "spark", ""
     for rule in RULES:
-        if engine == "node" and rule in FOR_SPARK_ONLY:
+        if rule in (FOR_SPARK_ONLY if engine == "node" else FOR_NODE_ONLY):
             continue
         draft = rule(draft)
         if rule is table_queries:

@@ -4,6 +4,7 @@ planner's own copy) and the sub-queries of its table references."""
 
 from gateway.sql.passes.distinct_if_only_tested import distinct_if_only_tested
 from gateway.sql.passes.draft import Draft
+from gateway.sql.passes.eager_aggregate import eager_aggregate
 from gateway.sql.passes.filter_derived import filter_derived
 from gateway.sql.passes.preaggregate import preaggregate
 from gateway.sql.passes.prune_columns import prune_columns
@@ -17,6 +18,7 @@ from gateway.sql.passes.table_queries import table_queries
 __all__ = [
     "Draft",
     "distinct_if_only_tested",
+    "eager_aggregate",
     "filter_derived",
     "preaggregate",
     "prune_columns",

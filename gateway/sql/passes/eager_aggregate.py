@@ -1,0 +1,180 @@
+"""Aggregation before a join that only widens the groups (eager aggregation)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from sqlglot import exp
+from sqlglot.optimizer.scope import Scope
+
+from gateway.sql.passes.draft import Draft, planned_selects
+from gateway.sql.plan import TableQuery
+from gateway.sql.tree import split_and
+
+SMALLER = 4  # a table whose wide keys move above the aggregation: at most this share of the largest joined
+ALIAS = "__cxg_eager"
+_PARTS = {  # an aggregate -> what is computed of it below the join
+    exp.Sum: (exp.Sum,),
+    exp.Count: (exp.Count,),
+    exp.Min: (exp.Min,),
+    exp.Max: (exp.Max,),
+    exp.Avg: (exp.Sum, exp.Count),
+}
+_CLAUSES = ("expressions", "group", "having", "qualify", "order")  # where a SELECT reads its groups
+
+
+def eager_aggregate(draft: Draft) -> Draft:
+    """A grouped SELECT whose GROUP BY reads columns of one joined table (a dimension, far smaller
+    than the largest table joined) that no aggregate reads: the other tables are aggregated
+    first, grouped by the columns the SELECT reads of them outside its aggregates (join keys to
+    the dimension among them), and the dimension joins those groups; SUM and COUNT are summed,
+    MIN and MAX taken again, AVG is the sum of SUMs over the sum of COUNTs. Grouping millions of
+    rows by a dimension's names and addresses costs far more than grouping them by integer keys
+    and joining the dimension to the groups; so the dimension chosen moves at least two keys
+    above, and no fewer than the other tables' columns left below (grouping by those as well
+    would leave little to aggregate). Only inner joins, SUM, COUNT, MIN, MAX and AVG (DISTINCT
+    none of them) and no subquery in the SELECT.
+
+    Example (TPC-DS Q11): ``SELECT c.c_customer_id, c.c_first_name, d.d_year, SUM(s.ss_net_paid)
+    FROM customer c, store_sales s, date_dim d WHERE c.c_customer_sk = s.ss_customer_sk AND
+    s.ss_sold_date_sk = d.d_date_sk GROUP BY c.c_customer_id, c.c_first_name, d.d_year`` ->
+    ``SELECT c.c_customer_id, c.c_first_name, __cxg_eager.__k1, SUM(__cxg_eager.__a0) FROM customer
+    c, (SELECT s.ss_customer_sk AS __k0, d.d_year AS __k1, SUM(s.ss_net_paid) AS __a0 FROM
+    store_sales s, date_dim d WHERE s.ss_sold_date_sk = d.d_date_sk GROUP BY s.ss_customer_sk,
+    d.d_year) AS __cxg_eager WHERE c.c_customer_sk = __cxg_eager.__k0 GROUP BY c.c_customer_id,
+    c.c_first_name, __cxg_eager.__k1``.
+    """
+    for scope, base in planned_selects(draft):
+        shape = _shape(scope, base)
+        if shape is not None:
+            _rewrite(scope.expression, shape)
+    return draft
+
+
+@dataclass
+class _Shape:
+    dimension: str  # the alias whose columns are grouped above the aggregation
+    conjuncts: list[exp.Expression]  # the WHERE's and the inner joins' conditions
+    partials: list[exp.Expression]  # the aggregates (with their FILTER), computed in parts below the join
+    keys: dict[tuple[str, str], exp.Column]  # the other tables' columns read above the aggregation
+    narrowing: int  # keys of the grouping moved above, less those left below besides the join's
+
+
+def _shape(scope: Scope, base: dict[str, TableQuery]) -> _Shape | None:
+    """What the rewrite needs of a SELECT it applies to; None when it does not."""
+    select = scope.expression
+    group = select.args.get("group")
+    if group is None or group.args.get("all") or any(isinstance(k, exp.Literal) for k in group.expressions):
+        return None
+    if set(scope.sources) != set(base) or len(base) < 2 or scope.external_columns:
+        return None
+    distinct = select.args.get("distinct")
+    if select.find(exp.Subquery, exp.Exists) or (distinct and distinct.args.get("on")):
+        return None
+    conjuncts = split_and(select.args["where"].this) if select.args.get("where") else []
+    for join in select.args.get("joins") or []:
+        if join.side or join.kind not in ("", "INNER", "CROSS") or join.args.get("using"):
+            return None
+        conjuncts += split_and(join.args.get("on"))
+    partials = _partials(select)
+    if partials is None:
+        return None
+    aggregated = {c.table for p in partials for c in p.find_all(exp.Column)}
+    grouped = {(c.table, c.name) for c in group.find_all(exp.Column)}
+    largest = max(q.info.rows for q in base.values())
+    best = None
+    for alias, scan in base.items():
+        if alias in aggregated or scan.info.rows * SMALLER > largest:
+            continue
+        joining = [c for c in conjuncts if alias in _tables(c)]
+        keys = _keys(select, alias, joining, partials)
+        joined = {(c.table, c.name) for j in joining for c in j.find_all(exp.Column) if c.table != alias}
+        moved, left = sum(table == alias for table, _ in grouped), len(set(keys) - joined)
+        if keys and moved >= max(2, left) and (best is None or moved - left > best.narrowing):
+            best = _Shape(alias, conjuncts, partials, keys, moved - left)
+    return best
+
+
+def _tables(node: exp.Expression) -> set[str]:
+    return {c.table for c in node.find_all(exp.Column)}
+
+
+def _keys(
+    select: exp.Select, dimension: str, joining: list[exp.Expression], partials: list[exp.Expression]
+) -> dict[tuple[str, str], exp.Column]:
+    """The columns of the tables other than `dimension` that `select` reads outside its aggregates
+    (and in its conditions `joining` the dimension): the keys of the aggregation below the join."""
+    inside = {id(n) for p in partials for n in p.walk()}
+    keys: dict[tuple[str, str], exp.Column] = {}
+    for clause in [*(select.args.get(c) for c in _CLAUSES), *joining]:
+        for column in _walk(clause):
+            if isinstance(column, exp.Column) and column.table not in ("", dimension) and id(column) not in inside:
+                keys.setdefault((column.table, column.name), column)
+    return keys
+
+
+def _partials(select: exp.Select) -> list[exp.Expression] | None:
+    """The SELECT's aggregates (a FILTER with its aggregate), or None if one cannot be computed in
+    parts; not a window's function, nor GROUPING (of the keys)."""
+    partials = []
+    for clause in _CLAUSES:
+        for node in _walk(select.args.get(clause)):
+            if not isinstance(node, exp.AggFunc) or isinstance(node, exp.Grouping):
+                continue
+            if isinstance(node.parent, exp.Window) and node.arg_key == "this":
+                continue
+            if type(node) not in _PARTS or node.find(exp.Distinct):
+                return None
+            partials.append(node.parent if isinstance(node.parent, exp.Filter) else node)
+    return partials or None
+
+
+def _walk(value: exp.Expression | list | None) -> Iterator[exp.Expression]:
+    for node in value if isinstance(value, list) else [value] if value is not None else []:
+        yield from node.walk()
+
+
+def _rewrite(select: exp.Select, shape: _Shape) -> None:
+    dimension, keys = shape.dimension, shape.keys
+    sources = [select.args["from_"].this, *(j.this for j in select.args.get("joins") or [])]
+    below = [s for s in sources if s.alias_or_name != dimension]
+    above = next(s for s in sources if s.alias_or_name == dimension)
+    inner_where = [c for c in shape.conjuncts if dimension not in _tables(c)]
+    outer_where = [c for c in shape.conjuncts if dimension in _tables(c)]
+    key_names = {k: f"__k{i}" for i, k in enumerate(keys)}
+    outputs = [exp.alias_(keys[k].copy(), name) for k, name in key_names.items()]
+    finals = []
+    for partial in shape.partials:
+        function = partial.this if isinstance(partial, exp.Filter) else partial
+        names = []
+        for part in _PARTS[type(function)]:
+            piece = part(this=function.this.copy())
+            if isinstance(partial, exp.Filter):  # each part filtered as the aggregate was
+                piece = exp.Filter(this=piece, expression=partial.expression.copy())
+            names.append(f"__a{len(outputs) - len(keys)}")
+            outputs.append(exp.alias_(piece, names[-1]))
+        finals.append(_final(type(function), names))
+    inner = exp.Select(expressions=outputs)
+    inner.set("from_", exp.From(this=below[0]))
+    inner.set("joins", [exp.Join(this=s) for s in below[1:]] or None)
+    if inner_where:
+        inner.set("where", exp.Where(this=exp.and_(*inner_where, copy=False)))
+    inner.set("group", exp.Group(expressions=[keys[k].copy() for k in keys]))
+    for partial, final in zip(shape.partials, finals, strict=True):
+        partial.replace(final)
+    for clause in [*(select.args.get(c) for c in _CLAUSES), *outer_where]:
+        for column in list(_walk(clause)):
+            if isinstance(column, exp.Column) and (column.table, column.name) in key_names:
+                column.replace(exp.column(key_names[(column.table, column.name)], ALIAS))
+    select.set("from_", exp.From(this=above))
+    select.set("joins", [exp.Join(this=exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(ALIAS))))])
+    select.set("where", exp.Where(this=exp.and_(*outer_where, copy=False)) if outer_where else None)
+
+
+def _final(function: type, names: list[str]) -> exp.Expression:
+    """The aggregate over the partial columns `names` that gives `function`'s value."""
+    parts = [exp.column(name, ALIAS) for name in names]
+    if function is exp.Avg:
+        return exp.Div(this=exp.Sum(this=parts[0]), expression=exp.Sum(this=parts[1]))
+    return (exp.Sum if function is exp.Count else function)(this=parts[0])
