@@ -6,6 +6,7 @@ are replaced together by one atomic rename.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ import pyarrow as pa
 
 from gpu_kernels import Kind, UnsupportedTypeError, kind_of, parse_type, type_name
 from storage.errors import SchemaError
+from storage.sql_types import sql_name
 
 TABLE_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _HASH = re.compile(r"hash\((.*)\)(?:\s+replicas\s+(\d+))?")
@@ -150,6 +152,11 @@ class TableSchema:
     @property
     def column_names(self) -> list[str]:
         return [c.name for c in self.columns]
+
+    @functools.cached_property
+    def sql_columns(self) -> tuple[tuple[str, str], ...]:
+        """(name, SQL type) of each column, as queries are checked against them (read once)."""
+        return tuple((c.name, sql_name(c.arrow_type)) for c in self.columns)
 
     def arrow_schema(self) -> pa.Schema:
         return pa.schema([c.field() for c in self.columns])

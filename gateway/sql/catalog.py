@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from gateway.sql.errors import NodeUnavailable, TableUnavailable, UndefinedTable
-from storage import NodeClient, NodeError, ScanRequest, TableSchema, sql_name
+from storage import NodeClient, NodeError, ScanRequest, TableSchema
 
 log = logging.getLogger("cxg.catalog")
 MAX_AGE_S = 1.0  # a catalog older than this reads the nodes again before a query is planned
@@ -220,9 +220,7 @@ class RegionCatalog:
 
     def sql_schema(self) -> dict[str, dict[str, str]]:
         """table -> column -> SQL type, for qualifying queries."""
-        return {
-            name: {c.name: sql_name(c.arrow_type) for c in info.schema.columns} for name, info in self.tables().items()
-        }
+        return {name: dict(info.schema.sql_columns) for name, info in self.tables().items()}
 
     def url(self, node: str) -> str:
         """A node's URL; NodeUnavailable (retried) when it left the region after the tables were read."""

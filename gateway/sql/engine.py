@@ -81,7 +81,7 @@ class Engine:
         self._spark_factory = spark
         self._session: Any = None  # the session once a query asked for it: what `cancel` reaches
         self._running: dict[str, threading.Event] = {}
-        self._checked: OrderedDict[tuple[str, str, str], CheckedQuery] = OrderedDict()  # the latest checks, kept
+        self._checked: OrderedDict[tuple[Any, ...], CheckedQuery] = OrderedDict()  # the latest checks, kept
         self._plans: OrderedDict[tuple[Any, ...], tuple[CheckedQuery, Plan]] = OrderedDict()  # `plan_kept`'s
         self._lock = threading.Lock()
 
@@ -110,18 +110,15 @@ class Engine:
         The same text, parameters and tables checked before give a copy of that check (parsing and
         qualifying are most of a short query's planning), or with `copy=False` the kept check
         itself, which the caller only reads (as `plan_kept` does)."""
-        schema = (catalog or self.catalog).sql_schema()
-        key = (
-            sql,
-            repr(sorted((params or {}).items())),
-            repr(sorted((t, sorted(c.items())) for t, c in schema.items())),
-        )
+        catalog = catalog or self.catalog
+        tables = tuple(sorted((name, info.schema.sql_columns) for name, info in catalog.tables().items()))
+        key = (sql, repr(sorted((params or {}).items())), tables)
         with self._lock:
             checked = self._checked.get(key)
             if checked is not None:
                 self._checked.move_to_end(key)
         if checked is None:
-            checked = check(sql, schema, params)
+            checked = check(sql, catalog.sql_schema(), params)
             with self._lock:
                 self._checked[key] = checked
                 if len(self._checked) > CHECKED_KEPT:
