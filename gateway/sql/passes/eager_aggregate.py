@@ -54,10 +54,10 @@ def eager_aggregate(draft: Draft) -> Draft:
 
 @dataclass
 class _Shape:
-    dimension: str  # the alias whose columns are grouped above the aggregation
+    above: set[str]  # the aliases joined above the aggregation: the dimension, and what joins only it
     conjuncts: list[exp.Expression]  # the WHERE's and the inner joins' conditions
     partials: list[exp.Expression]  # the aggregates (with their FILTER), computed in parts below the join
-    keys: dict[tuple[str, str], exp.Column]  # the other tables' columns read above the aggregation
+    keys: dict[tuple[str, str], exp.Column]  # the columns of the tables below read above the aggregation
     narrowing: int  # keys of the grouping moved above, less those left below besides the join's
 
 
@@ -81,19 +81,36 @@ def _shape(scope: Scope, base: dict[str, TableQuery]) -> _Shape | None:
     if partials is None:
         return None
     aggregated = {c.table for p in partials for c in p.find_all(exp.Column)}
-    grouped = {(c.table, c.name) for c in group.find_all(exp.Column)}
+    grouped = [c.table for c in {(c.table, c.name): c for c in group.find_all(exp.Column)}.values()]
     largest = max(q.info.rows for q in base.values())
     best = None
     for alias, scan in base.items():
         if alias in aggregated or scan.info.rows * SMALLER > largest:
             continue
-        joining = [c for c in conjuncts if alias in _tables(c)]
-        keys = _keys(select, alias, joining, partials)
-        joined = {(c.table, c.name) for j in joining for c in j.find_all(exp.Column) if c.table != alias}
-        moved, left = sum(table == alias for table, _ in grouped), len(set(keys) - joined)
+        below = _joined_without(alias, aggregated or {max(base, key=lambda a: base[a].info.rows)}, base, conjuncts)
+        if below is None:
+            continue
+        above = set(base) - below
+        joining = [c for c in conjuncts if _tables(c) & above]
+        keys = _keys(select, above, joining, partials)
+        joined = {(c.table, c.name) for j in joining for c in j.find_all(exp.Column) if c.table in below}
+        moved, left = sum(table == alias for table in grouped), len(set(keys) - joined)
         if keys and moved >= max(2, left) and (best is None or moved - left > best.narrowing):
-            best = _Shape(alias, conjuncts, partials, keys, moved - left)
+            best = _Shape(above, conjuncts, partials, keys, moved - left)
     return best
+
+
+def _joined_without(
+    dimension: str, aggregated: set[str], base: dict[str, TableQuery], conjuncts: list[exp.Expression]
+) -> set[str] | None:
+    """The tables joined to the `aggregated` ones (conditions over them alone) once `dimension` is
+    taken away, which aggregate below the join; None when that leaves them apart (a cross product)."""
+    rest = set(base) - {dimension}
+    links = [_tables(c) & rest for c in conjuncts if len(_tables(c) & rest) > 1 and not _tables(c) - rest]
+    below = {next(iter(aggregated))}
+    while grown := {t for link in links if link & below for t in link} - below:
+        below |= grown
+    return below if aggregated <= below else None
 
 
 def _tables(node: exp.Expression) -> set[str]:
@@ -101,15 +118,15 @@ def _tables(node: exp.Expression) -> set[str]:
 
 
 def _keys(
-    select: exp.Select, dimension: str, joining: list[exp.Expression], partials: list[exp.Expression]
+    select: exp.Select, above: set[str], joining: list[exp.Expression], partials: list[exp.Expression]
 ) -> dict[tuple[str, str], exp.Column]:
-    """The columns of the tables other than `dimension` that `select` reads outside its aggregates
-    (and in its conditions `joining` the dimension): the keys of the aggregation below the join."""
+    """The columns of the tables below the join that `select` reads outside its aggregates (and in
+    its conditions `joining` the tables above): the keys of the aggregation below the join."""
     inside = {id(n) for p in partials for n in p.walk()}
     keys: dict[tuple[str, str], exp.Column] = {}
     for clause in [*(select.args.get(c) for c in _CLAUSES), *joining]:
         for column in _walk(clause):
-            if isinstance(column, exp.Column) and column.table not in ("", dimension) and id(column) not in inside:
+            if isinstance(column, exp.Column) and column.table not in above | {""} and id(column) not in inside:
                 keys.setdefault((column.table, column.name), column)
     return keys
 
@@ -136,12 +153,12 @@ def _walk(value: exp.Expression | list | None) -> Iterator[exp.Expression]:
 
 
 def _rewrite(select: exp.Select, shape: _Shape) -> None:
-    dimension, keys = shape.dimension, shape.keys
+    above, keys = shape.above, shape.keys
     sources = [select.args["from_"].this, *(j.this for j in select.args.get("joins") or [])]
-    below = [s for s in sources if s.alias_or_name != dimension]
-    above = next(s for s in sources if s.alias_or_name == dimension)
-    inner_where = [c for c in shape.conjuncts if dimension not in _tables(c)]
-    outer_where = [c for c in shape.conjuncts if dimension in _tables(c)]
+    below = [s for s in sources if s.alias_or_name not in above]
+    kept = [s for s in sources if s.alias_or_name in above]
+    inner_where = [c for c in shape.conjuncts if not _tables(c) & above]
+    outer_where = [c for c in shape.conjuncts if _tables(c) & above]
     key_names = {k: f"__k{i}" for i, k in enumerate(keys)}
     outputs = [exp.alias_(keys[k].copy(), name) for k, name in key_names.items()]
     finals = []
@@ -167,8 +184,9 @@ def _rewrite(select: exp.Select, shape: _Shape) -> None:
         for column in list(_walk(clause)):
             if isinstance(column, exp.Column) and (column.table, column.name) in key_names:
                 column.replace(exp.column(key_names[(column.table, column.name)], ALIAS))
-    select.set("from_", exp.From(this=above))
-    select.set("joins", [exp.Join(this=exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(ALIAS))))])
+    eager = exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(ALIAS)))
+    select.set("from_", exp.From(this=kept[0]))
+    select.set("joins", [*(exp.Join(this=s) for s in kept[1:]), exp.Join(this=eager)])
     select.set("where", exp.Where(this=exp.and_(*outer_where, copy=False)) if outer_where else None)
 
 
