@@ -26,24 +26,25 @@ _CLAUSES = ("expressions", "group", "having", "qualify", "order")  # where a SEL
 
 def eager_aggregate(draft: Draft) -> Draft:
     """A grouped SELECT whose GROUP BY reads columns of one joined table (a dimension, far smaller
-    than the largest table joined) that no aggregate reads: the other tables are aggregated
-    first, grouped by the columns the SELECT reads of them outside its aggregates (join keys to
-    the dimension among them), and the dimension joins those groups; SUM and COUNT are summed,
-    MIN and MAX taken again, AVG is the sum of SUMs over the sum of COUNTs. Grouping millions of
-    rows by a dimension's names and addresses costs far more than grouping them by integer keys
-    and joining the dimension to the groups; so the dimension chosen moves at least two keys
-    above, and no fewer than the other tables' columns left below (grouping by those as well
-    would leave little to aggregate). Only inner joins, SUM, COUNT, MIN, MAX and AVG (DISTINCT
-    none of them) and no subquery in the SELECT.
+    than the largest table joined) that no aggregate reads: the tables joined to the aggregated
+    ones without it are aggregated first, grouped by the columns the SELECT reads of them outside
+    its aggregates (join keys to the dimension among them), and the dimension (with what joins
+    only through it) joins those groups; SUM and COUNT are summed, MIN and MAX taken again, AVG is
+    the sum of SUMs over the sum of COUNTs. Grouping millions of rows by a dimension's names and
+    addresses costs far more than grouping them by integer keys and joining the dimension to the
+    groups; so the dimension chosen moves at least two of its keys above, and no fewer than the
+    columns left below besides the join's (grouping by those as well would leave little to
+    aggregate). Only inner joins, SUM, COUNT, MIN, MAX and AVG (DISTINCT none of them) and no
+    subquery in the SELECT.
 
     Example (TPC-DS Q11): ``SELECT c.c_customer_id, c.c_first_name, d.d_year, SUM(s.ss_net_paid)
     FROM customer c, store_sales s, date_dim d WHERE c.c_customer_sk = s.ss_customer_sk AND
     s.ss_sold_date_sk = d.d_date_sk GROUP BY c.c_customer_id, c.c_first_name, d.d_year`` ->
-    ``SELECT c.c_customer_id, c.c_first_name, __cxg_eager.__k1, SUM(__cxg_eager.__a0) FROM customer
-    c, (SELECT s.ss_customer_sk AS __k0, d.d_year AS __k1, SUM(s.ss_net_paid) AS __a0 FROM
-    store_sales s, date_dim d WHERE s.ss_sold_date_sk = d.d_date_sk GROUP BY s.ss_customer_sk,
-    d.d_year) AS __cxg_eager WHERE c.c_customer_sk = __cxg_eager.__k0 GROUP BY c.c_customer_id,
-    c.c_first_name, __cxg_eager.__k1``.
+    ``SELECT c.c_customer_id, c.c_first_name, __cxg_eager.__k0, SUM(__cxg_eager.__a0) FROM customer
+    c, (SELECT d.d_year AS __k0, s.ss_customer_sk AS __k1, SUM(s.ss_net_paid) AS __a0 FROM
+    store_sales s, date_dim d WHERE s.ss_sold_date_sk = d.d_date_sk GROUP BY d.d_year,
+    s.ss_customer_sk) AS __cxg_eager WHERE c.c_customer_sk = __cxg_eager.__k1 GROUP BY
+    c.c_customer_id, c.c_first_name, __cxg_eager.__k0``.
     """
     for scope, base in planned_selects(draft):
         shape = _shape(scope, base)
