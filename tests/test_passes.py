@@ -395,6 +395,26 @@ def test_an_answer_can_make_the_subquery_around_it_answerable(answers) -> None:
         )
 
 
+def test_the_same_subquery_in_each_common_table_expression_is_answered_once_and_put_in_each(answers) -> None:
+    """A later common table expression sees the earlier ones' names, which are not its tables: its
+    one-table subquery is answered first too; written the same in three places, it runs once."""
+    made_up, runs = answers
+    made_up["nation"] = pa.table({"n_nationkey": [3, 4]})
+    france = "(select n_nationkey from nation where n_name = 'FRANCE')"
+    sql = (
+        f"with a as (select c_custkey from customer where c_custkey in {france}), "
+        f"b as (select o_custkey from orders where o_custkey in {france}), "
+        f"c as (select l_orderkey from lineitem where l_orderkey in {france}) "
+        "select count(*) from a, b, c where a.c_custkey = b.o_custkey and b.o_custkey = c.l_orderkey"
+    )
+    answered, notes = stage.answer_subqueries_first(checked(sql), Planner(CATALOG), CATALOG)
+    assert runs == ["nation"] and len(notes) == 3
+    assert answered.tree.sql().count("IN (3, 4)") == 3 and "IN (SELECT" not in answered.tree.sql()
+    made_up["nation"] = pa.table({"n_nationkey": list(range(stage.NODE_SUBSTITUTED + 1))})
+    kept, notes = stage.answer_subqueries_first(checked(sql), Planner(CATALOG), CATALOG, stage.NODE_SUBSTITUTED)
+    assert kept.tree.sql().count("IN (SELECT") == 3 and not notes, "a longer list is left to the engine that joins"
+
+
 def test_a_node_that_left_after_the_tables_were_read_is_retried_not_a_defect() -> None:
     """A snapshot whose tables name a node the region no longer has (it was dropped between reading
     the nodes and taking the snapshot) plans as usual; routing a scan to it is a retryable error."""

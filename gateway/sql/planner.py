@@ -182,6 +182,6 @@ def _single_table(scope: Scope) -> bool:
         isinstance(select, exp.Select)
         and not scope.external_columns
         and not scope.subquery_scopes
-        and len(scope.sources) == 1
-        and isinstance(next(iter(scope.sources.values())), exp.Table)
+        and len(scope.selected_sources) == 1  # `sources` also names the common table expressions in sight
+        and isinstance(next(iter(scope.selected_sources.values()))[1], exp.Table)
     )

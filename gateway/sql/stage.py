@@ -35,6 +35,9 @@ from gateway.sql.reduce import reduce_and_fetch
 from gateway.sql.tree import literal, node_at, path_to
 
 MAX_SUBSTITUTED = 10_000  # values an IN subquery may become
+NODE_SUBSTITUTED = (
+    64  # ... in a query for one node, whose DataFusion semi-joins a longer list for less than planning it
+)
 
 
 class CardinalityError(SqlError):
@@ -72,7 +75,8 @@ def answer_first(plan: Plan, catalog: RegionCatalog, joins: str = "node") -> Pla
     """The plan of `plan.written` with the answers of its one-table subqueries in their place, and
     a note per answer for EXPLAIN ANALYZE; `plan` itself when no answer could take a subquery's place."""
     planner = Planner(catalog, joins)
-    answered, notes = answer_subqueries_first(plan.written, planner, catalog)
+    most = NODE_SUBSTITUTED if plan.engine == "node" else MAX_SUBSTITUTED
+    answered, notes = answer_subqueries_first(plan.written, planner, catalog, most)
     if answered is plan.written:
         plan.first, plan.written = [], None
         return plan
@@ -82,24 +86,30 @@ def answer_first(plan: Plan, catalog: RegionCatalog, joins: str = "node") -> Pla
 
 
 def answer_subqueries_first(
-    query: CheckedQuery, planner: Planner, catalog: RegionCatalog
+    query: CheckedQuery, planner: Planner, catalog: RegionCatalog, most: int = MAX_SUBSTITUTED
 ) -> tuple[CheckedQuery, list[str]]:
     """`query` with the answers of its one-table subqueries in their place (in a copy, made at the
     first answer), and a note per answer. One at a time, innermost first: an answer can leave the
-    subquery around it over one table, to be answered next. An answer that cannot replace its
-    subquery (an IN list too long or with a NULL) is left to Spark."""
+    subquery around it over one table, to be answered next; the same subquery written in several
+    places (TPC-DS Q58's week, in each of three common table expressions) runs once. An answer
+    that cannot replace its subquery (an IN list of more than `most` values or with a NULL) is
+    left to the engine that joins."""
     notes: list[str] = []
     kept: list[exp.Select] = []
+    answers: dict[str, pa.Table] = {}  # by the subquery's text
     copy = True
     while True:
         found = (f for f in planner.subqueries_first(query) if not any(f.select is k for k in kept))
         first = next(found, None)
         if first is None:
             return query, notes
-        answer = answer_one_table(first.plan, catalog, "a subquery answered first")
+        text = first.select.sql()
+        if text not in answers:
+            answers[text] = answer_one_table(first.plan, catalog, "a subquery answered first")
+        answer = answers[text]
         holder = first.select.parent  # exp.Subquery, or the IN / EXISTS node itself
         user = holder.parent if isinstance(holder, exp.Subquery) else holder
-        replacement = _replacement(holder, user, answer)
+        replacement = _replacement(holder, user, answer, most)
         if replacement is None:
             kept.append(first.select)
             continue
@@ -119,12 +129,12 @@ def _describe(answer: pa.Table) -> str:
     return f"{answer.num_rows} value(s)"
 
 
-def _replacement(holder: exp.Expression, user: exp.Expression, answer: pa.Table):
+def _replacement(holder: exp.Expression, user: exp.Expression, answer: pa.Table, most: int):
     """(node to replace, its replacement) for a subquery's answer, or None to leave it to Spark."""
     if isinstance(user, exp.Exists):
         return user, exp.Boolean(this=answer.num_rows > 0)
     if isinstance(user, exp.In) and user.args.get("query") is holder:
-        if answer.num_columns != 1 or answer.num_rows > MAX_SUBSTITUTED:
+        if answer.num_columns != 1 or answer.num_rows > most:
             return None
         values = pc.unique(answer.column(0)).to_pylist()
         if None in values:  # x NOT IN (..., NULL) is never true: keep SQL's exact rule in Spark
