@@ -30,13 +30,13 @@ def _distinct(scope: Scope, draft: Draft) -> None:
     tested = isinstance(holder, exp.Exists) or (
         isinstance(holder, exp.Subquery) and isinstance(holder.parent, exp.In) and holder.arg_key == "query"
     )
-    if not tested or len(scope.sources) != 1 or scope.subquery_scopes:
+    if not tested or len(scope.selected_sources) != 1 or scope.subquery_scopes:
         return
     if any(select.args.get(k) for k in ("joins", "group", "having", "order", "limit", "offset", "with_")):
         return
     if any(isinstance(node, (exp.AggFunc, exp.Window)) for node in walk_in_scope(select)):
         return
-    [alias] = scope.sources
+    [alias] = scope.selected_sources
     scan = draft.query_of(select, alias)
     if scan is not None and not scan.group_by and not scan.computed and len(scan.columns) == 1:
         scan.group_by = [Named.column(scan.columns[0])]

@@ -68,7 +68,7 @@ def _shape(scope: Scope, base: dict[str, TableQuery]) -> _Shape | None:
     group = select.args.get("group")
     if group is None or group.args.get("all") or any(isinstance(k, exp.Literal) for k in group.expressions):
         return None
-    if set(scope.sources) != set(base) or len(base) < 2 or scope.external_columns:
+    if set(scope.selected_sources) != set(base) or len(base) < 2 or scope.external_columns:
         return None
     distinct = select.args.get("distinct")
     if select.find(exp.Subquery, exp.Exists) or (distinct and distinct.args.get("on")):
