@@ -35,9 +35,7 @@ from gateway.sql.reduce import reduce_and_fetch
 from gateway.sql.tree import literal, node_at, path_to
 
 MAX_SUBSTITUTED = 10_000  # values an IN subquery may become
-NODE_SUBSTITUTED = (
-    64  # ... in a query for one node, whose DataFusion semi-joins a longer list for less than planning it
-)
+NODE_SUBSTITUTED = 64  # ... for one node: DataFusion semi-joins a longer one for less than planning it costs
 
 
 class CardinalityError(SqlError):
@@ -130,7 +128,8 @@ def _describe(answer: pa.Table) -> str:
 
 
 def _replacement(holder: exp.Expression, user: exp.Expression, answer: pa.Table, most: int):
-    """(node to replace, its replacement) for a subquery's answer, or None to leave it to Spark."""
+    """(node to replace, its replacement) for a subquery's answer, or None to leave it to the
+    engine that joins (an IN list of more than `most` values or with a NULL)."""
     if isinstance(user, exp.Exists):
         return user, exp.Boolean(this=answer.num_rows > 0)
     if isinstance(user, exp.In) and user.args.get("query") is holder:
