@@ -11,7 +11,7 @@ from sqlglot.optimizer.scope import Scope
 from gateway.sql.catalog import RegionCatalog
 from gateway.sql.parse import SET_OPERATIONS
 from gateway.sql.plan import Edge, TableQuery
-from gateway.sql.tree import has_subquery
+from gateway.sql.tree import has_subquery, split_and
 
 Key = tuple[int, str]  # (id of a scope's SELECT, a table alias of its FROM)
 NOT_ROW_WISE = (exp.AggFunc, exp.Window, exp.Rand, exp.Subquery, exp.Exists)  # not one value per input row
@@ -46,11 +46,25 @@ def owner(scope: Scope | None, column: exp.Column) -> Scope | None:
     return scope
 
 
+def tables_of(node: exp.Expression) -> set[str]:
+    """The table aliases `node`'s columns name."""
+    return {c.table for c in node.find_all(exp.Column)}
+
+
+def inner_conditions(select: exp.Select) -> list[exp.Expression]:
+    """The conjuncts of the WHERE and of the inner joins' ON."""
+    conditions = split_and(select.args["where"].this) if select.args.get("where") else []
+    for join in select.args.get("joins") or []:
+        if not join.side and join.args.get("on") is not None:
+            conditions += split_and(join.args["on"])
+    return conditions
+
+
 def single_owner(node: exp.Expression, base: dict[str, TableQuery]) -> str | None:
     """The one table reference of this scope that all of node's columns come from."""
     if has_subquery(node):
         return None
-    owners = {c.table for c in node.find_all(exp.Column)}
+    owners = tables_of(node)
     if len(owners) != 1:
         return None
     alias = owners.pop()

@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
-from gateway.sql.passes.draft import Draft, planned_selects
+from gateway.sql.passes.draft import Draft, inner_conditions, planned_selects, tables_of
 from gateway.sql.plan import TableQuery
-from gateway.sql.tree import split_and
 
 SMALLER = 4  # a table whose wide keys move above the aggregation: at most this share of the largest joined
 ALIAS = "__cxg_eager"
@@ -73,16 +72,16 @@ def _shape(scope: Scope, base: dict[str, TableQuery]) -> _Shape | None:
     distinct = select.args.get("distinct")
     if select.find(exp.Subquery, exp.Exists) or (distinct and distinct.args.get("on")):
         return None
-    conjuncts = split_and(select.args["where"].this) if select.args.get("where") else []
-    for join in select.args.get("joins") or []:
-        if join.side or join.kind not in ("", "INNER", "CROSS") or join.args.get("using"):
-            return None
-        conjuncts += split_and(join.args.get("on"))
+    if any(
+        j.side or j.kind not in ("", "INNER", "CROSS") or j.args.get("using") for j in select.args.get("joins") or []
+    ):
+        return None
+    conjuncts = inner_conditions(select)
     partials = _partials(select)
     if partials is None:
         return None
     aggregated = {c.table for p in partials for c in p.find_all(exp.Column)}
-    grouped = [c.table for c in {(c.table, c.name): c for c in group.find_all(exp.Column)}.values()]
+    grouped = [table for table, _ in {(c.table, c.name) for c in group.find_all(exp.Column)}]
     largest = max(q.info.rows for q in base.values())
     best = None
     for alias, scan in base.items():
@@ -92,7 +91,7 @@ def _shape(scope: Scope, base: dict[str, TableQuery]) -> _Shape | None:
         if below is None:
             continue
         above = set(base) - below
-        joining = [c for c in conjuncts if _tables(c) & above]
+        joining = [c for c in conjuncts if tables_of(c) & above]
         keys = _keys(select, above, joining, partials)
         joined = {(c.table, c.name) for j in joining for c in j.find_all(exp.Column) if c.table in below}
         moved, left = sum(table == alias for table in grouped), len(set(keys) - joined)
@@ -107,15 +106,11 @@ def _joined_without(
     """The tables joined to the `aggregated` ones (conditions over them alone) once `dimension` is
     taken away, which aggregate below the join; None when that leaves them apart (a cross product)."""
     rest = set(base) - {dimension}
-    links = [_tables(c) & rest for c in conjuncts if len(_tables(c) & rest) > 1 and not _tables(c) - rest]
+    links = [tables for tables in map(tables_of, conjuncts) if len(tables) > 1 and tables <= rest]
     below = {next(iter(aggregated))}
     while grown := {t for link in links if link & below for t in link} - below:
         below |= grown
     return below if aggregated <= below else None
-
-
-def _tables(node: exp.Expression) -> set[str]:
-    return {c.table for c in node.find_all(exp.Column)}
 
 
 def _keys(
@@ -158,8 +153,8 @@ def _rewrite(select: exp.Select, shape: _Shape) -> None:
     sources = [select.args["from_"].this, *(j.this for j in select.args.get("joins") or [])]
     below = [s for s in sources if s.alias_or_name not in above]
     kept = [s for s in sources if s.alias_or_name in above]
-    inner_where = [c for c in shape.conjuncts if not _tables(c) & above]
-    outer_where = [c for c in shape.conjuncts if _tables(c) & above]
+    inner_where = [c for c in shape.conjuncts if not tables_of(c) & above]
+    outer_where = [c for c in shape.conjuncts if tables_of(c) & above]
     key_names = {k: f"__k{i}" for i, k in enumerate(keys)}
     outputs = [exp.alias_(keys[k].copy(), name) for k, name in key_names.items()]
     finals = []

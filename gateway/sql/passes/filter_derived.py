@@ -15,6 +15,7 @@ from gateway.sql.passes.draft import (
     filterable_branches,
     nullable_aliases,
     per_input_row,
+    tables_of,
 )
 from gateway.sql.tree import has_subquery, split_and
 
@@ -51,16 +52,12 @@ def _kept(select: exp.Expression, alias: str) -> list[exp.Expression]:
     own = [
         c.copy()
         for c in split_and(where.this if where is not None else None)
-        if not c.find(*NOT_ROW_WISE) and not has_subquery(c) and _tables(c) == {alias}
+        if not c.find(*NOT_ROW_WISE) and not has_subquery(c) and tables_of(c) == {alias}
     ]
     for condition in own:
         for column in condition.find_all(exp.Column):
             column.set("table", None)
     return own
-
-
-def _tables(node: exp.Expression) -> set[str]:
-    return {column.table for column in node.find_all(exp.Column)}
 
 
 def _filter(body: exp.Expression, kept: list[list[exp.Expression]]) -> None:

@@ -5,7 +5,15 @@ from __future__ import annotations
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
-from gateway.sql.passes.draft import Draft, derived_readers, filterable_branches, nullable_aliases, owner, per_input_row
+from gateway.sql.passes.draft import (
+    Draft,
+    derived_readers,
+    filterable_branches,
+    inner_conditions,
+    nullable_aliases,
+    owner,
+    per_input_row,
+)
 from gateway.sql.plan import Edge, TableQuery
 from gateway.sql.tree import split_and
 
@@ -32,19 +40,10 @@ def semi_join_edges(draft: Draft) -> Draft:
     return draft
 
 
-def _inner_conditions(select: exp.Select) -> list[exp.Expression]:
-    """The conjuncts of the WHERE and of the inner joins' ON."""
-    conditions = split_and(select.args["where"].this) if select.args.get("where") else []
-    for join in select.args.get("joins") or []:
-        if not join.side and join.args.get("on") is not None:
-            conditions += split_and(join.args["on"])
-    return conditions
-
-
 def _equi_joins(select: exp.Select, base: dict[str, TableQuery], nullable: set[str]) -> list[Edge]:
     """The `a.x = b.y` conditions of inner joins between two tables of this SELECT."""
     pairs = []
-    for condition in _inner_conditions(select):
+    for condition in inner_conditions(select):
         if isinstance(condition, exp.EQ) and isinstance(condition.this, exp.Column):
             left, right = condition.this, condition.expression
             if not isinstance(right, exp.Column) or left.table == right.table:
@@ -85,7 +84,7 @@ def _into_derived(scope: Scope, base: dict[str, TableQuery], draft: Draft, reade
         if isinstance(source, Scope) and len(readers.get(id(source), ())) == 1 and alias not in nullable
     }
     edges = []
-    for condition in _inner_conditions(select) if derived else []:
+    for condition in inner_conditions(select) if derived else []:
         if not (isinstance(condition, exp.EQ) and all(isinstance(c, exp.Column) for c in condition.unnest_operands())):
             continue
         for inner, outer in ((condition.this, condition.expression), (condition.expression, condition.this)):
