@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import tpcds
-from benchmarks.bench_tpch import measure, summarize
+from benchmarks.bench_tpch import first_runs, measure, summarize
 from benchmarks.common import bench_main
 from loadtests import console, print_table
 
@@ -69,6 +69,7 @@ def report(figures: dict[str, Any]) -> None:
         f"vs DuckDB on one thread: {s['ratio_to_duckdb_1_thread']:.2f}x; slower than plain Spark: "
         + (", ".join(f"Q{r['query']}" for r in figures["queries"] if r["spark_s"] < r["ours_s"]) or "none")
     )
+    console.print(first_runs(s))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from gateway.config import JOINS, SparkFactory, SparkSettings
 from gateway.sql.catalog import RegionCatalog, TableInfo
-from gateway.sql.check import CheckedQuery, check
+from gateway.sql.check import CheckedQuery, check, read_tables
 from gateway.sql.errors import ExecutionError, QueryCancelled, SqlError
 from gateway.sql.exchange import ExchangeOptions
 from gateway.sql.execute import SparkJob, execute
@@ -226,12 +226,14 @@ class Engine:
     # ---- the whole path, in this process -----------------------------------------------------------
 
     def execute(self, sql: str, query_id: str | None = None) -> Result:
-        """Check, plan and answer one query, on one version of each table it reads."""
+        """Check, plan and answer one query, on one version of each table it reads, as the gateway
+        does: the same text asked again reuses its kept check and, a whole query for one node, its
+        kept plan."""
         snapshot = self.catalog.snapshot()
         try:
-            return self.answer(
-                self.plan(self.check(sql, catalog=snapshot), snapshot, copy=False), query_id, catalog=snapshot
-            )
+            query = self.check(sql, catalog=snapshot, copy=False)  # only read
+            plan = self.plan_kept(query, read_tables(query.tree), snapshot, None)
+            return self.answer(plan, query_id, catalog=snapshot)
         finally:
             snapshot.close()
 

@@ -104,7 +104,7 @@ def spark_text(tree: exp.Expression) -> str:
     DOUBLE: Spark divides decimals into a decimal of 6 places, and TPC-H Q8's share 0.0344358904
     became 0.034436; `/` and `%` by zero give NULL, not Spark's DIVIDE_BY_ZERO), and sorting in one
     partition (`sort_in_one_partition`); GROUPING(a, b) is Spark's GROUPING_ID(a, b)."""
-    return sort_in_one_partition(tree.transform(_spark_node)).sql(dialect="spark", pretty=True)
+    return sort_in_one_partition(tree.transform(_spark_node)).sql(dialect="spark", pretty=True, copy=False)
 
 
 def sort_in_one_partition(tree: exp.Expression) -> exp.Expression:
