@@ -64,6 +64,10 @@ class NodeQuery:
             context.from_arrow(table, name=view)
         started = time.perf_counter()
         try:
+            for name, statement in self.request.kept:  # computed once, read by name
+                if self.cancel.is_set():
+                    raise QueryCancelledError("query cancelled")
+                context.register_view(name, context.sql(statement).cache())
             if self.request.analyze:
                 text = context.sql("EXPLAIN ANALYZE " + self.request.sql).to_arrow_table().column("plan")[0].as_py()
                 table = pa.table({})

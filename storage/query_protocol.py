@@ -5,6 +5,7 @@
                       "views": {"v0": <scan request>, "v1": ...},    # each view: a scan of a table here
                       "analyze": false,                              # true: DataFusion's operators too
                       "edges": [["v0", "c_custkey", "v1", "o_custkey"]],  # optional: join columns
+                      "kept": [["t", "SELECT ... FROM v0"]],         # optional: computed first, read by name
                       "id": "3f2a..."}                               # optional: what a DELETE names
                      -> Arrow IPC stream: the result's batches, then a trailer batch whose metadata
                         holds what the query did (`METADATA_STATS`): each view's scan (rows, blocks,
@@ -47,11 +48,15 @@ class QueryRequest:
     # (view, column, other view, its column): an equality along which the first view's keys may
     # filter the other's rows (an inner equi-join, or a correlated subquery's condition)
     edges: tuple[tuple[str, str, str, str], ...] = ()
+    # (name, statement): each computed once, in order, before `sql`, over the views and the results
+    # kept before it, and read by its name (a common table expression read more than once)
+    kept: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         views = {name: request.to_json() for name, request in self.views.items()}
         edges = [list(edge) for edge in self.edges]
-        return {"sql": self.sql, "views": views, "analyze": self.analyze, "id": self.id, "edges": edges}
+        kept = [list(statement) for statement in self.kept]
+        return {"sql": self.sql, "views": views, "analyze": self.analyze, "id": self.id, "edges": edges, "kept": kept}
 
     @classmethod
     def from_json(cls, data: Any) -> QueryRequest:
@@ -72,8 +77,24 @@ class QueryRequest:
         edges = data.get("edges", [])
         if not isinstance(edges, list) or not all(_edge(edge, views) for edge in edges):
             raise QueryRequestError("edges must be a list of [view, column, view, column], naming the views")
+        kept = data.get("kept", [])
+        if not isinstance(kept, list) or not all(_kept(statement, views) for statement in kept):
+            raise QueryRequestError("kept must be a list of [name, statement], each name new and an identifier")
+        if len({name for name, _ in kept}) < len(kept):
+            raise QueryRequestError("kept names each statement once")
         scans = {name: ScanRequest.from_json(scan) for name, scan in views.items()}
-        return cls(sql, scans, analyze, id, tuple(tuple(edge) for edge in edges))
+        return cls(sql, scans, analyze, id, tuple(tuple(edge) for edge in edges), tuple(tuple(s) for s in kept))
+
+
+def _kept(statement: object, views: dict) -> bool:
+    return (
+        isinstance(statement, list)
+        and len(statement) == 2
+        and all(isinstance(part, str) for part in statement)
+        and bool(_VIEW.fullmatch(statement[0]))
+        and statement[0] not in views
+        and bool(statement[1].strip())
+    )
 
 
 def _edge(edge: object, views: dict) -> bool:

@@ -123,7 +123,7 @@ def test_a_whole_query_for_one_node_is_planned_once_until_what_it_reads_changes(
             plan.engine == "node" and plan.node_sql == text and engine.plan_kept(query, names, snapshot, None) is plan
         )
         capped = engine.plan_kept(query, names, snapshot, 2)
-        assert capped is not plan and "LIMIT 2" in capped.node_sql and "LIMIT" not in text
+        assert capped is not plan and "LIMIT 2" in capped.node_sql.query and "LIMIT" not in text.query
         tables = snapshot.tables()
         newer = {**tables, "nation": replace(tables["nation"], version=tables["nation"].version + 1)}
         assert engine.plan_kept(query, names, Snapshot(snapshot.nodes, newer, engine.catalog, []), None) is not plan
@@ -131,6 +131,31 @@ def test_a_whole_query_for_one_node_is_planned_once_until_what_it_reads_changes(
         assert (
             engine.plan_kept(engine.check(JOIN_REPLICATED, catalog=snapshot, copy=False), names, snapshot, None) is plan
         )
+
+
+READ_TWICE = """
+    WITH europe AS (SELECT n_nationkey, n_name FROM nation JOIN region ON n_regionkey = r_regionkey
+                    WHERE r_name = 'EUROPE'),
+         suppliers AS (SELECT s_nationkey, count(*) AS n FROM supplier GROUP BY s_nationkey),
+         ranked AS (SELECT n_name, n, rank() OVER (ORDER BY n DESC, n_name) AS r
+                    FROM europe JOIN suppliers ON s_nationkey = n_nationkey)
+    SELECT a.n_name, a.n, b.n_name AS next_name FROM ranked a LEFT JOIN ranked b ON b.r = a.r + 1
+    WHERE a.n > (SELECT min(n) FROM ranked) ORDER BY a.r"""
+
+
+def test_a_common_table_expression_read_twice_is_computed_once_on_the_node(engine, duck) -> None:
+    """DataFusion computes a common table expression wherever it is read: one read twice or more is
+    computed once, first, over those it reads (written into its own statement), and kept by name."""
+    plan = engine.plan(READ_TWICE)
+    assert plan.engine == "node"
+    written = plan.node_sql
+    assert [name for name, _ in written.kept] == ["ranked"]
+    assert written.kept[0][1].startswith("WITH europe AS") and "suppliers AS" in written.kept[0][1]
+    assert "WITH" not in written.query and "ranked AS a" in written.query
+    assert "ranked, computed once:" in "\n".join(plan.explain())
+    assert rows_match(rows(engine.execute(READ_TWICE).table), duck.sql(READ_TWICE).fetchall(), ordered=True)
+    analyzed = "\n".join(engine.execute("EXPLAIN ANALYZE " + READ_TWICE).table.column("plan").to_pylist())
+    assert "HashJoinExec" in analyzed
 
 
 def test_a_whole_query_past_its_memory_fails_alone_with_out_of_memory(region_stores) -> None:
@@ -161,6 +186,14 @@ def test_a_cancelled_whole_query_stops(region_stores) -> None:
         ({"sql": "SELECT 1", "views": {}}, "views must be an object naming at least one scan"),
         ({"sql": "SELECT 1", "views": {"a b": {"table": "nation"}}}, "a view's name is an identifier, not 'a b'"),
         ({"sql": "SELECT 1", "views": {"v": {"table": "nation"}}, "analyze": 1}, "analyze must be true or false"),
+        *(
+            ({"sql": "SELECT 1", "views": {"v": {"table": "nation"}}, "kept": kept}, "kept must be a list of")
+            for kept in ({"t": "SELECT 1"}, [["t"]], [["v", "SELECT 1"]], [["a b", "SELECT 1"]], [["t", " "]])
+        ),
+        (
+            {"sql": "SELECT 1", "views": {"v": {"table": "nation"}}, "kept": [["t", "SELECT 1"], ["t", "SELECT 2"]]},
+            "kept names each statement once",
+        ),
     ],
 )
 def test_a_malformed_query_request_is_400_naming_the_problem(region, body, message) -> None:

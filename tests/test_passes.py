@@ -291,7 +291,8 @@ def test_a_join_of_replicated_tables_is_one_nodes_in_datafusions_sql() -> None:
     plan = Planner(CATALOG).plan(checked(sql))
     assert plan.engine == "node" and len(plan.first) == 1
     assert plan.why == "every table it reads is whole on n0 and on n1: one of them answers it"
-    text = PLAN_ID.sub("__cxg_PLAN_", plan.node_sql)
+    text = PLAN_ID.sub("__cxg_PLAN_", plan.node_sql.query)
+    assert not plan.node_sql.kept
     assert "CAST(COUNT(*) AS DOUBLE PRECISION) / NULLIF(SUM(b.n_nationkey), 0) AS share" in text
     assert text.endswith("ORDER BY\n  share DESC NULLS LAST") and "MAX(nation.n_nationkey) AS _col_0" in text
     assert Planner(CATALOG, joins="spark").plan(checked(sql)).engine == "spark"

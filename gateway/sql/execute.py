@@ -68,7 +68,8 @@ def on_node(plan: Plan, catalog: RegionCatalog) -> pa.Table:
         for edge in plan.edges
         for source, column, target, target_column in edge.directions()
     )
-    asked = QueryRequest(plan.node_sql, views, profile is not None, uuid.uuid4().hex, edges)
+    written = plan.node_sql
+    asked = QueryRequest(written.query, views, profile is not None, uuid.uuid4().hex, edges, written.kept)
     client = NodeClient(catalog.url(node))
     started = time.perf_counter()
     with client.query(asked, CANCELLED.get()) as stream:

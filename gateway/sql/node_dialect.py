@@ -9,7 +9,9 @@ query runs on Spark (the plan says so)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import ClassVar
 
 from sqlglot import exp, transforms
@@ -121,6 +123,76 @@ _DUCKDB: dict[type, Callable[..., exp.Expression | None]] = {
 }
 
 
-def node_text(tree: exp.Expression) -> str:
-    """DataFusion's SQL for `tree` (left unchanged)."""
-    return tree.transform(_node).sql(dialect=_DataFusion, pretty=True)
+def node_text(tree: exp.Expression) -> NodeSql:
+    """DataFusion's SQL for `tree` (left unchanged). DataFusion computes a common table expression
+    wherever it is read; one of the query's top WITH read more than once is computed once, first,
+    and kept (a window over the sales that TPC-DS Q47 reads three times)."""
+    tree = tree.transform(_node)  # a copy
+    kept = _read_again(tree)
+    statements = []
+    if kept:
+        ctes = tree.args["with_"].expressions
+        for cte in ctes:
+            if cte.alias in kept:
+                before = [c.copy() for c in ctes[: ctes.index(cte)] if c.alias not in kept]
+                body, inner = cte.this.copy(), cte.this.args.get("with_")
+                if before:
+                    body.set("with_", exp.With(expressions=before + (inner.expressions if inner else [])))
+                statements.append((cte.alias, _written(body)))
+        for cte in [c for c in ctes if c.alias in kept]:
+            cte.pop()
+        _drop_unread(tree)
+    return NodeSql(tuple(statements), _written(tree))
+
+
+@dataclass(frozen=True)
+class NodeSql:
+    """What a node's DataFusion runs: each kept (name, statement) in order, then the query."""
+
+    kept: tuple[tuple[str, str], ...]
+    query: str
+
+    def lines(self) -> list[str]:
+        kept = [line for name, sql in self.kept for line in [f"{name}, computed once:", *_indent(sql)]]
+        return kept + (["the query:", *_indent(self.query)] if kept else self.query.splitlines())
+
+
+def _indent(sql: str) -> list[str]:
+    return ["  " + line for line in sql.splitlines()]
+
+
+def _written(tree: exp.Expression) -> str:
+    return tree.sql(dialect=_DataFusion, pretty=True, copy=False)
+
+
+def _drop_unread(tree: exp.Expression) -> None:
+    """Drops the top WITH's common table expressions nothing reads any more (those only the kept
+    ones read), and the WITH once empty."""
+    with_ = tree.args["with_"]
+    while unread := [cte for cte in with_.expressions if not _reads(tree, cte.alias, cte)]:
+        for cte in unread:
+            cte.pop()
+    if not with_.expressions:
+        tree.set("with_", None)
+
+
+def _reads(tree: exp.Expression, name: str, skip: exp.Expression) -> bool:
+    """Whether `tree` reads `name` outside `skip`."""
+    return any(t.name == name and not t.db and not _within(t, skip) for t in tree.find_all(exp.Table))
+
+
+def _within(node: exp.Expression | None, ancestor: exp.Expression) -> bool:
+    while node is not None and node is not ancestor:
+        node = node.parent
+    return node is ancestor
+
+
+def _read_again(tree: exp.Expression) -> set[str]:
+    """The names of the top WITH's plain common table expressions that the query reads twice or
+    more."""
+    with_ = tree.args.get("with_")
+    if with_ is None or with_.args.get("recursive"):
+        return set()
+    names = {cte.alias for cte in with_.expressions if not cte.args["alias"].columns}
+    reads = Counter(t.name for t in tree.find_all(exp.Table) if t.name in names and not t.db)
+    return {name for name, count in reads.items() if count > 1}

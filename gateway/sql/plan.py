@@ -19,7 +19,7 @@ from sqlglot import exp
 
 from gateway.sql.catalog import TableInfo
 from gateway.sql.check import CheckedQuery
-from gateway.sql.node_dialect import node_text
+from gateway.sql.node_dialect import NodeSql, node_text
 from gateway.sql.spark_dialect import spark_text
 from gateway.sql.tree import brief
 from storage import Aggregate, Expr, Named, ScanRequest, conjoin
@@ -134,7 +134,7 @@ class Plan:
     deliveries: dict[int, str] = field(default_factory=dict)  # staged: how each sub-query reaches Spark, by scan
     dropped: dict[int, str] = field(default_factory=dict)  # staged: sub-queries Spark need not join, and why
     why: str = ""  # why a join query runs where it runs (``node`` or ``spark``)
-    _node_sql: str | None = field(default=None, repr=False, compare=False)  # written once: a node plan is only read
+    _node_sql: NodeSql | None = field(default=None, repr=False, compare=False)  # written once: a node plan is only read
 
     @property
     def spark_sql(self) -> str | None:
@@ -142,8 +142,8 @@ class Plan:
         return spark_text(self.query.tree) if self.engine == "spark" else None
 
     @property
-    def node_sql(self) -> str | None:
-        """The query the node's DataFusion runs over the sub-queries' views."""
+    def node_sql(self) -> NodeSql | None:
+        """What the node's DataFusion runs over the sub-queries' views."""
         if self.engine != "node":
             return None
         if self._node_sql is None:
@@ -171,7 +171,7 @@ class Plan:
             lines += ["  " + line for line in self.spark_sql.splitlines()]
         if self.engine == "node":
             lines.append("DataFusion SQL over the sub-queries, on the node:")
-            lines += ["  " + line for line in self.node_sql.splitlines()]
+            lines += ["  " + line for line in self.node_sql.lines()]
         return lines
 
 
