@@ -37,6 +37,7 @@ from storage import (
     Placement,
     SchemaError,
     Source,
+    StorageError,
     Store,
     TableSchema,
     load_mysql,
@@ -170,6 +171,7 @@ def load_jobs(
     if engine == "spark":
         with console.status(f"starting Spark ({config.spark.master}) for the ingest pipeline"):
             spark = spark_session(config.spark)
+        console.print(f"Spark application {spark.sparkContext.applicationId} loads {len(jobs)} table(s)")
     with Progress(*columns, console=console) as progress:
         for schema, source in jobs:
             task = progress.add_task(schema.name, total=None)
@@ -332,6 +334,44 @@ def cmd_load_files(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def cmd_load_tables(args: argparse.Namespace, config: Config) -> int:
+    """Every table of the directories, in one Spark application (or one MariaDB session)."""
+    region = _live_region(args, config)
+    stores = [] if region else stores_of(args, config)
+    buckets = args.buckets or config.storage.buckets
+    limit = replicate_limit(config, len(region.nodes) if region else len(stores))
+    jobs: list[Job] = []
+    for name, source in tables_in([Path(d) for d in args.dirs]).items():
+        schema = TableSchema.from_arrow(name, source.arrow_schema(), [], Placement.parse("replicated", buckets))
+        jobs.append((schema if args.mysql else _placed(schema, files_size(source.files()), limit, buckets), source))
+    if args.mysql:
+        done = load_jobs_mysql(args.mysql, jobs)
+    else:
+        done = load_jobs(stores, jobs, load_options(config, args), config, _engine(args, config), region)
+    print_loaded(stores, done, args.mysql, _where(region) if region else "")
+    return 0
+
+
+def tables_in(directories: list[Path]) -> dict[str, Source]:
+    """The tables in `directories`: each Parquet file, or folder of Parquet files, directly in one
+    of them is a table named by its name without ``.parquet``, in the order of their names."""
+    found: dict[str, Path] = {}
+    for directory in directories:
+        if not directory.is_dir():
+            raise StorageError(f"{directory} is not a directory")
+        for path in sorted(directory.iterdir()):
+            table = path.suffix == ".parquet" if path.is_file() else any(path.rglob("*.parquet"))
+            if not table:
+                continue
+            name = path.name.removesuffix(".parquet")
+            if name in found:
+                raise StorageError(f"two sources for table {name}: {found[name]} and {path}")
+            found[name] = path
+    if not found:
+        raise StorageError("no Parquet file or folder of Parquet files in " + ", ".join(map(str, directories)))
+    return {name: Source("parquet", (str(path),)) for name, path in sorted(found.items())}
+
+
 def _placement_given(args: argparse.Namespace) -> bool:
     """Whether the user named the table's placement: --placement, or a CSV schema file's."""
     if args.placement:
@@ -402,6 +442,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_table_layout(p)
     _add_load_options(p)
     p.set_defaults(func=cmd_load_files)
+
+    p = load.add_parser(
+        "tables",
+        help="load every table of these directories in one Spark application: each Parquet file, or folder of "
+        "Parquet files, in a directory is a table named by it (placed by its size)",
+    )
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="directories of tables")
+    _add_load_options(p)
+    p.set_defaults(func=cmd_load_tables)
 
     p = load.add_parser("csv", help="load CSV files as one table")
     _add_table_layout(p)

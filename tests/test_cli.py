@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -106,12 +107,42 @@ def test_load_tpch_subset_into_two_nodes_placed_by_size(tmp_path: Path, capsys: 
         assert all(s.table("orders").rows == 15_000 for s in stores), "small: replicated on both"
 
 
+def test_load_tables_of_directories_in_one_spark_application(
+    tmp_path: Path, capsys: pytest.CaptureFixture, tpch_files: dict[str, Path]
+) -> None:
+    """Each Parquet file, or folder of Parquet files, in the directories is a table named by it,
+    placed by its size; one Spark application loads them all."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    (second / "orders").mkdir(parents=True)
+    first.mkdir()
+    shutil.copy(tpch_files["nation"], first / "nation.parquet")
+    shutil.copy(tpch_files["region"], first / "region.parquet")
+    (first / "notes.txt").write_text("not a table")
+    shutil.copy(tpch_files["orders"], second / "orders" / "part-0.parquet")
+    nodes = [str(tmp_path / "n0"), str(tmp_path / "n1")]
+    data_options = [option for n in nodes for option in ("--data", n)]
+    setting = ["--set", "storage.replicate_below=0.00001"]  # orders is larger: hash-placed
+    code, out, err = run(capsys, *setting, "load", "tables", str(first), str(second), *data_options)
+    assert code == 0, err
+    assert out.count("Spark application ") == 1 and "loads 3 table(s)" in out
+    stores = [Store(n) for n in nodes]
+    assert sorted(stores[0].tables()) == ["nation", "orders", "region"]
+    assert all(s.table("nation").rows == 25 and s.table("region").rows == 5 for s in stores)
+    assert sum(s.table("orders").rows for s in stores) == 15_000 and "hash(o_orderkey) x16" in out
+    (second / "nation.parquet").write_bytes((first / "nation.parquet").read_bytes())
+    code, _, err = run(capsys, "load", "tables", str(first), str(second), *data_options)
+    assert code == 2 and "[storage_error]" in err and "two sources for table nation" in err
+    code, _, err = run(capsys, "load", "tables", str(tmp_path / "n0" / "nation"), *data_options)
+    assert code == 2 and "no Parquet file or folder of Parquet files in" in err
+
+
 @pytest.mark.check
 @pytest.mark.parametrize(
     ("argv", "code_name", "fragment"),
     [
         (["load", "csv", "t", "/nonexistent/x.csv"], "storage_error", "/nonexistent/x.csv"),
         (["load", "parquet", "t", "/nonexistent/x.parquet"], "storage_error", "/nonexistent/x.parquet"),
+        (["load", "tables", "/nonexistent"], "storage_error", "/nonexistent is not a directory"),
         (["storage", "stats", "missing"], "table_not_found", "missing"),
         (["load", "tpch", "--tables", "lineitems"], "storage_error", "lineitems"),
         (["load", "tpch", "--sf", "-1"], "storage_error", "scale factor"),
