@@ -4,7 +4,9 @@
   snapshot of the catalog (`Planned`); the balancer then takes a slot on every node the plan reads
   (all owners of a hash-placed table, one node for replicated tables) as a lease; the engine
   answers the plan (stage and execute: scans on those nodes; joins on the one node holding every
-  table read, or on the region's Spark) and the slots are released. A query without tables, and
+  table read, or on the region's Spark) and the slots are released, a query on Spark's as soon as
+  Spark holds every row it needs from the nodes (the nodes take the next query while Spark joins).
+  A query without tables, and
   EXPLAIN (which runs nothing), is answered at the gateway.
 - mysql and simulation: the SQL (checked to be one read-only statement) and its parameters go
   unchanged to one node, which runs it in a slot and answers with the result.
@@ -285,16 +287,18 @@ class NativeExecutor:
         try:
             granted = await ticket.started
             started(granted)
+            loop, handed = asyncio.get_running_loop(), asyncio.Event()
             answer = functools.partial(
-                self.engine.answer, planned.plan, key, granted, planned.catalog, waiting=statement.wait_for
+                self.engine.answer,
+                planned.plan,
+                key,
+                granted,
+                planned.catalog,
+                waiting=statement.wait_for,
+                handed_over=lambda: loop.call_soon_threadsafe(handed.set),
             )
             work = in_pool(self.pool, answer)
-            await asyncio.wait([work, ticket.done], return_when=asyncio.FIRST_COMPLETED)
-            if not work.done():  # a node it holds went away: stop now, not when its scans time out
-                self.engine.cancel(key)
-                work.add_done_callback(lambda f: f.cancelled() or f.exception())
-                ticket.done.result()  # raises the balancer's node_lost (503, retry)
-            result = work.result()
+            result = await self._watched(work, ticket, handed, key)
         except asyncio.CancelledError:
             self.engine.cancel(key)
             await self.balancer.cancel(ticket)
@@ -306,7 +310,26 @@ class NativeExecutor:
         statement.engine = result.engine
         return result.table
 
+    async def _watched(self, work: asyncio.Future, ticket: Ticket, handed: asyncio.Event, key: str) -> Any:
+        """The query's result; its slots released once Spark holds what it needs from the nodes.
+        A node it holds going away first stops it now, not when its scans time out."""
+        handover = asyncio.ensure_future(handed.wait())
+        try:
+            await asyncio.wait([work, ticket.done, handover], return_when=asyncio.FIRST_COMPLETED)
+            if handover.done() and not work.done():  # the nodes' part is over: the next query may have them
+                await self._end(ticket)
+                return await work
+            if not work.done():
+                self.engine.cancel(key)
+                work.add_done_callback(lambda f: f.cancelled() or f.exception())
+                ticket.done.result()  # raises the balancer's node_lost (503, retry)
+            return work.result()
+        finally:
+            handover.cancel()
+
     async def _end(self, ticket: Ticket) -> None:
+        """Release the query's slots (again, harmlessly, if its Spark part released them) or take
+        it out of the queue."""
         if ticket.started.done() and not ticket.started.exception():
             await self.balancer.release(ticket)
         else:

@@ -95,6 +95,16 @@ def test_explain_says_how_each_subquery_reaches_spark(way) -> None:
         assert "local relation" not in text and "VALUES" not in text
 
 
+def test_the_query_needs_its_nodes_no_more_once_spark_holds_every_row(way) -> None:
+    """Every way but the data source hands the rows over before Spark runs (the gateway then frees
+    the query's slots on the nodes); through the data source, Spark's executors read the nodes."""
+    engine, _ = way
+    heard = []
+    result = engine.answer(engine.plan(query(3)), handed_over=lambda: heard.append(True))
+    reads = any("through the cxg data source" in d for d in result.plan.deliveries.values())
+    assert result.engine == "spark" and heard == ([] if reads else [True])
+
+
 def test_the_same_subquery_is_handed_over_once(engine) -> None:
     staged = engine.stage(query(2))  # the correlated subquery reads partsupp, supplier, nation, region again
     handed = exchange.Exchange(engine.spark, engine.catalog, exchange.ExchangeOptions("files"))

@@ -168,12 +168,14 @@ class Engine:
         granted: list[str] | None = None,
         catalog: RegionCatalog | None = None,
         waiting: Callable[[str], None] | None = None,
+        handed_over: Callable[[], None] | None = None,
     ) -> Result:
         """Steps 3 and 4: stage and execute `plan` (it is consumed), or describe it for EXPLAIN.
         `query_id` lets `cancel` stop it from another thread, `granted` names the nodes whose
         slots it holds (replicated tables are read there), `catalog` is the snapshot it was
         planned on (default: the region's now); `waiting` hears what a query on a Spark cluster
-        waits for (executors), and "" when it waits no more."""
+        waits for (executors), and "" when it waits no more; `handed_over`, once Spark holds every
+        row it needs from the nodes (from then on the query needs no node)."""
         started = time.perf_counter()
         explain = (plan.written or plan.query).explain
         if explain == "plan":
@@ -189,7 +191,7 @@ class Engine:
         profiled = PROFILE.set(profile)
         try:
             staged = stage(plan, catalog, self.exchange_options, self.joins)
-            spark = functools.partial(self._spark_job, query_id, waiting)
+            spark = functools.partial(self._spark_job, query_id, waiting, handed_over)
             try:
                 table = execute(staged, catalog, spark)
             except NodeError as e:
@@ -216,12 +218,14 @@ class Engine:
         table = stable_types(table, final.result_types).rename_columns(final.query.names)
         return Result(table, final, seconds)
 
-    def _spark_job(self, query_id: str, waiting: Callable[[str], None] | None) -> SparkJob:
+    def _spark_job(
+        self, query_id: str, waiting: Callable[[str], None] | None, handed_over: Callable[[], None] | None
+    ) -> SparkJob:
         """The Spark part of a query (the session starts with the first); on a cluster, no executor
         for `executor_wait` seconds fails the query."""
         settings = self.spark_settings
         wait = None if settings.local else settings.executor_wait
-        return SparkJob(self.spark, query_id, self.exchange_options, settings.exchange_dir, wait, waiting)
+        return SparkJob(self.spark, query_id, self.exchange_options, settings.exchange_dir, wait, waiting, handed_over)
 
     # ---- the whole path, in this process -----------------------------------------------------------
 

@@ -102,6 +102,7 @@ class Exchange:
         self.root = Path(tempfile.mkdtemp(prefix="cxg-exchange-", dir=directory or None)) if files else None
         self._frames: dict[tuple, Any] = {}
         self._views: list[str] = []
+        self.reads_nodes = False  # whether Spark's executors read a sub-query from the nodes as it runs
 
     def spark_sql(self, plan: Plan, fetched: dict[int, pa.Table]) -> str:
         """Hand every sub-query of a staged plan over (a registered view, or VALUES in the
@@ -184,6 +185,7 @@ class Exchange:
         return self.spark.read.schema(spark_schema(schema)).parquet(*map(str, paths))
 
     def _source(self, scan: TableQuery, request: ScanRequest, schema: pa.Schema):
+        self.reads_nodes = True
         routes = self.catalog.routes(scan.info, request)  # the version the query pinned, a node's buckets
         reader = (
             self.spark.read.format("cxg")

@@ -21,7 +21,7 @@ from gateway.sql.exchange import Exchange, ExchangeOptions
 from gateway.sql.executor_watch import ExecutorWatch
 from gateway.sql.local import CANCELLED, answer_one_table
 from gateway.sql.plan import Plan
-from gateway.sql.profile import PROFILE, node_lines, spark_lines
+from gateway.sql.profile import PROFILE, codegen_counters, node_lines, spark_lines
 from gateway.sql.stage import Staged
 from storage import NodeClient, QueryRequest
 
@@ -31,7 +31,8 @@ class SparkJob:
     """Where and how a query's Spark part runs: the session, its job group `job` (which
     `Engine.cancel` cancels), the exchange's `options` and files' `directory`; with
     `executor_wait` (a cluster), the query fails with `spark_no_executors` after that many seconds
-    without an executor, and `waiting` hears what it waits for."""
+    without an executor, and `waiting` hears what it waits for; `handed_over` hears when Spark
+    holds every row it needs from the nodes (their slots may go to the next query)."""
 
     session: Any
     job: str
@@ -39,6 +40,7 @@ class SparkJob:
     directory: str | None = None
     executor_wait: float | None = None
     waiting: Callable[[str], None] | None = None
+    handed_over: Callable[[], None] | None = None
 
 
 def execute(staged: Staged, catalog: RegionCatalog, spark: Callable[[], SparkJob]) -> pa.Table:
@@ -123,11 +125,14 @@ def on_spark(staged: Staged, catalog: RegionCatalog, spark: SparkJob) -> pa.Tabl
         context.setLocalProperty("spark.scheduler.pool", pool)  # this thread's jobs
         exchange = Exchange(session, catalog, spark.options, spark.directory)
         try:
-            frame = session.sql(exchange.spark_sql(staged.plan, staged.fetched))
-            table = frame.toArrow()
             profile = PROFILE.get()
+            codegen = codegen_counters(session) if profile is not None else (0, 0)
+            frame = session.sql(exchange.spark_sql(staged.plan, staged.fetched))
+            if spark.handed_over is not None and not exchange.reads_nodes:
+                spark.handed_over()
+            table = frame.toArrow()
             if profile is not None:
-                profile.spark = spark_lines(session, frame, job)
+                profile.spark = spark_lines(session, frame, job, codegen)
             return table
         except Exception as e:
             if getattr(watch, "starved", False):
