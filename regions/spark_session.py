@@ -132,6 +132,9 @@ def spark_options(settings: SparkSettings) -> dict[str, str]:
         # a file of a few MB is split between tasks (by row groups), not read by one: Spark
         # counts 4 MB per file opened before splitting
         "spark.sql.files.openCostInBytes": "1m",
+        # generated classes kept for reuse: the default 100 is fewer than TPC-H's 22 queries
+        # compile (312), so each round of them compiled every class again
+        "spark.sql.codegen.cache.maxEntries": "2000",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         **settings.conf,

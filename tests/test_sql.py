@@ -204,6 +204,13 @@ def test_explain_analyze_of_a_join_shows_the_subqueries_and_sparks_operators(eng
     assert sum(_scanned_rows(lines, step).values()) == building
     spark = next(line for line in lines if line.startswith("Spark: "))
     assert int(spark.split("Spark: ")[1].split(" job")[0]) >= 1
+    cost = next(line for line in lines if line.startswith("Spark's fixed cost: "))
+    phases = re.findall(r"(parsing|analysis|optimization|planning) (\d+) ms", cost)
+    assert [name for name, _ in phases] == ["parsing", "analysis", "optimization", "planning"], cost
+    assert re.search(r"whole-stage code generated in [\d.]+ ms, \d+ class\(es\) compiled", cost), cost
+    assert re.fullmatch(
+        r"  slowest rules: [\w$]+ [\d.]+ ms \(\d+ run\(s\), \d+ changing the plan\).*", lines[lines.index(cost) + 1]
+    )
     operators = [line.strip() for line in lines[lines.index(spark) + 2 :]]
     assert operators[0] == "TakeOrderedAndProject"  # ORDER BY ... LIMIT 10, after adaptive execution
     # the sub-queries handed over as local relations are Spark's local scans, row for row

@@ -132,9 +132,9 @@ def node_text(tree: exp.Expression) -> NodeSql:
     statements = []
     if kept:
         ctes = tree.args["with_"].expressions
-        for cte in ctes:
+        for i, cte in enumerate(ctes):
             if cte.alias in kept:
-                before = [c.copy() for c in ctes[: ctes.index(cte)] if c.alias not in kept]
+                before = [c.copy() for c in ctes[:i] if c.alias not in kept]
                 body, inner = cte.this.copy(), cte.this.args.get("with_")
                 if before:
                     body.set("with_", exp.With(expressions=before + (inner.expressions if inner else [])))

@@ -98,10 +98,23 @@ def node_scan(client: NodeClient, request: ScanRequest, step: str) -> Iterator[S
         profile.record(NodeScan(step, stream.node, stream.rows, stream.bytes, seconds, stream.stats))
 
 
-def spark_lines(spark: Any, frame: Any, group: str) -> list[str]:
+def codegen_counters(spark: Any) -> tuple[int, int]:
+    """The driver's code generation so far: nanoseconds spent generating whole-stage code, and
+    the classes compiled (those not found in the generated-code cache)."""
+    jvm = spark._jvm
+    return (
+        jvm.org.apache.spark.sql.execution.WholeStageCodegenExec.codeGenTime(),
+        jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME().getCount(),
+    )
+
+
+def spark_lines(spark: Any, frame: Any, group: str, codegen_before: tuple[int, int]) -> list[str]:
     """Spark's account of a query it ran as the job group `group`, `frame` the DataFrame collected:
-    its jobs, stages and tasks, and its physical operators (after adaptive execution) with the
-    rows each put out and the time its generated code took."""
+    its fixed cost (the phases and slowest rules of its planning, from its own tracker, and the
+    code generated and compiled since `codegen_before`), its jobs, stages and tasks, and its
+    physical operators (after adaptive execution) with the rows each put out and the time its
+    generated code took."""
+    lines = _fixed_cost(frame._jdf.queryExecution().tracker(), codegen_before, codegen_counters(spark))
     tracker = spark.sparkContext.statusTracker()
     jobs = tracker.getJobIdsForGroup(group)
     stages = [tracker.getStageInfo(s) for j in jobs if (info := tracker.getJobInfo(j)) for s in info.stageIds]
@@ -109,12 +122,43 @@ def spark_lines(spark: Any, frame: Any, group: str) -> list[str]:
     ran = [s for s in stages if s.numCompletedTasks or s.numFailedTasks]
     tasks = sum(s.numCompletedTasks for s in ran)
     failed = sum(s.numFailedTasks for s in ran)
-    lines = [
+    lines += [
         f"Spark: {len(jobs)} job(s), {len(ran)} stage(s) run ({len(stages) - len(ran)} skipped, their output reused), "
         f"{tasks:,} task(s), {failed} failed",
         "  operators (rows out; time of each stage's generated code):",
     ]
     lines += [f"    {line}" for line in _operators(frame._jdf.queryExecution().executedPlan(), 0)]
+    return lines
+
+
+PHASES = ("parsing", "analysis", "optimization", "planning")  # QueryPlanningTracker's, in order
+SLOWEST_RULES = 3
+
+
+def _fixed_cost(tracker: Any, before: tuple[int, int], after: tuple[int, int]) -> list[str]:
+    """Spark's fixed cost of one query: its planning phases and slowest rules (its
+    QueryPlanningTracker) and the code generated and compiled on the driver over its run (the
+    JVM's counters: a query running beside it counts too)."""
+    phases, entries = {}, tracker.phases().iterator()
+    while entries.hasNext():
+        entry = entries.next()
+        phases[entry._1()] = entry._2().durationMs()
+    timed = ", ".join(f"{name} {phases[name]} ms" for name in PHASES if name in phases)
+    generated, compiled = (after[0] - before[0]) / 1e6, after[1] - before[1]
+    lines = [
+        f"Spark's fixed cost: {timed}; whole-stage code generated in {generated:.1f} ms, "
+        f"{compiled} class(es) compiled (not in the generated-code cache)"
+    ]
+    rules = tracker.topRulesByTime(SLOWEST_RULES)
+    slowest = []
+    for i in range(rules.size()):
+        name, summary = rules.apply(i)._1(), rules.apply(i)._2()
+        slowest.append(
+            f"{name.rsplit('.', 1)[-1]} {summary.totalTimeNs() / 1e6:.1f} ms "
+            f"({summary.numInvocations()} run(s), {summary.numEffectiveInvocations()} changing the plan)"
+        )
+    if slowest:
+        lines.append("  slowest rules: " + "; ".join(slowest))
     return lines
 
 
