@@ -40,6 +40,27 @@ def test_the_listing_follows_every_commit_release_and_drop(tmp_path) -> None:
         assert listed() == {}
 
 
+def test_a_node_slow_to_list_its_tables_the_first_time_is_waited_for(tmp_path, monkeypatch) -> None:
+    """A node not listed yet has nothing to serve meanwhile: its first listing is given the grace,
+    not the read timeout (a first query is then not told that its tables do not exist)."""
+    monkeypatch.setattr(catalog, "READ_TIMEOUT_S", 0.2)
+    store = Store(tmp_path, node="node-0")
+    _load(store, 3)
+    slow = [0.5]  # the first listing's delay, past the read timeout
+
+    @web.middleware
+    async def first_slow(request: web.Request, handler):
+        if request.path == "/v1/tables" and slow:
+            await asyncio.sleep(slow.pop())  # the node answers late, as one starting up on a busy machine
+        return await handler(request)
+
+    app = Node(store, get_backend("numpy"), slots=1).app()
+    app.middlewares.append(first_slow)
+    with serve(app) as url:
+        region = catalog.RegionCatalog({"node-0": url}, max_age=3600, releases=False)
+        assert region.table("t").rows == 3 and not slow
+
+
 def test_a_slow_node_serves_its_last_listing_until_silent_past_the_grace(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(catalog, "READ_TIMEOUT_S", 0.2)
     store = Store(tmp_path, node="node-0")

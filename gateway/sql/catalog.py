@@ -31,7 +31,8 @@ from storage import NodeClient, NodeError, ScanRequest, TableSchema
 log = logging.getLogger("cxg.catalog")
 MAX_AGE_S = 1.0  # a catalog older than this reads the nodes again before a query is planned
 READ_TIMEOUT_S = 1.0  # a node that does not list its tables within this is slow ...
-SLOW_GRACE_S = 5.0  # ... and what it listed last serves until it has been silent this long
+SLOW_GRACE_S = 5.0  # ... and what it listed last serves until it has been silent this long (a node
+# not listed yet has nothing to serve meanwhile: its first listing is waited for this long)
 _RELEASER = ThreadPoolExecutor(1, thread_name_prefix="catalog-release")
 _READERS = ThreadPoolExecutor(16, thread_name_prefix="catalog-read")
 
@@ -109,7 +110,8 @@ class RegionCatalog:
 
     def refresh(self) -> None:
         """Read every node's tables and versions (all at once, each within `READ_TIMEOUT_S`: a hung
-        node holds no query up); choose each table's served version."""
+        node holds no query up; its first listing within `SLOW_GRACE_S`); choose each table's
+        served version."""
         with self._refreshing:
             self._refresh()
         self._release_unpinned()
@@ -122,8 +124,9 @@ class RegionCatalog:
         listed = self._listed
 
         def listing(node: str) -> list[dict] | None:
+            client = clients[node] if node in listed else NodeClient(clients[node].base_url, timeout=SLOW_GRACE_S)
             try:
-                rows = clients[node].get("/v1/tables")["tables"]
+                rows = client.get("/v1/tables")["tables"]
             except NodeError as e:  # down, or silent past the grace: it serves nothing until it answers
                 last = listed.get(node)
                 if e.timed_out and last is not None and time.monotonic() - last[0] <= SLOW_GRACE_S:
