@@ -114,7 +114,7 @@ def spark_lines(spark: Any, frame: Any, group: str, codegen_before: tuple[int, i
     code generated and compiled since `codegen_before`), its jobs, stages and tasks, and its
     physical operators (after adaptive execution) with the rows each put out and the time its
     generated code took."""
-    lines = _fixed_cost(frame._jdf.queryExecution().tracker(), codegen_before, codegen_counters(spark))
+    lines = _fixed_cost_lines(frame, fixed_cost(spark, frame, codegen_before))
     tracker = spark.sparkContext.statusTracker()
     jobs = tracker.getJobIdsForGroup(group)
     stages = [tracker.getStageInfo(s) for j in jobs if (info := tracker.getJobInfo(j)) for s in info.stageIds]
@@ -135,21 +135,30 @@ PHASES = ("parsing", "analysis", "optimization", "planning")  # QueryPlanningTra
 SLOWEST_RULES = 3
 
 
-def _fixed_cost(tracker: Any, before: tuple[int, int], after: tuple[int, int]) -> list[str]:
-    """Spark's fixed cost of one query: its planning phases and slowest rules (its
-    QueryPlanningTracker) and the code generated and compiled on the driver over its run (the
-    JVM's counters: a query running beside it counts too)."""
-    phases, entries = {}, tracker.phases().iterator()
+def fixed_cost(spark: Any, frame: Any, codegen_before: tuple[int, int]) -> dict[str, float]:
+    """Spark's fixed cost of the query `frame` ran: milliseconds of each planning phase (its
+    QueryPlanningTracker), of whole-stage code generation and the classes compiled on the driver
+    since `codegen_before` (the JVM's counters: a query running beside it counts too)."""
+    phases, entries = {}, frame._jdf.queryExecution().tracker().phases().iterator()
     while entries.hasNext():
         entry = entries.next()
         phases[entry._1()] = entry._2().durationMs()
-    timed = ", ".join(f"{name} {phases[name]} ms" for name in PHASES if name in phases)
-    generated, compiled = (after[0] - before[0]) / 1e6, after[1] - before[1]
+    after = codegen_counters(spark)
+    return {
+        **{f"{name}_ms": float(phases.get(name, 0)) for name in PHASES},
+        "codegen_ms": (after[0] - codegen_before[0]) / 1e6,
+        "compiled": float(after[1] - codegen_before[1]),
+    }
+
+
+def _fixed_cost_lines(frame: Any, cost: dict[str, float]) -> list[str]:
+    """The fixed cost as EXPLAIN ANALYZE shows it, with the slowest rules of the query's planning."""
+    timed = ", ".join(f"{name} {cost[f'{name}_ms']:.0f} ms" for name in PHASES)
     lines = [
-        f"Spark's fixed cost: {timed}; whole-stage code generated in {generated:.1f} ms, "
-        f"{compiled} class(es) compiled (not in the generated-code cache)"
+        f"Spark's fixed cost: {timed}; whole-stage code generated in {cost['codegen_ms']:.1f} ms, "
+        f"{cost['compiled']:.0f} class(es) compiled (not in the generated-code cache)"
     ]
-    rules = tracker.topRulesByTime(SLOWEST_RULES)
+    rules = frame._jdf.queryExecution().tracker().topRulesByTime(SLOWEST_RULES)
     slowest = []
     for i in range(rules.size()):
         name, summary = rules.apply(i)._1(), rules.apply(i)._2()
