@@ -40,4 +40,5 @@ def rows_match(got: list[tuple], expected: list[tuple], ordered: bool, tolerance
 
 
 def rows(table: pa.Table) -> list[tuple]:
-    return [tuple(r.values()) for r in table.to_pylist()]
+    """The table's rows as tuples (columns by position: two may share a name)."""
+    return list(zip(*(column.to_pylist() for column in table.columns), strict=True)) if table.num_columns else []

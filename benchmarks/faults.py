@@ -40,20 +40,24 @@ from storage import Placement, Store, TableSchema, load_table, read_parquet, tpc
 
 TABLES = ("lineitem", "orders", "customer", "nation")
 RETRYABLE = {"table_unavailable", "node_unavailable", "node_lost", "no_nodes", "spark_unavailable", "statement_lost"}
-# queries over hash-placed tables (on both nodes), one whose groups the nodes finish, a join, a replicated table
+# queries over hash-placed tables (on both nodes), one whose groups the nodes finish, joins, a replicated table
 QUERIES = {
     "count": "SELECT count(*) AS n FROM lineitem",
     "q1": "SELECT l_returnflag, l_linestatus, sum(l_quantity) AS q, count(*) AS n FROM lineitem "
     "GROUP BY l_returnflag, l_linestatus ORDER BY l_returnflag, l_linestatus",
     "having": "SELECT o_custkey, count(*) AS n FROM orders GROUP BY o_custkey HAVING count(*) > 25 ORDER BY o_custkey",
-    "join": "SELECT count(*) AS n, sum(l_extendedprice) AS s FROM lineitem JOIN orders ON l_orderkey = o_orderkey "
+    # joined on the order key, on which both are hash-placed: each node joins its own buckets
+    "colocated": "SELECT count(*) AS n, sum(l_extendedprice) AS s FROM lineitem JOIN orders ON l_orderkey = o_orderkey "
     "WHERE o_orderstatus = 'F'",
+    # customer is hash-placed on its own key: Spark joins
+    "join": "SELECT count(*) AS n, sum(o_totalprice) AS s FROM customer JOIN orders ON c_custkey = o_custkey "
+    "WHERE c_mktsegment = 'BUILDING'",
     "nation": "SELECT count(*) AS n, sum(n_regionkey) AS s FROM nation",
     # replicated tables only: one node answers it whole, its DataFusion joining
     "nations": "SELECT a.n_regionkey AS r, count(*) AS n FROM nation a JOIN nation b ON a.n_regionkey = b.n_regionkey "
     "GROUP BY 1 ORDER BY 1",
 }
-NODE_QUERIES = ("count", "q1", "having", "nation", "nations")  # answered by the nodes, no Spark
+NODE_QUERIES = ("count", "q1", "having", "colocated", "nation", "nations")  # answered by the nodes, no Spark
 
 
 def value(v: Any) -> Any:
@@ -536,7 +540,7 @@ def reload_under_load(region: FaultRegion, expected: dict, files: dict[str, Path
     def client(k: int) -> None:
         rng = random.Random(k)
         while not done.is_set():
-            name = rng.choice(("join", "count", "having", "versioned"))
+            name = rng.choice(("join", "colocated", "count", "having", "versioned"))
             if name != "versioned":
                 answer = ask(region.url, QUERIES[name])
                 with lock:

@@ -4,6 +4,7 @@ derandomized property tests."""
 from __future__ import annotations
 
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ from benchmarks.mariadb_server import MariaDB
 from gateway import SparkSettings
 from gateway.background import serve
 from gpu_kernels import cuda_available, get_backend
-from storage import Node, Store, load_mysql, load_table, read_parquet, tpch
+from storage import Node, Placement, Store, load_mysql, load_table, read_parquet, tpch
+from tests.colocated_cases import colocated_tables
 from tests.sql_cases import edge_tables
 
 TPCH_SF = 0.01
@@ -82,6 +84,39 @@ def region(region_stores):
     """The two stores served by storage nodes on loopback; yields node name -> URL."""
     with ExitStack() as stack:
         yield {s.node: stack.enter_context(serve(Node(s, get_backend("numpy"), slots=2).app())) for s in region_stores}
+
+
+@pytest.fixture(scope="session")
+def colocated_region(tmp_path_factory: pytest.TempPathFactory, tpch_files: dict[str, Path]):
+    """Two storage nodes on loopback serving TPC-H SF 0.01 with lineitem and orders hash-placed alike
+    on the order key and every other table replicated, and the tables of `tests.colocated_cases`;
+    yields node name -> URL."""
+    root = tmp_path_factory.mktemp("colocated")
+    stores = [Store(root / f"n{i}", node=f"node-{i}") for i in range(2)]
+    for name, path in tpch_files.items():
+        source = read_parquet([path])
+        schema = tpch.schema_for(name, source.schema)
+        load_table(stores, schema if name in ("lineitem", "orders") else replace(schema, placement=Placement()), source)
+    for schema, table in colocated_tables():
+        load_table(stores, schema, table)
+    with ExitStack() as stack:
+        yield {s.node: stack.enter_context(serve(Node(s, get_backend("numpy"), slots=2).app())) for s in stores}
+
+
+@pytest.fixture(scope="session")
+def colocated_engine(colocated_region, spark, spark_settings):
+    """An engine over `colocated_region`: what is co-located runs on both nodes, the rest on Spark."""
+    from gateway.sql.engine import Engine  # pyspark: loaded only where a test uses Spark
+
+    return Engine(colocated_region, spark_settings, lambda: spark)
+
+
+@pytest.fixture(scope="session")
+def spark_engine(region, spark, spark_settings):
+    """An engine over `region` whose joins all run on Spark (`sql.joins = spark`)."""
+    from gateway.sql.engine import Engine  # pyspark: loaded only where a test uses Spark
+
+    return Engine(region, spark_settings, lambda: spark, joins="spark")
 
 
 @pytest.fixture(scope="session")

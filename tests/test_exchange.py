@@ -49,7 +49,7 @@ def way(request, region, spark, spark_settings, tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         for name, value in limits.items():
             patch.setattr(exchange, name, value)
-        yield Engine(region, settings, lambda: spark), directory
+        yield Engine(region, settings, lambda: spark, joins="spark"), directory
 
 
 @pytest.mark.parametrize("sql", JOINS, ids=range(len(JOINS)))
@@ -180,6 +180,8 @@ def test_the_engine_gets_spark_from_whoever_composes_the_region(region, spark, s
 
     engine = Engine(region, spark_settings, factory)
     assert engine.execute("select count(*) from nation").engine == "nodes" and not calls, "no Spark for the nodes"
-    assert engine.execute(JOINS[0]).engine == "spark" and calls
+    split = "select count(*) from customer join orders on c_custkey = o_custkey"  # each on its own key
+    assert engine.execute(JOINS[0]).engine == "colocated" and not calls, "no Spark where each node joins its own"
+    assert engine.execute(split).engine == "spark" and calls
     with pytest.raises(ExecutionError, match="given no Spark session"):
-        Engine(region, spark_settings).execute(JOINS[0])
+        Engine(region, spark_settings).execute(split)

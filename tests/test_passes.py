@@ -13,65 +13,17 @@ import pyarrow as pa
 import pytest
 from sqlglot import exp
 
-from gateway import RegionCatalog, TableInfo
+from gateway import RegionCatalog
 from gateway.sql import stage
-from gateway.sql.check import CheckedQuery, check
 from gateway.sql.errors import NodeUnavailable
 from gateway.sql.passes import Draft, read_from_views
 from gateway.sql.planner import FOR_NODE_ONLY, FOR_SPARK_ONLY, RULES, Planner
 from gateway.sql.spark_dialect import spark_text
 from gateway.sql.stage import CardinalityError
 from gateway.sql.tree import node_at, path_to
-from storage import Column, Placement, TableSchema
+from tests.planning import CATALOG, NODES, checked
 
 pytestmark = pytest.mark.check  # the fast lane (`make check`): no Spark, no server
-
-NODES = {"n0": "http://127.0.0.1:1", "n1": "http://127.0.0.1:2"}
-
-
-def _table(name: str, columns: dict[str, str], placement: Placement, rows: int) -> TableInfo:
-    schema = TableSchema(name, tuple(Column(c, t) for c, t in columns.items()), placement=placement)
-    return TableInfo(schema, list(NODES) if placement.kind == "hash" else ["n0", "n1"], rows)
-
-
-def _hash(*keys: str) -> Placement:
-    return Placement("hash", keys, 4, ("n0", "n1", "n0", "n1"))
-
-
-CATALOG = RegionCatalog.known(
-    NODES,
-    {
-        "customer": _table(
-            "customer",
-            {"c_custkey": "int64", "c_name": "string", "c_mktsegment": "string", "c_acctbal": "decimal(15,2)"},
-            _hash("c_custkey"),
-            1_500,
-        ),
-        "orders": _table(
-            "orders",
-            {"o_orderkey": "int64", "o_custkey": "int64", "o_orderdate": "date", "o_totalprice": "decimal(15,2)"},
-            _hash("o_orderkey"),
-            15_000,
-        ),
-        "lineitem": _table(
-            "lineitem",
-            {
-                "l_orderkey": "int64",
-                "l_quantity": "decimal(15,2)",
-                "l_extendedprice": "decimal(15,2)",
-                "l_discount": "decimal(15,2)",
-                "l_shipdate": "date",
-            },
-            _hash("l_orderkey"),
-            60_000,
-        ),
-        "nation": _table("nation", {"n_nationkey": "int64", "n_name": "string"}, Placement(), 25),
-    },
-)
-
-
-def checked(sql: str) -> CheckedQuery:
-    return check(sql, CATALOG.sql_schema())
 
 
 def draft_after(sql: str, rule) -> Draft:
@@ -206,7 +158,7 @@ def arrow_data_in(value: object, where: str = "", seen: set[int] | None = None) 
 
 EXPLAINED = """\
 engine: storage nodes: select-project sub-queries; Spark: joins and everything above them
-  (lineitem, orders are split over several nodes: Spark joins)
+  (sql.joins = spark: every join runs on Spark)
 select-project sub-queries (on compressed data):
   [0] lineitem AS l on n0, n1 (hash(l_orderkey) x4)
       columns: l_orderkey
@@ -273,7 +225,7 @@ def test_a_join_plan_is_explained_without_running_anything() -> None:
         "select o.o_orderdate, sum(l.l_extendedprice) / 2 from lineitem l, orders o "
         "where l.l_orderkey = o.o_orderkey and o.o_orderdate < '1995-03-15' group by 1 order by 1"
     )
-    plan = Planner(CATALOG).plan(checked(sql))
+    plan = Planner(CATALOG, joins="spark").plan(checked(sql))
     # no rows counted, nothing handed to Spark: nothing ran; `/` divides as a DOUBLE in Spark too, NULL for
     # a zero divisor; one partition keeps the order
     assert PLAN_ID.sub("__cxg_PLAN_", "\n".join(plan.explain())) == EXPLAINED

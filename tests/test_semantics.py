@@ -1,6 +1,7 @@
 """One semantics on every path (docs/sql.md): each rule runs as a one-table query, which the nodes
-answer, over a join of tables hash-placed over two nodes, which Spark answers, and over a join of
-tables one node holds whole, which that node's DataFusion answers; each gives DuckDB's answer, or
+answer, over a join of a table hash-placed over two nodes with a replicated one, which Spark answers
+(told to join) or each node over its own buckets, and over a join of tables one node holds whole,
+which that node's DataFusion answers; each gives DuckDB's answer, or
 each refuses with the same code. And the bounds of a query (`gateway.sql.limits`): below them deep and long expressions
 are answered on both paths, past them the query is refused with 400 `too_complex`."""
 
@@ -20,12 +21,15 @@ from gateway.sql.limits import MAX_IN_LIST, MAX_SQL_LENGTH, checked_text
 from storage import MAX_EXPRESSION_DEPTH
 from tests.refusals import refusal
 
-JOINED = "people p join visits v on p.id = v.person_id"  # Spark answers, or the node holding both
+# people hash-placed over two nodes, visits replicated: Spark answers (told to join), or each node over
+# its own buckets, or the node holding both
+JOINED = "people p join visits v on p.id = v.person_id"
 ALONE = "people p"  # the nodes answer
 # path -> (the engine's fixture, the FROM clause, the engine that answers)
 PATHS = {
     "nodes": ("engine", ALONE, "nodes"),
-    "spark": ("engine", JOINED, "spark"),
+    "spark": ("spark_engine", JOINED, "spark"),
+    "colocated": ("engine", JOINED, "colocated"),
     "node": ("node_engine", JOINED, "node"),
 }
 
@@ -44,7 +48,7 @@ RULES = {
     "a decimal keeps its scale": ("p.id, p.score * 2 as s", None, "p.id"),
     "NULL in arithmetic": ("p.id, p.age + null as n", None, "p.id"),
 }
-# what the nodes' expression language lacks: a one-table query using it runs on Spark too
+# what the nodes' expression language lacks: a one-table query using it runs on each node's DataFusion
 SPARK_ONLY = {"modulo by zero is NULL", "a cast of text to a number", "a cast of a number to text"}
 # the same refusal whichever path runs it
 REFUSALS = {
@@ -67,7 +71,7 @@ def test_each_rule_gives_duckdbs_answer_on_every_path(request, duck, rule: str, 
     fixture, source, answers = PATHS[path]
     sql = _sql(*RULES[rule], source)
     result = request.getfixturevalue(fixture).execute(sql)
-    assert result.plan.engine == ("spark" if path == "nodes" and rule in SPARK_ONLY else answers)
+    assert result.plan.engine == ("colocated" if path == "nodes" and rule in SPARK_ONLY else answers)
     expected = duck.sql(sql).fetchall()
     assert rows_match(rows(result.table), expected, ordered=True), (rows(result.table), expected)
 
@@ -138,12 +142,19 @@ ROW_TYPED = (
 )
 
 
-@pytest.mark.parametrize(
-    "source", ["lineitem l", "lineitem l join orders o on l.l_orderkey = o.o_orderkey"], ids=["nodes", "spark"]
-)
-def test_result_types_are_the_same_on_both_paths(engine, duck, source: str) -> None:
+TYPED_PATHS = {  # path -> (the engine's fixture, the FROM clause)
+    "nodes": ("engine", "lineitem l"),
+    "spark": ("spark_engine", "lineitem l join orders o on l.l_orderkey = o.o_orderkey"),
+    "colocated": ("engine", "lineitem l join orders o on l.l_orderkey = o.o_orderkey"),
+}
+
+
+@pytest.mark.parametrize("path", list(TYPED_PATHS))
+def test_result_types_are_the_same_on_every_path(request, duck, path: str) -> None:
+    fixture, source = TYPED_PATHS[path]
+    engine = request.getfixturevalue(fixture)
     grouped = engine.execute(f"select {TYPED[0]} from {source} group by {TYPED[1]} order by 1")
-    assert grouped.plan.engine == ("nodes" if source == "lineitem l" else "spark")
+    assert grouped.plan.engine == path
     assert dict(zip(grouped.table.column_names, grouped.table.schema.types, strict=True)) == EXPECTED_TYPES
     expected = duck.sql(f"select {TYPED[0]} from {source} group by {TYPED[1]} order by 1").fetchall()
     assert rows_match(rows(grouped.table), expected, ordered=True)

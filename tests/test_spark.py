@@ -155,15 +155,15 @@ def test_a_runaway_join_leaves_room_for_the_queries_beside_it(engine, duck) -> N
     assert not runaway.is_alive()
 
 
-def test_a_result_past_what_spark_may_collect_is_the_users_error(engine) -> None:
+def test_a_result_past_what_spark_may_collect_is_the_users_error(spark_engine) -> None:
     """Spark refuses to collect more than spark.driver.maxResultSize (set low here in the running
     context's conf, which each job reads): a 400 result_too_large, not an execution error."""
-    conf = engine.spark.sparkContext._jsc.sc().conf()
+    conf = spark_engine.spark.sparkContext._jsc.sc().conf()
     before = conf.get("spark.driver.maxResultSize", "1g")
     conf.set("spark.driver.maxResultSize", "1m")
     try:
         with pytest.raises(Exception) as failed:  # Spark's own error, which the gateway translates
-            engine.execute("select l_comment, o_comment from lineitem join orders on l_orderkey = o_orderkey")
+            spark_engine.execute("select l_comment, o_comment from lineitem join orders on l_orderkey = o_orderkey")
         refused = ApiError.of(failed.value, query=True)
         assert re.search(r"spark\.driver\.maxResultSize", refused.message)
         assert refused.status == 400 and refused.code == "result_too_large"

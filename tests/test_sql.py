@@ -1,4 +1,5 @@
-"""The SQL layer: the regular plan, NULL semantics, empty inputs, non-ASCII text, refusals."""
+"""The SQL layer: the regular plan, NULL semantics, empty inputs, non-ASCII text, refusals; its
+joins on Spark (`tests.test_colocated_answers` has those every node answers over its own buckets)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,13 @@ from gateway.sql.params import InvalidParameter
 from gateway.sql.tree import factor_or
 from loadtests import query
 from tests.refusals import refusal
+
+
+@pytest.fixture(scope="module")
+def engine(spark_engine):
+    """The region's engine told to join on Spark: this module's joins are Spark's plans."""
+    return spark_engine
+
 
 # ---- the regular plan ----------------------------------------------------------------------------
 

@@ -18,8 +18,9 @@ from storage import ScanRequest
 @pytest.mark.parametrize("number", range(1, 23), ids=lambda n: f"Q{n}")
 def test_tpch_query_matches_duckdb(request, duck, number: int, path: str) -> None:
     """On two nodes, lineitem, orders, customer, part and partsupp hash-placed over both: Spark
-    joins; on one node holding everything: that node's DataFusion answers the whole query."""
-    engine = request.getfixturevalue("engine" if path == "spark" else "node_engine")
+    joins (told to join every query: `tests.test_colocated_answers` has the co-located ones); on
+    one node holding everything: that node's DataFusion answers the whole query."""
+    engine = request.getfixturevalue("spark_engine" if path == "spark" else "node_engine")
     sql = query(number)
     result = engine.execute(sql)
     expected = duck.sql(sql).fetchall()

@@ -37,7 +37,7 @@ from gateway.sql.execute import SparkJob, execute
 from gateway.sql.executor_watch import executor_count
 from gateway.sql.local import CANCELLED
 from gateway.sql.plan import Plan
-from gateway.sql.planner import Planner
+from gateway.sql.planner import Planner, plan_joins
 from gateway.sql.profile import PROFILE, Profile
 from gateway.sql.result_types import stable_types
 from gateway.sql.stage import Staged, stage
@@ -147,7 +147,7 @@ class Engine:
                 return kept[1]
         capped = query if rows is None else query.capped(rows)  # a copy when it changed
         plan = Planner(catalog, self.joins).plan(capped, copy=capped is query)
-        if plan.engine == "node" and not plan.first and not query.explain and None not in served:
+        if plan.engine in ("node", "colocated") and not plan.first and not query.explain and None not in served:
             with self._lock:
                 self._plans[key] = query, plan
                 if len(self._plans) > PLANS_KEPT:
@@ -198,7 +198,7 @@ class Engine:
                 if e.code != NodeEngineError.code:
                     raise
                 self._forget(staged.plan)  # kept plans go to the node's engine: this one goes to Spark
-                staged = stage(_to_spark(staged.plan, e), catalog, self.exchange_options, self.joins)
+                staged = stage(_to_spark(staged.plan, e, catalog), catalog, self.exchange_options, self.joins)
                 table = execute(staged, catalog, spark)
         except SqlError:
             raise
@@ -290,12 +290,17 @@ def _served(info: TableInfo) -> tuple[Any, ...] | None:
     return info.schema.name, info.version, tuple(info.nodes), repr(info.buckets), info.rows
 
 
-def _to_spark(plan: Plan, failure: NodeError) -> Plan:
-    """A ``node`` plan whose node's engine could not run it, to run on Spark instead: a copy with
-    the same sub-queries and statement (what DataFusion failed on is in EXPLAIN ANALYZE and the
-    log)."""
+def _to_spark(plan: Plan, failure: NodeError, catalog: RegionCatalog) -> Plan:
+    """A ``node`` or ``colocated`` plan whose nodes' engine could not run it, to run on Spark
+    instead: a copy with the same sub-queries and statement, or the whole query before it was split
+    planned for Spark (what DataFusion failed on is in EXPLAIN ANALYZE and the log)."""
     log.warning("the node's engine could not run a query, Spark runs it: %s", failure)
-    plan = deepcopy(plan)
+    if plan.merge is not None:
+        result_types = plan.result_types
+        plan = plan_joins(plan.merge.whole.copy(), catalog, "spark")
+        plan.result_types = result_types
+    else:
+        plan = deepcopy(plan)
     plan.engine = "spark"
     plan.why = f"the node's engine could not run it ({str(failure).splitlines()[0][:200]}): Spark ran it"
     return plan

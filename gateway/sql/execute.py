@@ -1,8 +1,9 @@
 """Step 4 of a query's run phase: execute a staged plan. A ``nodes`` or ``coordinator`` plan is
 answered at the coordinator over the nodes' scans (`gateway.sql.local`); a ``node`` plan is sent
-whole to one node that holds every table it reads (`on_node`); a ``spark`` plan runs on the
-region's Spark, its sub-queries handed over by an `Exchange` (the rows the stage fetched as they
-are, the others scanned again)."""
+whole to one node that holds every table it reads (`on_node`); a ``colocated`` plan's part goes to
+every node holding buckets of its tables, over its own, and the coordinator merges their rows
+(`on_each_node`); a ``spark`` plan runs on the region's Spark, its sub-queries handed over by an
+`Exchange` (the rows the stage fetched as they are, the others scanned again)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from typing import Any
 import pyarrow as pa
 
 from gateway.sql.catalog import RegionCatalog
+from gateway.sql.decompose import PARTIALS
 from gateway.sql.exchange import Exchange, ExchangeOptions
 from gateway.sql.executor_watch import ExecutorWatch
-from gateway.sql.local import CANCELLED, answer_one_table
+from gateway.sql.local import CANCELLED, answer_one_table, in_threads
 from gateway.sql.plan import Plan
 from gateway.sql.profile import PROFILE, codegen_counters, node_lines, spark_lines
 from gateway.sql.stage import Staged
@@ -48,6 +50,8 @@ def execute(staged: Staged, catalog: RegionCatalog, spark: Callable[[], SparkJob
     for the Spark job only when the plan runs on Spark."""
     if staged.plan.engine == "node":
         return on_node(staged.plan, catalog)
+    if staged.plan.engine == "colocated":
+        return on_each_node(staged.plan, catalog)
     if staged.plan.engine != "spark":
         return answer_one_table(staged.plan, catalog)
     return on_spark(staged, catalog, spark())
@@ -59,27 +63,82 @@ def on_node(plan: Plan, catalog: RegionCatalog) -> pa.Table:
     query's cancellation reaches the node (`storage.query_protocol`'s DELETE)."""
     infos = {scan.table: catalog.table(scan.table) for scan in plan.scans}
     node = min(set.intersection(*(set(info.nodes) for info in infos.values())))
+    asked = _asked(plan, catalog, uuid.uuid4().hex)
+    table, stats, seconds = _node_answer(catalog, node, asked)
+    profile = PROFILE.get()
+    if profile is not None:
+        profile.node = node_lines(node, stats, seconds)
+        profile.rows = stats.get("rows")
+    return table
+
+
+def on_each_node(plan: Plan, catalog: RegionCatalog) -> pa.Table:
+    """A ``colocated`` plan: its part answered by every node holding buckets of its hash-placed
+    tables, each over its own buckets (and its copy of the replicated tables), at once; the nodes'
+    rows merged at the coordinator (`Plan.merge`)."""
+    merge, query_id = plan.merge, uuid.uuid4().hex
+    split = {scan.table for scan in plan.scans if scan.table in merge.keys}
+
+    def one(reads: tuple[str, tuple[int, ...] | None]) -> tuple[pa.Table, dict[str, Any], float]:
+        node, buckets = reads
+        return _node_answer(catalog, node, _asked(plan, catalog, query_id, split, buckets))
+
+    answers = in_threads(one, list(merge.layout.reads))
+    profile = PROFILE.get()
+    if profile is not None:  # analyzed: the nodes returned their operators, not their rows
+        for (node, _), (_, stats, seconds) in zip(merge.layout.reads, answers, strict=True):
+            profile.node += node_lines(node, stats, seconds, "its part over its own buckets")
+        profile.rows = sum(stats.get("rows", 0) for _, stats, _ in answers)
+        profile.node.append(f"the nodes returned {profile.rows:,} row(s) to merge: {merge.how}")
+        return pa.table({})
+    rows = pa.concat_tables([table for table, _, _ in answers])
+    return rows if merge.statement is None else merged(rows, merge.sql)
+
+
+def _asked(
+    plan: Plan,
+    catalog: RegionCatalog,
+    query_id: str,
+    split: frozenset[str] | set[str] = frozenset(),
+    buckets: tuple[int, ...] | None = None,
+) -> QueryRequest:
+    """What one node is asked: `plan`'s statement over its sub-queries' views, each reading the
+    version `catalog` serves, the `split` tables only their `buckets` (None: all the node holds)."""
     views = {}
     for scan in plan.scans:
-        version = infos[scan.table].version
         request = scan.request()
-        views[scan.view] = request if version is None else replace(request, version=version)
-    profile = PROFILE.get()
+        version = catalog.table(scan.table).version
+        if version is not None:
+            request = replace(request, version=version)
+        if scan.table in split and buckets is not None:
+            request = replace(request, buckets=buckets)
+        views[scan.view] = request
     edges = tuple(
         (source.view, column, target.view, target_column)
         for edge in plan.edges
         for source, column, target, target_column in edge.directions()
     )
     written = plan.node_sql
-    asked = QueryRequest(written.query, views, profile is not None, uuid.uuid4().hex, edges, written.kept)
-    client = NodeClient(catalog.url(node))
+    return QueryRequest(written.query, views, PROFILE.get() is not None, query_id, edges, written.kept)
+
+
+def _node_answer(catalog: RegionCatalog, node: str, asked: QueryRequest) -> tuple[pa.Table, dict[str, Any], float]:
+    """`asked` answered by `node` (the query's cancellation reaches it: `storage.query_protocol`'s
+    DELETE): its rows, what it did, and the seconds it took."""
     started = time.perf_counter()
-    with client.query(asked, CANCELLED.get()) as stream:
+    with NodeClient(catalog.url(node)).query(asked, CANCELLED.get()) as stream:
         table = stream.read_all()
-    if profile is not None:
-        profile.node = node_lines(node, stream.stats, time.perf_counter() - started)
-        profile.rows = stream.stats.get("rows")
-    return table
+    return table, stream.stats, time.perf_counter() - started
+
+
+def merged(rows: pa.Table, sql: str) -> pa.Table:
+    """The coordinator's part of a ``colocated`` query: `sql` over the nodes' `rows` (``partials``),
+    in DataFusion, as the nodes' engine runs theirs."""
+    import datafusion  # loaded where a co-located query first merges
+
+    context = datafusion.SessionContext(datafusion.SessionConfig().with_target_partitions(1))
+    context.from_arrow(rows, name=PARTIALS)
+    return context.sql(sql).to_arrow_table()
 
 
 class SchedulerPools:

@@ -3,8 +3,11 @@
 A plan names its engine: ``coordinator`` (no table: evaluated where the query arrived),
 ``nodes`` (one table: everything runs on the storage nodes, the coordinator finishes), ``node``
 (every table it reads is whole on one node: that node runs the select-project sub-query of every
-table reference and its embedded DataFusion joins them and evaluates everything above) or
-``spark`` (the sub-queries run on the nodes, Spark joins them and evaluates everything above).
+table reference and its embedded DataFusion joins them and evaluates everything above),
+``colocated`` (its hash-placed tables are joined on their common key: every node holding their
+buckets does what ``node`` does over its own buckets, and the coordinator merges the nodes' rows,
+`Merge`) or ``spark`` (the sub-queries run on the nodes, Spark joins them and evaluates everything
+above).
 `gateway.sql.planner` builds plans; `gateway.sql.stage` completes one before it is executed: it
 answers the subqueries the plan lists as `first` and plans the query again with their answers, and
 makes a ``spark`` plan's sub-queries smaller (recorded in the sub-queries' filters, `reductions` and
@@ -19,6 +22,7 @@ from sqlglot import exp
 
 from gateway.sql.catalog import TableInfo
 from gateway.sql.check import CheckedQuery
+from gateway.sql.colocation import Layout
 from gateway.sql.node_dialect import NodeSql, node_text
 from gateway.sql.spark_dialect import spark_text
 from gateway.sql.tree import brief
@@ -110,9 +114,49 @@ class Edge:
         return forward
 
 
+@dataclass
+class Merge:
+    """How the nodes' rows of a ``colocated`` plan become the answer: `statement` (DataFusion's SQL
+    over them as the table ``partials``; None: they are the answer as they come), described by
+    `how`. `whole` is the query before it was split, which Spark answers instead if a node's engine
+    cannot run its part."""
+
+    layout: Layout
+    keys: dict[str, str]  # co-located table -> its key column
+    replicated: list[str]
+    statement: exp.Select | None
+    how: str
+    whole: CheckedQuery
+
+    @property
+    def sql(self) -> str | None:
+        return None if self.statement is None else node_text(self.statement).query
+
+    def explain(self) -> list[str]:
+        keys = ", ".join(f"{table} on {key}" for table, key in self.keys.items())
+        reads = ", ".join(node if b is None else f"{node} (buckets {_span(b)})" for node, b in self.layout.reads)
+        lines = [f"co-located: {keys}; {self.layout.buckets} buckets, each node reading its own: {reads}"]
+        if self.replicated:
+            lines.append(f"replicated, read on each of those nodes: {', '.join(self.replicated)}")
+        return lines
+
+    def explain_merge(self) -> list[str]:
+        lines = [f"coordinator: {self.how}"]
+        if self.statement is not None:
+            lines.append("DataFusion SQL over the nodes' rows (partials), at the coordinator:")
+            lines += ["  " + line for line in self.sql.splitlines()]
+        return lines
+
+
+def _span(buckets: tuple[int, ...]) -> str:
+    return ", ".join(map(str, buckets[:8])) + (f" and {len(buckets) - 8} more" if len(buckets) > 8 else "")
+
+
 ENGINES = {
     "nodes": "storage nodes: select-project and partial aggregates; coordinator: reduce/final",
     "node": "one storage node: select-project sub-queries on compressed data, DataFusion joins and everything above",
+    "colocated": "every node holding buckets of the co-located tables: select-project sub-queries over its "
+    "own buckets, DataFusion joins them; coordinator: merges the nodes' rows",
     "spark": "storage nodes: select-project sub-queries; Spark: joins and everything above them",
     "coordinator": "coordinator (no table)",
 }
@@ -120,8 +164,10 @@ ENGINES = {
 
 @dataclass
 class Plan:
-    engine: str  # "nodes", "node", "spark" or "coordinator"
-    query: CheckedQuery  # the planner's own copy: for "spark", the statement Spark runs over the views
+    engine: str  # "nodes", "node", "colocated", "spark" or "coordinator"
+    # the planner's own copy: for "spark", the statement Spark runs over the views; for "colocated",
+    # each node's part (its names are the whole query's)
+    query: CheckedQuery
     scans: list[TableQuery] = field(default_factory=list)
     local: LocalQuery | None = None
     edges: list[Edge] = field(default_factory=list)
@@ -133,7 +179,8 @@ class Plan:
     result_types: list[str] | None = None  # what each output's DECIMAL becomes (`result_types.type_rules`)
     deliveries: dict[int, str] = field(default_factory=dict)  # staged: how each sub-query reaches Spark, by scan
     dropped: dict[int, str] = field(default_factory=dict)  # staged: sub-queries Spark need not join, and why
-    why: str = ""  # why a join query runs where it runs (``node`` or ``spark``)
+    why: str = ""  # why a join query runs where it runs (``node``, ``colocated`` or ``spark``)
+    merge: Merge | None = None  # ``colocated``: how the nodes' rows are merged
     _node_sql: NodeSql | None = field(default=None, repr=False, compare=False)  # written once: a node plan is only read
 
     @property
@@ -144,7 +191,7 @@ class Plan:
     @property
     def node_sql(self) -> NodeSql | None:
         """What the node's DataFusion runs over the sub-queries' views."""
-        if self.engine != "node":
+        if self.engine not in ("node", "colocated"):
             return None
         if self._node_sql is None:
             self._node_sql = node_text(self.query.tree)
@@ -152,6 +199,8 @@ class Plan:
 
     def explain(self) -> list[str]:
         lines = [f"engine: {ENGINES[self.engine]}", *([f"  ({self.why})"] if self.why else []), *self.notes]
+        if self.merge is not None:
+            lines += self.merge.explain()
         if self.first:  # the answers decide where the rest runs: left over one table, on the nodes
             lines[0] += " (of the query as written: planned again once its subqueries are answered)"
             lines.append("answered first on the nodes, then the query is planned again with the answers in place:")
@@ -169,9 +218,11 @@ class Plan:
         if self.engine == "spark":
             lines.append("Spark SQL over the sub-queries:")
             lines += ["  " + line for line in self.spark_sql.splitlines()]
-        if self.engine == "node":
-            lines.append("DataFusion SQL over the sub-queries, on the node:")
+        if self.engine in ("node", "colocated"):
+            lines.append(f"DataFusion SQL over the sub-queries, on {'each node' if self.merge else 'the node'}:")
             lines += ["  " + line for line in self.node_sql.lines()]
+        if self.merge is not None:
+            lines += self.merge.explain_merge()
         return lines
 
 

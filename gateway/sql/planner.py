@@ -11,7 +11,10 @@ The regular plan (seed 004 §2.2) is built automatically from the qualified quer
   nodes, and the `RULES` below, in this order, rewrite the query around them; what is left of the
   tree is the statement that joins the sub-queries' views. Where it runs is `place_joins`'s
   decision: on one node, whose DataFusion runs it (``node``), when every table it reads is whole
-  on that node (replicated, or the region's only node holds it); else on Spark (``spark``).
+  on that node (replicated, or the region's only node holds it); on every node holding buckets of
+  its hash-placed tables, over its own, when they are joined on their common key and the answer
+  is exact so (``colocated``: `gateway.sql.colocation` decides, `gateway.sql.decompose` splits the
+  query into each node's part and the coordinator's merge); else on Spark (``spark``).
 
 An uncorrelated subquery over one table can be answered on the nodes before its query is
 planned; the plan lists them (`Plan.first`, found by `Planner.subqueries_first`), and the stage
@@ -29,7 +32,9 @@ from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from gateway.sql.catalog import RegionCatalog, TableInfo
 from gateway.sql.check import CheckedQuery
+from gateway.sql.colocation import co_locate
 from gateway.sql.constant import plan_constant
+from gateway.sql.decompose import decompose
 from gateway.sql.one_table import plan_one_table
 from gateway.sql.parse import SET_OPERATIONS
 from gateway.sql.passes import (
@@ -46,7 +51,7 @@ from gateway.sql.passes import (
     semi_join_edges,
     table_queries,
 )
-from gateway.sql.plan import Plan
+from gateway.sql.plan import Merge, Plan
 from gateway.sql.result_types import type_rules
 
 RULES = (
@@ -123,21 +128,52 @@ class Planner:
 
 
 def plan_joins(query: CheckedQuery, catalog: RegionCatalog, joins: str = "node") -> Plan:
-    """The ``node`` or ``spark`` plan of `query` (`place_joins`, once its tables' sub-queries are
-    known), whose tree the `RULES` rewrite in place (a ``node`` plan's without `FOR_SPARK_ONLY`, a
-    ``spark`` plan's without `FOR_NODE_ONLY`)."""
+    """The ``node``, ``colocated`` or ``spark`` plan of `query` (`place_joins`, once its tables'
+    sub-queries are known), whose tree the `RULES` rewrite in place (a ``node`` or ``colocated``
+    plan's without `FOR_SPARK_ONLY`, a ``spark`` plan's without `FOR_NODE_ONLY`); a ``colocated``
+    plan's tree is each node's part of the query."""
     wrong_on_node = _correlated_not_in(query.tree)  # read before the rules rewrite the tree
+    merge, apart = _co_located(query, catalog) if joins == "node" and not wrong_on_node else (None, "")
     draft = Draft(query.tree, catalog)
     engine, why = "spark", ""
     for rule in RULES:
-        if rule in (FOR_SPARK_ONLY if engine == "node" else FOR_NODE_ONLY):
+        if rule in (FOR_SPARK_ONLY if engine != "spark" else FOR_NODE_ONLY):
             continue
         draft = rule(draft)
         if rule is table_queries:
             engine, why = place_joins([scan.info for scan in draft.queries.values()], joins)
             if engine == "node" and wrong_on_node:
                 engine, why = "spark", f"{wrong_on_node}: Spark runs it"
-    return Plan(engine, query, list(draft.queries.values()), edges=draft.edges, why=why)
+            elif engine == "spark" and merge is not None:
+                engine, why = "colocated", f"{_joined(list(merge.keys))}: each node answers over its own buckets"
+            elif engine == "spark" and apart:
+                why = f"{why}, not co-located: {apart}"
+    return Plan(engine, query, list(draft.queries.values()), edges=draft.edges, why=why, merge=merge)
+
+
+def _joined(tables: list[str]) -> str:
+    if len(tables) == 1:
+        return f"{tables[0]} is split between nodes and joined only to replicated tables"
+    return f"{', '.join(tables[:-1])} and {tables[-1]} are split alike and joined on their key"
+
+
+def _co_located(query: CheckedQuery, catalog: RegionCatalog) -> tuple[Merge | None, str]:
+    """How the nodes' rows merge when `query` can be answered by every node over its own buckets
+    (its tree then rewritten in place into each node's part), else why not ("": no table it reads
+    is split between nodes)."""
+    tables = catalog.tables()
+    read = [tables[t.name] for t in query.tree.find_all(exp.Table) if t.name in tables]
+    if all(_whole_on_one(info) for info in read):
+        return None, ""
+    found = co_locate(query.tree, catalog)
+    if found.layout is None:
+        return None, found.why
+    whole = query.copy()
+    split = decompose(found.scope, found.grouping)
+    if isinstance(split, str):
+        return None, split
+    query.tree = split.node
+    return Merge(found.layout, found.keys, found.replicated, split.merge, split.how, whole), ""
 
 
 def place_joins(infos: list[TableInfo], joins: str) -> tuple[str, str]:

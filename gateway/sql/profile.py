@@ -66,12 +66,10 @@ class Profile:
         return lines + self.node + self.spark
 
 
-def node_lines(node: str, stats: dict[str, Any], seconds: float) -> list[str]:
-    """A node's account of a whole query it answered (`storage.node_query`): each view's scan,
-    then DataFusion's operators with their metrics."""
-    lines = [
-        f"the whole query on {node} in {seconds * 1000:.1f} ms ({stats.get('backend', '?')} scans, then DataFusion):"
-    ]
+def node_lines(node: str, stats: dict[str, Any], seconds: float, part: str = "the whole query") -> list[str]:
+    """A node's account of a query (`part` of one) it answered (`storage.node_query`): each view's
+    scan, then DataFusion's operators with their metrics."""
+    lines = [f"{part} on {node} in {seconds * 1000:.1f} ms ({stats.get('backend', '?')} scans, then DataFusion):"]
     for scan in stats.get("scans", []):
         lines.append(
             f"  scan {scan['table']} -> {scan['view']}: {scan['rows']:,} rows, {format_size(scan['bytes'])} "

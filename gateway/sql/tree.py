@@ -113,3 +113,18 @@ def node_at(tree: exp.Expression, path: Path) -> exp.Expression:
         child = node.args[key]
         node = child[index] if index is not None else child
     return node
+
+
+def nullable_aliases(select: exp.Select) -> set[str]:
+    """Table aliases on the NULL-extended side of an outer join (their rows may not be filtered early)."""
+    nullable: set[str] = set()
+    seen = [select.args["from_"].this.alias_or_name] if select.args.get("from_") else []
+    for join in select.args.get("joins") or []:
+        alias = join.this.alias_or_name
+        side = (join.side or "").upper()
+        if side in ("LEFT", "FULL"):
+            nullable.add(alias)
+        if side in ("RIGHT", "FULL"):
+            nullable.update(seen)
+        seen.append(alias)
+    return nullable

@@ -71,21 +71,6 @@ def single_owner(node: exp.Expression, base: dict[str, TableQuery]) -> str | Non
     return alias if alias in base else None
 
 
-def nullable_aliases(select: exp.Select) -> set[str]:
-    """Table aliases on the NULL-extended side of an outer join (their rows may not be filtered early)."""
-    nullable: set[str] = set()
-    seen = [select.args["from_"].this.alias_or_name] if select.args.get("from_") else []
-    for join in select.args.get("joins") or []:
-        alias = join.this.alias_or_name
-        side = (join.side or "").upper()
-        if side in ("LEFT", "FULL"):
-            nullable.add(alias)
-        if side in ("RIGHT", "FULL"):
-            nullable.update(seen)
-        seen.append(alias)
-    return nullable
-
-
 def planned_selects(draft: Draft) -> list[tuple[Scope, dict[str, TableQuery]]]:
     """Every SELECT scope that reads base tables, with their sub-queries by alias."""
     found = []

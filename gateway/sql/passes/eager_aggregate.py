@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
+from gateway.sql.aggregate_parts import CLAUSES, final, partials, pieces, walk
 from gateway.sql.passes.draft import Draft, inner_conditions, planned_selects, tables_of
 from gateway.sql.plan import TableQuery
 
 SMALLER = 4  # a table whose wide keys move above the aggregation: at most this share of the largest joined
 ALIAS = "__cxg_eager"
-_PARTS = {  # an aggregate -> what is computed of it below the join
-    exp.Sum: (exp.Sum,),
-    exp.Count: (exp.Count,),
-    exp.Min: (exp.Min,),
-    exp.Max: (exp.Max,),
-    exp.Avg: (exp.Sum, exp.Count),
-}
-_CLAUSES = ("expressions", "group", "having", "qualify", "order")  # where a SELECT reads its groups
 
 
 def eager_aggregate(draft: Draft) -> Draft:
@@ -77,10 +69,10 @@ def _shape(scope: Scope, base: dict[str, TableQuery]) -> _Shape | None:
     ):
         return None
     conjuncts = inner_conditions(select)
-    partials = _partials(select)
-    if partials is None:
+    found = partials(select)
+    if found is None:
         return None
-    aggregated = {c.table for p in partials for c in p.find_all(exp.Column)}
+    aggregated = {c.table for p in found for c in p.find_all(exp.Column)}
     grouped = [table for table, _ in {(c.table, c.name) for c in group.find_all(exp.Column)}]
     largest = max(q.info.rows for q in base.values())
     best = None
@@ -92,11 +84,11 @@ def _shape(scope: Scope, base: dict[str, TableQuery]) -> _Shape | None:
             continue
         above = set(base) - below
         joining = [c for c in conjuncts if tables_of(c) & above]
-        keys = _keys(select, above, joining, partials)
+        keys = _keys(select, above, joining, found)
         joined = {(c.table, c.name) for j in joining for c in j.find_all(exp.Column) if c.table in below}
         moved, left = sum(table == alias for table in grouped), len(set(keys) - joined)
         if keys and moved >= max(2, left) and (best is None or moved - left > best.narrowing):
-            best = _Shape(above, conjuncts, partials, keys, moved - left)
+            best = _Shape(above, conjuncts, found, keys, moved - left)
     return best
 
 
@@ -120,32 +112,11 @@ def _keys(
     its conditions `joining` the tables above): the keys of the aggregation below the join."""
     inside = {id(n) for p in partials for n in p.walk()}
     keys: dict[tuple[str, str], exp.Column] = {}
-    for clause in [*(select.args.get(c) for c in _CLAUSES), *joining]:
-        for column in _walk(clause):
+    for clause in [*(select.args.get(c) for c in CLAUSES), *joining]:
+        for column in walk(clause):
             if isinstance(column, exp.Column) and column.table not in above | {""} and id(column) not in inside:
                 keys.setdefault((column.table, column.name), column)
     return keys
-
-
-def _partials(select: exp.Select) -> list[exp.Expression] | None:
-    """The SELECT's aggregates (a FILTER with its aggregate), or None if one cannot be computed in
-    parts; not a window's function, nor GROUPING (of the keys)."""
-    partials = []
-    for clause in _CLAUSES:
-        for node in _walk(select.args.get(clause)):
-            if not isinstance(node, exp.AggFunc) or isinstance(node, exp.Grouping):
-                continue
-            if isinstance(node.parent, exp.Window) and node.arg_key == "this":
-                continue
-            if type(node) not in _PARTS or node.find(exp.Distinct):
-                return None
-            partials.append(node.parent if isinstance(node.parent, exp.Filter) else node)
-    return partials or None
-
-
-def _walk(value: exp.Expression | list | None) -> Iterator[exp.Expression]:
-    for node in value if isinstance(value, list) else [value] if value is not None else []:
-        yield from node.walk()
 
 
 def _rewrite(select: exp.Select, shape: _Shape) -> None:
@@ -161,34 +132,23 @@ def _rewrite(select: exp.Select, shape: _Shape) -> None:
     for partial in shape.partials:
         function = partial.this if isinstance(partial, exp.Filter) else partial
         names = []
-        for part in _PARTS[type(function)]:
-            piece = part(this=function.this.copy())
-            if isinstance(partial, exp.Filter):  # each part filtered as the aggregate was
-                piece = exp.Filter(this=piece, expression=partial.expression.copy())
+        for piece in pieces(partial):
             names.append(f"__a{len(outputs) - len(keys)}")
             outputs.append(exp.alias_(piece, names[-1]))
-        finals.append(_final(type(function), names))
+        finals.append(final(type(function), [exp.column(name, ALIAS) for name in names]))
     inner = exp.Select(expressions=outputs)
     inner.set("from_", exp.From(this=below[0]))
     inner.set("joins", [exp.Join(this=s) for s in below[1:]] or None)
     if inner_where:
         inner.set("where", exp.Where(this=exp.and_(*inner_where, copy=False)))
     inner.set("group", exp.Group(expressions=[keys[k].copy() for k in keys]))
-    for partial, final in zip(shape.partials, finals, strict=True):
-        partial.replace(final)
-    for clause in [*(select.args.get(c) for c in _CLAUSES), *outer_where]:
-        for column in list(_walk(clause)):
+    for partial, whole in zip(shape.partials, finals, strict=True):
+        partial.replace(whole)
+    for clause in [*(select.args.get(c) for c in CLAUSES), *outer_where]:
+        for column in list(walk(clause)):
             if isinstance(column, exp.Column) and (column.table, column.name) in key_names:
                 column.replace(exp.column(key_names[(column.table, column.name)], ALIAS))
     eager = exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(ALIAS)))
     select.set("from_", exp.From(this=kept[0]))
     select.set("joins", [*(exp.Join(this=s) for s in kept[1:]), exp.Join(this=eager)])
     select.set("where", exp.Where(this=exp.and_(*outer_where, copy=False)) if outer_where else None)
-
-
-def _final(function: type, names: list[str]) -> exp.Expression:
-    """The aggregate over the partial columns `names` that gives `function`'s value."""
-    parts = [exp.column(name, ALIAS) for name in names]
-    if function is exp.Avg:
-        return exp.Div(this=exp.Sum(this=parts[0]), expression=exp.Sum(this=parts[1]))
-    return (exp.Sum if function is exp.Count else function)(this=parts[0])

@@ -13,11 +13,10 @@ from gateway.sql.passes.draft import (
     Draft,
     derived_readers,
     filterable_branches,
-    nullable_aliases,
     per_input_row,
     tables_of,
 )
-from gateway.sql.tree import has_subquery, split_and
+from gateway.sql.tree import has_subquery, nullable_aliases, split_and
 
 
 def filter_derived(draft: Draft) -> Draft:

@@ -8,9 +8,10 @@ from collections.abc import Iterator
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
-from gateway.sql.passes.draft import Draft, nullable_aliases, planned_selects, single_owner
+from gateway.sql.passes.draft import Draft, planned_selects, single_owner
 from gateway.sql.plan import TableQuery
 from gateway.sql.translate import NotTranslatable, plain, to_ir
+from gateway.sql.tree import nullable_aliases
 
 
 def push_expressions(draft: Draft) -> Draft:

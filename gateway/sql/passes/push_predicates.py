@@ -5,10 +5,10 @@ from __future__ import annotations
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
-from gateway.sql.passes.draft import Draft, nullable_aliases, planned_selects, single_owner
+from gateway.sql.passes.draft import Draft, planned_selects, single_owner
 from gateway.sql.plan import TableQuery
 from gateway.sql.translate import NotTranslatable, plain, to_ir
-from gateway.sql.tree import and_all, factor_or, has_subquery, split_and, split_or
+from gateway.sql.tree import and_all, factor_or, has_subquery, nullable_aliases, split_and, split_or
 
 
 def push_predicates(draft: Draft) -> Draft:

@@ -10,12 +10,11 @@ from gateway.sql.passes.draft import (
     derived_readers,
     filterable_branches,
     inner_conditions,
-    nullable_aliases,
     owner,
     per_input_row,
 )
 from gateway.sql.plan import Edge, TableQuery
-from gateway.sql.tree import split_and
+from gateway.sql.tree import nullable_aliases, split_and
 
 
 def semi_join_edges(draft: Draft) -> Draft:

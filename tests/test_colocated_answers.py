@@ -1,0 +1,87 @@
+"""Co-located queries answered by two nodes over their own buckets and merged at the coordinator
+give DuckDB's answers: TPC-H at SF 0.01 with lineitem and orders hash-placed alike on the order key
+(the rest replicated), and queries drawn over tables with NULLs everywhere (Hypothesis); what
+cannot be co-located runs on Spark, and gives DuckDB's answers too."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from benchmarks.compare import rows, rows_match
+from loadtests import query
+from loadtests.tpch_queries import SINGLE_TABLE
+from tests.colocated_cases import Drawn, colocated_tables, queries
+
+# joined on the order key, with replicated tables only: every node answers over its own buckets
+COLOCATED = {3, 4, 5, 7, 8, 9, 10, 12, 14, 18, 19, 21}
+ONE_NODE = {2, 11, 16}  # replicated tables only
+
+
+@pytest.fixture(scope="module")
+def duck_colocated(duck):
+    for schema, table in colocated_tables():
+        duck.register(f"{schema.name}_arrow", table)
+        duck.execute(f"CREATE OR REPLACE TABLE {schema.name} AS SELECT * FROM {schema.name}_arrow")
+    return duck
+
+
+@pytest.mark.parametrize("number", range(1, 23), ids=lambda n: f"Q{n}")
+def test_tpch_queries_joined_on_the_order_key_run_on_both_nodes(colocated_engine, duck, number: int) -> None:
+    sql = query(number)
+    result = colocated_engine.execute(sql)
+    engine = (
+        "colocated"
+        if number in COLOCATED
+        else "nodes"
+        if number in SINGLE_TABLE
+        else "node"
+        if number in ONE_NODE
+        else "spark"
+    )
+    assert result.engine == engine, result.plan.why
+    expected = duck.sql(sql).fetchall()
+    assert rows_match(rows(result.table), expected, ordered="order by" in sql.lower()), (
+        rows(result.table)[:5],
+        expected[:5],
+    )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(drawn=queries())
+def test_drawn_queries_over_co_located_tables_give_duckdbs_answers(
+    colocated_engine, duck_colocated, drawn: Drawn
+) -> None:
+    result = colocated_engine.execute(drawn.sql)
+    if drawn.colocated:
+        assert result.engine in ("colocated", "nodes"), (drawn.sql, result.plan.why)
+    else:
+        assert result.engine != "colocated", (drawn.sql, result.plan.why)
+    expected = duck_colocated.sql(drawn.sql).fetchall()
+    assert rows_match(rows(result.table), expected, ordered=True), (drawn.sql, rows(result.table)[:5], expected[:5])
+
+
+def test_explain_analyze_shows_each_nodes_part_and_the_merge(colocated_engine) -> None:
+    lines = colocated_engine.execute("EXPLAIN ANALYZE " + query(12)).table.column("plan").to_pylist()
+    text = "\n".join(lines)
+    assert "co-located: orders on o_orderkey, lineitem on l_orderkey; 16 buckets" in text
+    for node in ("node-0", "node-1"):
+        assert f"its part over its own buckets on {node} in " in text
+    assert "DataFusion SQL over the nodes' rows (partials), at the coordinator:" in text
+    assert any(
+        line.startswith("the nodes returned ") and line.endswith("reduced and finished at the coordinator")
+        for line in lines
+    )
+
+
+def test_what_the_nodes_engine_cannot_run_spark_answers_whole(colocated_engine, duck) -> None:
+    """A statement DataFusion refuses (a LATERAL subquery reading the outer row) runs on Spark as
+    the query was written, not as each node's part of it."""
+    sql = (
+        "SELECT o_orderkey, n.n_name FROM orders o CROSS JOIN LATERAL (SELECT n_name FROM nation "
+        "WHERE n_nationkey = o.o_custkey ORDER BY n_name LIMIT 1) n ORDER BY 1 LIMIT 20"
+    )
+    assert colocated_engine.plan(sql).engine == "colocated"
+    result = colocated_engine.execute(sql)
+    assert result.engine == "spark" and result.plan.why.startswith("the node's engine could not run it")
+    assert rows_match(rows(result.table), duck.sql(sql).fetchall(), ordered=True)
