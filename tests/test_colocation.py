@@ -182,6 +182,9 @@ def test_tables_placed_apart_or_a_dimension_missing_on_a_node_are_not_co_located
     plan = _plan(sql, RegionCatalog.known(NODES, moved))
     assert plan.engine == "spark"
     assert plan.why.endswith("lineitem and orders are not placed alike (buckets, nodes or key type differ)")
+    swapped = replace(orders.schema.placement, owners=("n1", "n0", "n0", "n1"))  # a bucket moved: not alike
+    moved = {**tables, "orders": replace(orders, schema=replace(orders.schema, placement=swapped))}
+    assert _plan(sql, RegionCatalog.known(NODES, moved)).engine == "spark"
     alone = {**tables, "nation": replace(tables["nation"], nodes=["n0"])}
     plan = _plan(sql, RegionCatalog.known(NODES, alone))
     assert plan.engine == "spark" and plan.why.endswith(

@@ -177,11 +177,11 @@ class RegionCatalog:
                 del self._counts[key]
 
     def _describe(self, name: str, version: int, holders: list[_Held], clients) -> TableSchema:
-        return TableSchema.from_json(clients[holders[0].node].get(f"/v1/tables/{name}?version={version}"))
+        return TableSchema.from_json(_once(clients[holders[0].node]).get(f"/v1/tables/{name}?version={version}"))
 
     def _rows(self, name: str, version: int, node: str, clients) -> int | None:
         try:
-            return clients[node].get(f"/v1/tables/{name}?version={version}")["rows"]
+            return _once(clients[node]).get(f"/v1/tables/{name}?version={version}")["rows"]
         except NodeError:
             return None
 
@@ -334,6 +334,12 @@ class Snapshot(RegionCatalog):
         origin, self._origin = self._origin, None
         if origin is not None:
             origin.unpin(self._pinned)
+
+
+def _once(client: NodeClient) -> NodeClient:
+    """`client` given the grace (`SLOW_GRACE_S`) for what is read once per version (its schema, its
+    rows), which a node busy a moment answers late: not served meanwhile, the table would seem gone."""
+    return NodeClient(client.base_url, timeout=max(READ_TIMEOUT_S, SLOW_GRACE_S))
 
 
 def _choose(held: dict[tuple[str, int], list[_Held]], schemas: dict[tuple[str, int], TableSchema]) -> dict:

@@ -37,7 +37,7 @@ class Layout:
     """The placement co-located tables share: which buckets each node reads, and the key's type."""
 
     buckets: int
-    reads: tuple[tuple[str, tuple[int, ...] | None], ...]  # (node, its buckets; None: all it holds)
+    reads: tuple[tuple[str, tuple[int, ...]], ...]  # (node, the buckets it reads)
     key_type: str
 
     @classmethod
@@ -47,7 +47,11 @@ class Layout:
             return f"{info.schema.name} is hash-placed on several columns"
         if not placement.owners:
             return f"{info.schema.name}'s buckets have no owners"
-        reads = sorted(info.buckets.items()) if info.buckets is not None else [(n, None) for n in info.nodes]
+        if info.buckets is not None:  # replicas: the catalog chose a holder of each bucket
+            reads = sorted(info.buckets.items())
+        else:  # each bucket read where its owner is (after a move: where it moved)
+            owned = {node: tuple(b for b, owner in enumerate(placement.owners) if owner == node) for node in info.nodes}
+            reads = sorted((node, buckets) for node, buckets in owned.items() if buckets)
         return cls(placement.buckets, tuple(reads), info.schema.column(placement.keys[0]).type)
 
     @property

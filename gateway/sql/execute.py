@@ -79,7 +79,7 @@ def on_each_node(plan: Plan, catalog: RegionCatalog) -> pa.Table:
     merge, query_id = plan.merge, uuid.uuid4().hex
     split = {scan.table for scan in plan.scans if scan.table in merge.keys}
 
-    def one(reads: tuple[str, tuple[int, ...] | None]) -> tuple[pa.Table, dict[str, Any], float]:
+    def one(reads: tuple[str, tuple[int, ...]]) -> tuple[pa.Table, dict[str, Any], float]:
         node, buckets = reads
         return _node_answer(catalog, node, _asked(plan, catalog, query_id, split, buckets))
 

@@ -134,7 +134,7 @@ class Merge:
 
     def explain(self) -> list[str]:
         keys = ", ".join(f"{table} on {key}" for table, key in self.keys.items())
-        reads = ", ".join(node if b is None else f"{node} (buckets {_span(b)})" for node, b in self.layout.reads)
+        reads = ", ".join(f"{node} (buckets {_span(b)})" for node, b in self.layout.reads)
         lines = [f"co-located: {keys}; {self.layout.buckets} buckets, each node reading its own: {reads}"]
         if self.replicated:
             lines.append(f"replicated, read on each of those nodes: {', '.join(self.replicated)}")
