@@ -18,7 +18,13 @@ plain Spark reads the Parquet files with those same executors.
 With `--threads 1` the node scans on one thread (its DataFusion always runs one partition): one
 core per query, what DuckDB with one thread is compared with.
 
-    python -m benchmarks.bench_tpch [--sf 1] [--json PATH] [--repeat 3] [--cluster 2] [--threads 1]
+With `--nodes N`, N storage nodes (each a process) hold the tables, each placed by its size over N
+nodes (`--split lineitem,orders` hash-places those whatever their size, as a larger scale would:
+co-located on the order key, each node joining its own buckets); `--beside-spark` runs each query a
+second time with every join on Spark, in the same run.
+
+    python -m benchmarks.bench_tpch [--sf 1] [--json PATH] [--repeat 3] [--cluster 2] [--threads 1] \
+        [--nodes 2 --split lineitem,orders --beside-spark]
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -138,6 +145,10 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
     if all("duckdb_1_thread_s" in r for r in results):
         summary["geomean_duckdb_1_thread_s"] = geomean([r["duckdb_1_thread_s"] for r in results])
         summary["ratio_to_duckdb_1_thread"] = summary["geomean_ours_s"] / summary["geomean_duckdb_1_thread_s"]
+    if all("ours_spark_joins_s" in r for r in results):
+        summary["geomean_ours_spark_joins_s"] = geomean([r["ours_spark_joins_s"] for r in results])
+        summary["spark_joins_speedup_vs_spark"] = summary["geomean_spark_s"] / summary["geomean_ours_spark_joins_s"]
+        summary["spark_joins_correct"] = sum(r["ours_spark_joins_correct"] for r in results)
     summary["first_run_slowdown"] = summary["geomean_ours_first_s"] / summary["geomean_ours_s"]
     summary["speedup_vs_spark"] = summary["geomean_spark_s"] / summary["geomean_ours_s"]
     summary["ratio_to_duckdb"] = summary["geomean_ours_s"] / summary["geomean_duckdb_s"]
@@ -162,25 +173,36 @@ def measure(
     master: str | None = None,
     joins: str = "node",
     threads: int | None = None,
+    nodes: int = 1,
+    split: tuple[str, ...] = (),
+    beside_spark: bool = False,
 ) -> dict[str, Any]:
-    """Every query on this engine (one storage node, a process of its own), on plain Spark SQL over
-    the Parquet files (the same session and settings) and on DuckDB, best of `repeat` warm runs
-    (ours reuse the query's kept plan, as the gateway does for a repeated query; our first run,
-    planned afresh, is kept too), each answer checked against DuckDB's: the per-query figures
-    (`queries`), the Spark options both ran with (`spark`) and the seconds the load took
-    (`load_s`). Spark is local, or the cluster at `master`."""
-    store = Store(work / "node-0", node="node-0")
+    """Every query on this engine (`nodes` storage nodes, each a process of its own), on plain
+    Spark SQL over the Parquet files (the same session and settings) and on DuckDB, best of
+    `repeat` warm runs (ours reuse the query's kept plan, as the gateway does for a repeated query;
+    our first run, planned afresh, is kept too), each answer checked against DuckDB's: the
+    per-query figures (`queries`), the Spark options both ran with (`spark`), the seconds the load
+    took (`load_s`) and each process's peak memory (`peak_memory`). Each table is placed by its
+    size as `cxg load` places it over `nodes` nodes, the `split` ones hash-placed whatever their
+    size (as at a larger scale). With `beside_spark`, the same engine with every join on Spark
+    (`sql.joins = spark`) runs each query too. Spark is local, or the cluster at `master`."""
+    stores = [Store(work / f"node-{i}", node=f"node-{i}") for i in range(nodes)]
     config = load_config(None, [])
-    limit = replicate_limit(config, 1)
+    limit = replicate_limit(config, nodes)
+    placements = {}
     started = time.perf_counter()
-    with console.status("loading the storage node"):
+    with console.status(f"loading {nodes} storage node(s)"):
         for name, path in files.items():  # each table placed by its size, as `cxg load` places it
             source = read_parquet([path])
-            schema, _ = by_size(schema_for(name, source.schema), files_size([path]), limit, config.storage.buckets)
-            load_table([store], schema, source)
+            schema = schema_for(name, source.schema)
+            if name not in split:
+                schema, _ = by_size(schema, files_size([path]), limit, config.storage.buckets)
+            placements[name] = str(schema.placement)
+            load_table(stores, schema, source)
     load_s = time.perf_counter() - started
-    port = free_port()
-    node = _start_node(store.root, port, threads)
+    ports = [free_port() for _ in stores]
+    processes = [_start_node(store.root, port, threads) for store, port in zip(stores, ports, strict=True)]
+    urls = {store.node: f"http://127.0.0.1:{port}" for store, port in zip(stores, ports, strict=True)}
     try:
         settings = SparkSettings(master=f"local[{os.cpu_count() or 2}]", adaptive=adaptive)
         if master is not None:
@@ -189,7 +211,8 @@ def measure(
         spark = spark_session(settings)
         for name, path in files.items():
             spark.read.parquet(str(path)).createOrReplaceTempView(name)
-        engine = Engine({"node-0": f"http://127.0.0.1:{port}"}, settings, session_factory(settings), joins)
+        engine = Engine(urls, settings, session_factory(settings), joins)
+        on_spark = Engine(urls, settings, session_factory(settings), "spark") if beside_spark else None
         duck = duckdb.connect()
         duck.execute("SET ieee_floating_point_ops = false")  # x / 0 is NULL, as in this engine (docs/sql.md)
         duck.execute("SET error_on_division_by_zero = false")
@@ -205,13 +228,22 @@ def measure(
                 duck_s, expected, _ = _best(lambda q=sql: duck.sql(q).fetchall(), repeat)
                 duck.execute("SET threads = 1")  # one core: what one of our queries gets
                 duck_1_s, _, _ = _best(lambda q=sql: duck.sql(q).fetchall(), repeat)
-                correct = rows_match(rows(ours.table), expected, ordered="order by" in sql.lower())
+                ordered = "order by" in sql.lower()
+                correct = rows_match(rows(ours.table), expected, ordered=ordered)
+                beside = {}
+                if on_spark is not None:
+                    spark_joins_s, joined, _ = _best(lambda q=sql: on_spark.execute(q), repeat)
+                    beside = {
+                        "ours_spark_joins_s": spark_joins_s,
+                        "ours_spark_joins_correct": rows_match(rows(joined.table), expected, ordered=ordered),
+                    }
                 results.append(
                     {
                         "query": number,
                         "engine": ours.engine,
                         "ours_s": ours_s,
                         "ours_first_s": ours_first_s,
+                        **beside,
                         "spark_s": spark_s,
                         "duckdb_s": duck_s,
                         "duckdb_1_thread_s": duck_1_s,
@@ -221,23 +253,51 @@ def measure(
                 )
                 if not correct:
                     console.print(f"[red]Q{number}: the answer differs from DuckDB's[/]")
+        peaks = {name: peak_memory(process.pid) for name, process in zip(urls, processes, strict=True)}
+        peaks["coordinator and DuckDB (this process)"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        peaks["Spark (its JVM)"] = peak_memory(spark.sparkContext._gateway.proc.pid)
     finally:
-        node.terminate()
-        node.wait(timeout=30)
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=30)
     # the options both Spark runs shared (the plain-Spark peer runs in the same session)
     shared = {
         k: v
         for k, v in spark_options(settings).items()
         if not k.startswith(("spark.ui", "spark.app", "spark.driver.extraJava"))
     }
-    return {"load_s": load_s, "spark": shared, "queries": results}
+    return {
+        "load_s": load_s,
+        "nodes": nodes,
+        "placements": placements,
+        "peak_memory": peaks,
+        "spark": shared,
+        "queries": results,
+    }
+
+
+def peak_memory(pid: int) -> int | None:
+    """The peak resident memory of process `pid` in bytes (its VmHWM), None where unknown."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    return int(status.split("VmHWM:")[1].split()[0]) * 1024 if "VmHWM:" in status else None
 
 
 EXECUTOR_MEMORY = "3g"  # --cluster: each worker's executor (its worker offers 1 GiB more)
 
 
 def run(
-    sf: float, repeat: int, adaptive: bool = False, workers: int = 0, joins: str = "node", threads: int | None = None
+    sf: float,
+    repeat: int,
+    adaptive: bool = False,
+    workers: int = 0,
+    joins: str = "node",
+    threads: int | None = None,
+    nodes: int = 1,
+    split: tuple[str, ...] = (),
+    beside_spark: bool = False,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="cxg-bench-tpch-") as tmp, ExitStack() as stack:
         work = Path(tmp)
@@ -252,7 +312,18 @@ def run(
                     cluster.add_worker(cores=cores, memory=f"{int(EXECUTOR_MEMORY[:-1]) + 1}g")
                 master = cluster.url
         measured = measure(
-            work, files, all_queries(), tpch.schema_for, repeat, adaptive, master=master, joins=joins, threads=threads
+            work,
+            files,
+            all_queries(),
+            tpch.schema_for,
+            repeat,
+            adaptive,
+            master=master,
+            joins=joins,
+            threads=threads,
+            nodes=nodes,
+            split=split,
+            beside_spark=beside_spark,
         )
     results = measured["queries"]
     summary = summarize(results)
@@ -280,12 +351,14 @@ def run(
 
 def report(figures: dict[str, Any]) -> None:
     rows_out = []
+    beside = "geomean_ours_spark_joins_s" in figures["summary"]
     for r in figures["queries"]:
         rows_out.append(
             [
                 f"Q{r['query']}",
                 r["engine"],
                 f"{r['ours_s']:.3f}",
+                *([f"{r['ours_spark_joins_s']:.3f}"] if beside else []),
                 f"{r['spark_s']:.3f}",
                 f"{r['duckdb_s']:.3f}",
                 f"{r['spark_s'] / r['ours_s']:.1f}x",
@@ -301,6 +374,7 @@ def report(figures: dict[str, Any]) -> None:
             "geomean",
             "",
             f"{s['geomean_ours_s']:.3f}",
+            *([f"{s['geomean_ours_spark_joins_s']:.3f}"] if beside else []),
             f"{s['geomean_spark_s']:.3f}",
             f"{s['geomean_duckdb_s']:.3f}",
             f"{s['speedup_vs_spark']:.1f}x",
@@ -313,6 +387,7 @@ def report(figures: dict[str, Any]) -> None:
         "query",
         "runs on",
         "ours s",
+        *(["ours, joins on Spark s"] if beside else []),
         "plain Spark s",
         "DuckDB s",
         "faster than Spark",
@@ -320,7 +395,8 @@ def report(figures: dict[str, Any]) -> None:
         "Spark floor s",
         "same answer",
     ]
-    where = f", Spark: a cluster of {figures['cluster_workers']} workers" if figures.get("cluster_workers") else ""
+    where = f", {figures['nodes']} storage nodes" if figures.get("nodes", 1) > 1 else ""
+    where += f", Spark: a cluster of {figures['cluster_workers']} workers" if figures.get("cluster_workers") else ""
     print_table(f"TPC-H SF {figures['sf']:g}, best of warm runs{where}", headers, rows_out)
     singles = ", ".join(f"Q{q}: {x:.1f}x" for q, x in s["single_table_speedup_vs_spark"].items())
     console.print(f"single-table queries vs plain Spark: {singles} (goal >= 10x)")
@@ -328,7 +404,14 @@ def report(figures: dict[str, Any]) -> None:
     console.print(f"geometric mean vs DuckDB: {s['ratio_to_duckdb']:.1f}x slower")
     if "ratio_to_duckdb_1_thread" in s:
         console.print(f"geometric mean vs DuckDB with one thread: {s['ratio_to_duckdb_1_thread']:.2f}x")
+    if beside:
+        console.print(
+            f"with every join on Spark: {s['spark_joins_speedup_vs_spark']:.2f}x faster than plain Spark, "
+            f"{s['spark_joins_correct']}/22 answers right"
+        )
     console.print(first_runs(s))
+    peaks = ", ".join(f"{name} {size / 2**30:.2f} GiB" for name, size in figures["peak_memory"].items() if size)
+    console.print(f"peak memory: {peaks}")
     console.print(
         "if every join query took only its Spark floor (Spark's time over one row per sub-query): "
         f"{s['floor_bound_speedup_vs_spark']:.2f}x faster than plain Spark"
@@ -361,8 +444,19 @@ def main(argv: list[str] | None = None) -> None:
         type=int,
         help="threads per scan on the node (default: the cores, shared by the running scans; 1: one core per query)",
     )
+    p.add_argument("--nodes", type=int, default=1, help="storage nodes, each a process of its own (default 1)")
+    p.add_argument(
+        "--split",
+        default="",
+        help="tables hash-placed whatever their size, comma-separated (lineitem,orders: co-located on the order key)",
+    )
+    p.add_argument(
+        "--beside-spark", action="store_true", help="also run each query with every join on Spark (sql.joins = spark)"
+    )
     args = p.parse_args(argv)
-    figures = run(args.sf, args.repeat, args.adaptive, args.cluster, args.joins, args.threads)
+    split = tuple(name for name in args.split.split(",") if name)
+    options = (args.adaptive, args.cluster, args.joins, args.threads, args.nodes, split, args.beside_spark)
+    figures = run(args.sf, args.repeat, *options)
     report(figures)
     write_json(args.json, figures)
 
