@@ -16,7 +16,7 @@ from typing import Any
 from loadtests import print_table, pyplot, save_figure
 
 SYSTEMS = {  # summary key -> label
-    "geomean_ours_s": "ours (default placement: joins on the nodes)",
+    "geomean_ours_s": "ours (joins on the nodes where they can run)",
     "geomean_ours_spark_joins_s": "ours, every join on Spark",
     "geomean_spark_s": "plain Spark SQL over Parquet",
     "geomean_duckdb_s": "DuckDB (all cores)",
@@ -36,16 +36,20 @@ def series(runs: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
 
 def draw(runs: list[dict[str, Any]], out: Path) -> None:
     plt = pyplot()
-    figure, axes = plt.subplots(figsize=(7, 4.5))
-    for label, points in series(runs).items():
+    figure, axes = plt.subplots(figsize=(9.5, 4.5))
+    drawn = series(runs)
+    for label, points in drawn.items():
         axes.plot([sf for sf, _ in points], [s for _, s in points], marker="o", label=label)
     axes.set_xscale("log")
     axes.set_yscale("log")
+    scales = sorted({sf for points in drawn.values() for sf, _ in points})
+    axes.set_xticks(scales, [f"{sf:g}" for sf in scales])
+    axes.minorticks_off()
     axes.set_xlabel("TPC-H scale factor")
     axes.set_ylabel("geometric mean of the 22 queries, s")
     axes.set_title("TPC-H: time against scale, each point one run with its peers")
     axes.grid(True, which="both", alpha=0.3)
-    axes.legend(fontsize=8)
+    axes.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
     save_figure(figure, out, "the plot")
 
 

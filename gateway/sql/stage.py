@@ -73,7 +73,7 @@ def answer_first(plan: Plan, catalog: RegionCatalog, joins: str = "node") -> Pla
     """The plan of `plan.written` with the answers of its one-table subqueries in their place, and
     a note per answer for EXPLAIN ANALYZE; `plan` itself when no answer could take a subquery's place."""
     planner = Planner(catalog, joins)
-    most = NODE_SUBSTITUTED if plan.engine in ("node", "colocated") else MAX_SUBSTITUTED
+    most = NODE_SUBSTITUTED if plan.engine == "node" else MAX_SUBSTITUTED
     answered, notes = answer_subqueries_first(plan.written, planner, catalog, most)
     if answered is plan.written:
         plan.first, plan.written = [], None
