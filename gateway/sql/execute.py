@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
@@ -99,7 +99,7 @@ def _asked(
     plan: Plan,
     catalog: RegionCatalog,
     query_id: str,
-    split: frozenset[str] | set[str] = frozenset(),
+    split: Collection[str] = (),
     buckets: tuple[int, ...] | None = None,
 ) -> QueryRequest:
     """What one node is asked: `plan`'s statement over its sub-queries' views, each reading the

@@ -16,6 +16,7 @@ makes a ``spark`` plan's sub-queries smaller (recorded in the sub-queries' filte
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from sqlglot import exp
@@ -128,8 +129,9 @@ class Merge:
     how: str
     whole: CheckedQuery
 
-    @property
+    @functools.cached_property
     def sql(self) -> str | None:
+        """Written once: a kept plan is merged again for each run of its query."""
         return None if self.statement is None else node_text(self.statement).query
 
     def explain(self) -> list[str]:
