@@ -9,6 +9,7 @@ grid's blocks and threads in loops, compare what they compute with the NumPy bac
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from importlib import resources
 
 ARCHES = ("sm_80", "sm_90")  # A100, H100/H200
@@ -26,9 +27,11 @@ class Kernel:
         return cuda_source(self.file)
 
 
+@cache
 def cuda_source(*files: str) -> str:
     """The CUDA C of `files` under gpu_kernels/cuda/, after the device functions every kernel
-    shares (bits.cuh): NVRTC compiles one source, with no include path."""
+    shares (bits.cuh): NVRTC compiles one source, with no include path. Read once: a kernel's
+    launch looks its module up by this text."""
     return "".join(resources.files("gpu_kernels").joinpath("cuda", f).read_text() for f in ("bits.cuh", *files))
 
 
