@@ -18,13 +18,14 @@ plain Spark reads the Parquet files with those same executors.
 With `--threads 1` the node scans on one thread (its DataFusion always runs one partition): one
 core per query, what DuckDB with one thread is compared with.
 
-With `--nodes N`, N storage nodes (each a process) hold the tables, each placed by its size over N
-nodes (`--split lineitem,orders` hash-places those whatever their size, as a larger scale would:
-co-located on the order key, each node joining its own buckets); `--beside-spark` runs each query a
-second time with every join on Spark, in the same run.
+With `--nodes N`, N storage nodes (each a process) hold the tables as `cxg load tpch` places them:
+lineitem and orders hash-placed on the order key whatever their size (co-located, each node joining
+its own buckets; `--split` names the tables so placed, `--split ''` none), every other table by its
+size over N nodes; `--beside-spark` runs each query a second time with every join on
+Spark, in the same run.
 
     python -m benchmarks.bench_tpch [--sf 1] [--json PATH] [--repeat 3] [--cluster 2] [--threads 1] \
-        [--nodes 2 --split lineitem,orders --beside-spark]
+        [--nodes 2 --beside-spark]
 """
 
 from __future__ import annotations
@@ -447,8 +448,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--nodes", type=int, default=1, help="storage nodes, each a process of its own (default 1)")
     p.add_argument(
         "--split",
-        default="",
-        help="tables hash-placed whatever their size, comma-separated (lineitem,orders: co-located on the order key)",
+        default=",".join(tpch.CO_PARTITIONED),
+        help="tables hash-placed whatever their size, comma-separated (default lineitem,orders, as cxg load tpch)",
     )
     p.add_argument(
         "--beside-spark", action="store_true", help="also run each query with every join on Spark (sql.joins = spark)"

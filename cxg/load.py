@@ -222,7 +222,7 @@ def load_tpch_live(
         encoded = pa.BufferOutputStream()
         pq.write_table(sample, encoded)  # what the whole takes, as Parquet: the sample's, scaled
         size = int(encoded.getvalue().size * scale_factor / SAMPLE_SCALE)
-        schema = _placed(tpch.schema_for(name, sample.schema, buckets), size, limit, buckets)
+        schema = _tpch_placed(tpch.schema_for(name, sample.schema, buckets), size, limit, buckets)
         jobs.append((schema, GeneratedTpch(schema, scale_factor)))
     return load_jobs([], jobs, options, config, "spark", region)
 
@@ -249,7 +249,7 @@ def load_tpch(
         limit = replicate_limit(config, len(stores))
         jobs: list[Job] = [
             (
-                _placed(tpch.schema_for(name, pq.read_schema(path), buckets), files_size([path]), limit, buckets),
+                _tpch_placed(tpch.schema_for(name, pq.read_schema(path), buckets), files_size([path]), limit, buckets),
                 Source("parquet", (str(path),)),
             )
             for name, path in files.items()
@@ -264,6 +264,15 @@ def _placed(schema: TableSchema, size: int, limit: int, buckets: int) -> TableSc
     placed, why = by_size(schema, size, limit, buckets)
     console.print(f"[bold]{schema.name}[/]: {why}", highlight=False)
     return placed
+
+
+def _tpch_placed(schema: TableSchema, size: int, limit: int, buckets: int) -> TableSchema:
+    """A TPC-H table placed: lineitem and orders co-partitioned on the order key whatever their size
+    (their joins run on the nodes), the others by their size."""
+    if schema.name in tpch.CO_PARTITIONED:
+        console.print(f"[bold]{schema.name}[/]: {schema.placement}, co-partitioned on the order key", highlight=False)
+        return schema
+    return _placed(schema, size, limit, buckets)
 
 
 def _schema_from_args(name: str, arrow_schema: pa.Schema, args: argparse.Namespace, config: Config) -> TableSchema:

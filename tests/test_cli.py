@@ -90,21 +90,25 @@ def test_load_parquet_with_layout_options(
 @pytest.mark.parametrize("share", [None, "0.00001"])
 def test_load_tpch_subset_into_two_nodes_placed_by_size(tmp_path: Path, capsys: pytest.CaptureFixture, share) -> None:
     """Small tables are replicated (a node answers the queries over them whole); a table larger than
-    storage.replicate_below of a node's budget is hash-placed on its key."""
+    storage.replicate_below of a node's budget is hash-placed on its key; orders (with lineitem) is
+    hash-placed on the order key whatever its size, so that their joins run on the nodes."""
     nodes = [str(tmp_path / "n0"), str(tmp_path / "n1")]
     data_options = [option for n in nodes for option in ("--data", n)]
     setting = ["--set", f"storage.replicate_below={share}"] if share else []
-    code, out, err = run(capsys, *setting, "load", "tpch", "--sf", "0.01", "--tables", "nation,orders", *data_options)
+    tables = ["--tables", "nation,customer,orders"]
+    code, out, err = run(capsys, *setting, "load", "tpch", "--sf", "0.01", *tables, *data_options)
     assert code == 0, err
     assert "loaded nation: 25 rows" in out and "loaded orders: 15,000 rows" in out
     stores = [Store(n) for n in nodes]
     assert all(s.table("nation").rows == 25 for s in stores), "replicated on both nodes"
     assert "nation: 0.0 MiB, at most" in out and "replicated on every node" in out
+    assert "orders: hash(o_orderkey) x16, co-partitioned on the order key" in out
+    assert sum(s.table("orders").rows for s in stores) == 15_000, "hash-partitioned over both, however small"
     if share:
-        assert sum(s.table("orders").rows for s in stores) == 15_000, "hash-partitioned over both"
-        assert "orders:" in out and "hash(o_orderkey) x16" in out
+        assert sum(s.table("customer").rows for s in stores) == 1_500, "hash-partitioned over both"
+        assert "customer:" in out and "hash(c_custkey) x16" in out
     else:
-        assert all(s.table("orders").rows == 15_000 for s in stores), "small: replicated on both"
+        assert all(s.table("customer").rows == 1_500 for s in stores), "small: replicated on both"
 
 
 def test_load_tables_of_directories_in_one_spark_application(
