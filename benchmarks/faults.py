@@ -471,7 +471,8 @@ def kill_load(region: FaultRegion, expected: dict, scale_factor: float = 0.05) -
 def fill_disk(region: FaultRegion, expected: dict, files: dict[str, Path], size: str = "1m") -> Report:
     """A load that fills its disk, under queries: table `filled` lives on a file system of `size` on
     each node (tmpfs, mounted for it; skipped where mounting is not allowed); its first version (25
-    rows) fits, then `cxg load parquet` (Spark ingest) replaces it with lineitem, which does not."""
+    rows, loaded in process) fits, then `cxg load parquet` (Spark ingest) replaces it with lineitem,
+    which does not."""
     dirs = [s.table_dir("filled") for s in region.stores]
     mounted: list[Path] = []
     try:
@@ -482,7 +483,7 @@ def fill_disk(region: FaultRegion, expected: dict, files: dict[str, Path], size:
             mounted.append(directory)
         load = [sys.executable, "-m", "cxg", *region.load_options(), "load", "parquet", "filled", "--mode", "replace"]
         load += ["--placement", "replicated"]
-        subprocess.run([*load, str(files["nation"])], check=True, capture_output=True)
+        subprocess.run([*load, str(files["nation"]), "--engine", "local"], check=True, capture_output=True)
         queries = {**QUERIES, "filled": "SELECT count(*) AS n FROM filled"}
         expected = {**expected, "filled": [(25,)]}
         wait_until(lambda: ask(region.url, queries["filled"])[0] == 200, 10, "the first version is served")
