@@ -15,7 +15,7 @@ from sqlglot import exp
 
 from gateway import RegionCatalog
 from gateway.sql import stage
-from gateway.sql.errors import NodeUnavailable
+from gateway.sql.errors import NodeUnavailable, UnsupportedSql
 from gateway.sql.passes import Draft, read_from_views
 from gateway.sql.planner import FOR_NODE_ONLY, FOR_SPARK_ONLY, RULES, Planner
 from gateway.sql.spark_dialect import spark_text
@@ -288,6 +288,32 @@ def test_spark_text_divides_as_a_double_and_sorts_in_one_partition() -> None:
     assert "TRY_DIVIDE(CAST(a AS DOUBLE), b)" in text and "TRY_MOD(a, b)" in text and "REPARTITION(1)" in text
     assert tree.sql() == "SELECT a / b, a % b FROM t ORDER BY 1", "the tree is left as it is"
     assert "REPARTITION" not in spark_text(exp.maybe_parse("select a from t order by 1 limit 5"))
+
+
+@pytest.mark.parametrize(
+    "correlation, refused",
+    [
+        ("n.n_nationkey = o.o_custkey % 25", True),  # Spark applies the LIMIT once: wrong
+        ("o.o_custkey % 25 = n.n_nationkey", True),
+        ("n.n_nationkey = cast(o.o_custkey as int)", True),
+        ("n.n_nationkey = o.o_custkey and n.n_name = cast(o.o_orderkey % 5 as varchar)", True),
+        ("n.n_nationkey = o.o_custkey", False),  # a bare column of the outer query: right
+        ("n.n_nationkey + 0 = o.o_custkey % 25", False),  # an expression on both sides: right
+        ("n.n_nationkey > o.o_custkey % 25", False),  # no equality: right
+        ("n.n_nationkey = 3 % 25", False),  # not correlated
+    ],
+)
+def test_spark_text_refuses_a_limit_correlated_through_an_outer_expression(correlation: str, refused: bool) -> None:
+    subquery = f"select n_name from nation n where {correlation} order by n_name limit 1"
+    for sql in (f"select ({subquery}) as x from orders o", f"select x.n_name from orders o, lateral ({subquery}) x"):
+        tree = checked(sql).tree
+        if refused:
+            with pytest.raises(UnsupportedSql, match="applies its LIMIT once, not per outer row"):
+                spark_text(tree)
+        else:
+            assert "LIMIT 1" in spark_text(tree)
+    unlimited = f"select (select max(n_name) from nation n where {correlation}) as x from orders o"
+    assert "MAX(n.n_name)" in spark_text(checked(unlimited).tree), "without a LIMIT Spark decorrelates it right"
 
 
 # ---- the run's first step, with the nodes' answers made up -------------------------------------

@@ -244,3 +244,28 @@ def test_queries_prepared_at_once_on_many_threads_are_checked_each_as_written() 
     alone = [checked_text(q) for q in queries]
     with ThreadPoolExecutor(8) as pool:
         assert list(pool.map(checked_text, queries)) == alone
+
+
+# Spark applies this LIMIT once over the subquery, not per outer row (its decorrelation of a LIMIT
+# correlated through an expression of the outer query), and DataFusion does not run it: refused
+LIMIT_PER_EXPRESSION = (
+    "select p.id, (select v.amount from visits v where v.person_id = p.id % 4 order by v.amount limit 1) as a "
+    "from people p order by p.id"
+)
+LIMIT_PER_COLUMN = (  # what the refusal says to write instead
+    "select p.id, (select v.amount from visits v where v.person_id = p.k order by v.amount limit 1) as a "
+    "from (select id, id % 4 as k from people) p order by p.id"
+)
+
+
+@pytest.mark.parametrize("fixture", ["spark_engine", "engine"])
+def test_a_subquery_limited_per_outer_expression_is_refused_and_per_outer_column_answered(
+    request, duck, fixture: str
+) -> None:
+    engine = request.getfixturevalue(fixture)
+    refused = refusal(lambda: engine.execute(LIMIT_PER_EXPRESSION))
+    assert (refused.status, refused.code) == (422, "unsupported"), refused
+    assert "v.person_id = p.id % 4" in refused.message and "derived table" in refused.message
+    result = engine.execute(LIMIT_PER_COLUMN)
+    expected = duck.sql(LIMIT_PER_COLUMN).fetchall()
+    assert rows_match(rows(result.table), expected, ordered=True), (rows(result.table), expected)

@@ -1,11 +1,13 @@
 """What the SQL handed to Spark needs beyond a translation into Spark's dialect: division as
-DuckDB and the nodes divide (a DOUBLE, NULL for a zero divisor), and a sort without a sampling job."""
+DuckDB and the nodes divide (a DOUBLE, NULL for a zero divisor), a sort without a sampling job, and
+no subquery whose LIMIT Spark would apply once instead of per outer row."""
 
 from __future__ import annotations
 
 import re
 
 from sqlglot import exp
+from sqlglot.optimizer.scope import traverse_scope, walk_in_scope
 
 from gateway.sql.errors import UnsupportedSql
 from gateway.sql.tree import as_double, count_if_as_sum
@@ -103,7 +105,9 @@ def spark_text(tree: exp.Expression) -> str:
     """Spark SQL for `tree` (left unchanged), dividing as DuckDB and the nodes do (`/` gives a
     DOUBLE: Spark divides decimals into a decimal of 6 places, and TPC-H Q8's share 0.0344358904
     became 0.034436; `/` and `%` by zero give NULL, not Spark's DIVIDE_BY_ZERO), and sorting in one
-    partition (`sort_in_one_partition`); GROUPING(a, b) is Spark's GROUPING_ID(a, b)."""
+    partition (`sort_in_one_partition`); GROUPING(a, b) is Spark's GROUPING_ID(a, b). A subquery
+    Spark answers wrong is refused (`refuse_limit_per_expression`)."""
+    refuse_limit_per_expression(tree)
     return sort_in_one_partition(tree.transform(_spark_node)).sql(dialect="spark", pretty=True, copy=False)
 
 
@@ -120,3 +124,38 @@ def sort_in_one_partition(tree: exp.Expression) -> exp.Expression:
         single = exp.Anonymous(this="REPARTITION", expressions=[exp.Literal.number(1)])
         tree.set("hint", exp.Hint(expressions=[*(hint.expressions if hint is not None else []), single]))
     return tree
+
+
+def refuse_limit_per_expression(tree: exp.Expression) -> None:
+    """Refuse a subquery with LIMIT or OFFSET correlated by an equality of one of its columns with
+    an expression of the outer query that is not a bare column (`v.k = o.id % 5`): Spark (4.3)
+    decorrelates it with the limit applied once over the subquery, not once per outer row, and
+    answers wrong (NULL for every outer row but the first group's). Correlated on a column of the
+    outer query, or with an expression on both sides, Spark answers right."""
+    for scope in traverse_scope(tree):
+        query = scope.expression
+        if not isinstance(query, exp.Select) or not (query.args.get("limit") or query.args.get("offset")):
+            continue
+        for node in walk_in_scope(query):
+            if isinstance(node, exp.EQ) and _inner_column_to_outer_expression(node, scope.sources):
+                raise UnsupportedSql(
+                    f"a subquery with LIMIT correlated by {node.sql(dialect='spark')[:80]} (an expression of the "
+                    "outer query) runs on Spark, which applies its LIMIT once, not per outer row: compute the "
+                    "expression as a column of the outer query's table (a derived table) and correlate on it"
+                )
+
+
+def _inner_column_to_outer_expression(equality: exp.EQ, inner: dict) -> bool:
+    """Whether `equality` sets a column of the sources `inner` equal to an expression over columns
+    of outer queries only that is not a bare column."""
+
+    def outer_only(side: exp.Expression) -> bool:
+        columns = list(side.find_all(exp.Column))
+        return bool(columns) and all(c.table and c.table not in inner for c in columns)
+
+    for this, other in ((equality.this, equality.expression), (equality.expression, equality.this)):
+        column = this.this if isinstance(this, exp.Cast) else this
+        is_inner = isinstance(column, exp.Column) and column.table in inner
+        if is_inner and outer_only(other) and not isinstance(other.unnest(), exp.Column):
+            return True
+    return False
