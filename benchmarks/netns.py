@@ -9,13 +9,16 @@ through a network.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 
 SUBNET = "10.77.0"
 BRIDGE = "cxg-br0"
+LOCK = os.path.join(tempfile.gettempdir(), "cxg-netns.lock")  # the bridge and subnet are the machine's
 
 
 def available() -> str | None:
@@ -40,6 +43,7 @@ class Hosts:
     names: list[str]
     addresses: dict[str, str] = field(default_factory=dict)
     machine: str = f"{SUBNET}.254"  # this machine's address on the bridge
+    _lock: int | None = None
 
     def namespace(self, name: str) -> str:
         return f"cxg-{name}"
@@ -49,6 +53,9 @@ class Hosts:
         return ["ip", "netns", "exec", self.namespace(name)]
 
     def __enter__(self) -> Hosts:
+        """Make the hosts; one set at a time on a machine (another process's waits until it exits)."""
+        self._lock = os.open(LOCK, os.O_CREAT | os.O_RDWR, 0o600)
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
         self.remove()  # what a run that died left
         _ip("link", "add", BRIDGE, "type", "bridge")
         _ip("addr", "add", f"{self.machine}/24", "dev", BRIDGE)
@@ -74,3 +81,6 @@ class Hosts:
 
     def __exit__(self, *exc: object) -> None:
         self.remove()
+        if self._lock is not None:
+            os.close(self._lock)  # the lock goes with it
+            self._lock = None

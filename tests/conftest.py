@@ -33,19 +33,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 REAL_GPU = cuda_available()
 
-# with pytest-xdist (`-n 2 --dist loadgroup`, `make test`): a file's tests run on one worker, sharing
-# its module fixtures, the longest files first; the files whose hosts are network namespaces on one
-# subnet (`benchmarks.netns`) on the same worker, one after the other
-LONGEST_FIRST = ("test_spark_cluster", "test_faults", "test_tpcds", "test_separate_hosts", "test_regions_hosts")
-ONE_SUBNET = {"test_separate_hosts", "test_regions_hosts"}
+# with pytest-xdist (`-n 2 --dist loadfile`, `make test`) a file's tests run on one worker, sharing
+# its module fixtures; the longest files go first, so that neither worker ends long after the other
+LONGEST_FIRST = ("test_spark_cluster", "test_faults", "test_tpcds", "test_separate_hosts")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.pluginmanager.hasplugin("xdist") or not getattr(config.option, "numprocesses", None):
-        return
-    for item in items:
-        module = item.path.stem
-        item.add_marker(pytest.mark.xdist_group("one-subnet" if module in ONE_SUBNET else module))
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))
 
