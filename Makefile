@@ -10,7 +10,7 @@ test:
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/lint-imports --no-logo
-	.venv/bin/python -m pytest -m "not gpu" -n 2 --dist loadfile
+	.venv/bin/python -m pytest -m "not gpu" -n 2 --dist loadfile --no-loadscope-reorder
 	.venv/bin/python -m pytest -m gpu --cov=gpu_kernels.cupy_backend --cov=gpu_kernels.device_pipeline \
 		--cov-report=term-missing --cov-fail-under=100
 

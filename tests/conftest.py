@@ -33,14 +33,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 REAL_GPU = cuda_available()
 
-# with pytest-xdist (`-n 2 --dist loadfile`, `make test`) a file's tests run on one worker, sharing
-# its module fixtures; the longest files go first, so that neither worker ends long after the other
-LONGEST_FIRST = ("test_spark_cluster", "test_faults", "test_tpcds", "test_separate_hosts")
+# with pytest-xdist (`-n 2 --dist loadfile --no-loadscope-reorder`, `make test`) a file's tests run on
+# one worker, sharing its module fixtures, in this order: the longest files first, so that neither
+# worker ends long after the other; the second file making network-namespace hosts (one set at a time
+# on a machine: `benchmarks.netns`) last, long after the first
+LONGEST_FIRST = ("test_spark_cluster", "test_faults", "test_separate_hosts", "test_tpcds")
+LAST = "test_regions_hosts"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)} | {LAST: len(LONGEST_FIRST) + 1}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(LONGEST_FIRST)))
 
 
 @pytest.fixture(autouse=True)

@@ -245,6 +245,7 @@ def test_with_no_worker_alive_a_query_says_so_and_fails_retryably(region, cluste
     assert reply.status == 503 and reply.json()["error"]["code"] == "spark_no_executors"
     assert "Retry-After" in reply.headers
 
-    cluster.add_worker(cores=1, memory="1g")  # a worker back: the next query runs
+    cluster.add_worker(cores=1, memory="1g")  # a worker back: once its executor is up, the next query runs
+    eventually(lambda: Client(url).cluster()["spark"]["executors"] >= 1, 120, "an executor on the worker back")
     got = rows(Client(url).execute(query(3), wait=60).table)
     assert rows_match(got, duck.sql(query(3)).fetchall(), ordered=True)
