@@ -56,7 +56,7 @@ from gateway.sql.profile import PHASES, codegen_counters, fixed_cost
 from loadtests import console, print_table, write_json
 from loadtests.tpch_queries import SINGLE_TABLE, all_queries
 from regions import StandaloneCluster, load_config, session_factory, spark_options, spark_session
-from storage import NodeClient, NodeError, Store, load_table, read_parquet, spark_schema, tpch
+from storage import NodeClient, NodeError, Source, Store, load_source, spark_schema, tpch
 
 
 def _best(fn, repeat: int) -> tuple[float, Any, float]:
@@ -187,6 +187,7 @@ def measure(
     size as `cxg load` places it over `nodes` nodes, the `split` ones hash-placed whatever their
     size (as at a larger scale). With `beside_spark`, the same engine with every join on Spark
     (`sql.joins = spark`) runs each query too. Spark is local, or the cluster at `master`."""
+    duckdb_load_s, answers = duckdb_answers(work / "duckdb.db", files, queries, repeat)
     stores = [Store(work / f"node-{i}", node=f"node-{i}") for i in range(nodes)]
     config = load_config(None, [])
     limit = replicate_limit(config, nodes)
@@ -194,12 +195,12 @@ def measure(
     started = time.perf_counter()
     with console.status(f"loading {nodes} storage node(s)"):
         for name, path in files.items():  # each table placed by its size, as `cxg load` places it
-            source = read_parquet([path])
-            schema = schema_for(name, source.schema)
+            source = Source("parquet", (str(path),))
+            schema = schema_for(name, source.arrow_schema())
             if name not in split:
                 schema, _ = by_size(schema, files_size([path]), limit, config.storage.buckets)
             placements[name] = str(schema.placement)
-            load_table(stores, schema, source)
+            load_source(stores, schema, source)  # streamed as `cxg load --engine local` does it
     load_s = time.perf_counter() - started
     ports = [free_port() for _ in stores]
     processes = [_start_node(store.root, port, threads) for store, port in zip(stores, ports, strict=True)]
@@ -214,21 +215,13 @@ def measure(
             spark.read.parquet(str(path)).createOrReplaceTempView(name)
         engine = Engine(urls, settings, session_factory(settings), joins)
         on_spark = Engine(urls, settings, session_factory(settings), "spark") if beside_spark else None
-        duck = duckdb.connect()
-        duck.execute("SET ieee_floating_point_ops = false")  # x / 0 is NULL, as in this engine (docs/sql.md)
-        duck.execute("SET error_on_division_by_zero = false")
-        for name, path in files.items():
-            duck.execute(f"CREATE TABLE {name} AS SELECT * FROM read_parquet('{path}')")
         results = []
         for number, sql in queries.items():
             with console.status(f"Q{number}"):
                 spark_sql = sqlglot.transpile(sql, read="duckdb", write="spark")[0]
                 ours_s, ours, ours_first_s = _best(lambda q=sql: engine.execute(q), repeat)
                 spark_s, _, _ = _best(lambda q=spark_sql: spark.sql(q).toArrow(), repeat)
-                duck.execute(f"SET threads = {os.cpu_count() or 1}")
-                duck_s, expected, _ = _best(lambda q=sql: duck.sql(q).fetchall(), repeat)
-                duck.execute("SET threads = 1")  # one core: what one of our queries gets
-                duck_1_s, _, _ = _best(lambda q=sql: duck.sql(q).fetchall(), repeat)
+                duck_s, duck_1_s, expected = answers[number]
                 ordered = "order by" in sql.lower()
                 correct = rows_match(rows(ours.table), expected, ordered=ordered)
                 beside = {}
@@ -269,12 +262,39 @@ def measure(
     }
     return {
         "load_s": load_s,
+        "duckdb_load_s": duckdb_load_s,
         "nodes": nodes,
         "placements": placements,
         "peak_memory": peaks,
         "spark": shared,
         "queries": results,
     }
+
+
+def duckdb_answers(
+    database: Path, files: dict[str, Path], queries: dict[int, str], repeat: int
+) -> tuple[float, dict[int, tuple[float, float, list[tuple]]]]:
+    """DuckDB, alone on the machine before the others start: the seconds its load of the Parquet
+    files into a database file took, and per query its best time on all the cores and on one,
+    and its answer (what every other answer is checked against)."""
+    with duckdb.connect(str(database)) as duck:
+        duck.execute("SET ieee_floating_point_ops = false")  # x / 0 is NULL, as in this engine (docs/sql.md)
+        duck.execute("SET error_on_division_by_zero = false")
+        started = time.perf_counter()
+        with console.status("loading DuckDB"):
+            for name, path in files.items():
+                duck.execute(f"CREATE TABLE {name} AS SELECT * FROM read_parquet('{path}')")
+            duck.execute("CHECKPOINT")
+        load_s = time.perf_counter() - started
+        answers = {}
+        for number, sql in queries.items():
+            with console.status(f"Q{number} on DuckDB"):
+                duck.execute(f"SET threads = {os.cpu_count() or 1}")
+                duck_s, expected, _ = _best(lambda q=sql: duck.sql(q).fetchall(), repeat)
+                duck.execute("SET threads = 1")  # one core: what one of our queries gets
+                duck_1_s, _, _ = _best(lambda q=sql: duck.sql(q).fetchall(), repeat)
+                answers[number] = (duck_s, duck_1_s, expected)
+    return load_s, answers
 
 
 def peak_memory(pid: int) -> int | None:
@@ -315,7 +335,7 @@ def run(
         measured = measure(
             work,
             files,
-            all_queries(),
+            all_queries(sf),
             tpch.schema_for,
             repeat,
             adaptive,
@@ -328,6 +348,7 @@ def run(
         )
     results = measured["queries"]
     summary = summarize(results)
+    summary["load_ratio_to_duckdb"] = measured["load_s"] / measured["duckdb_load_s"]
     summary["single_table_speedup_vs_spark"] = {
         r["query"]: r["spark_s"] / r["ours_s"] for r in results if r["query"] in SINGLE_TABLE
     }
@@ -411,6 +432,10 @@ def report(figures: dict[str, Any]) -> None:
             f"{s['spark_joins_correct']}/22 answers right"
         )
     console.print(first_runs(s))
+    console.print(
+        f"load: ours {figures['load_s']:.1f} s into {figures.get('nodes', 1)} node(s), streamed; DuckDB "
+        f"{figures['duckdb_load_s']:.1f} s into a database file: {s['load_ratio_to_duckdb']:.2f}x"
+    )
     peaks = ", ".join(f"{name} {size / 2**30:.2f} GiB" for name, size in figures["peak_memory"].items() if size)
     console.print(f"peak memory: {peaks}")
     console.print(

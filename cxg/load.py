@@ -41,7 +41,7 @@ from storage import (
     Store,
     TableSchema,
     load_mysql,
-    load_table,
+    load_source,
     parse_size,
     source_frame,
     spark_load,
@@ -183,10 +183,9 @@ def load_jobs(
                     frame.unpersist()  # a generated source is kept while the load reads it twice
                 rows = _rows_served(region, schema.name) if region else _rows_loaded(stores, schema)
             else:
-                table = source.read()
-                progress.update(task, total=table.num_rows)
-                load_table(stores, schema, table, options, lambda n, t=task: progress.advance(t, n))
-                rows = table.num_rows
+                progress.update(task, total=source.rows())
+                load_source(stores, schema, source, options, lambda n, t=task: progress.advance(t, n))
+                rows = int(progress.tasks[task].completed)
             done.append((schema.name, rows, time.perf_counter() - started))
     return done
 

@@ -28,7 +28,7 @@ _FACE: dict[str, tuple[str, ...]] = {
     ),
     "ingest": ("load_target",),
     "key_filters": ("membership", "no_membership"),
-    "loader": ("LoadOptions", "load_table"),
+    "loader": ("LoadOptions", "load_source", "load_table"),
     "manifest": ("Sizing",),
     "memory_budget": ("ALLOCATOR_ENVIRONMENT", "OUT_OF_MEMORY", "limit_private_memory", "private_memory_limit"),
     "mysql_load": ("create_database", "load_mysql"),

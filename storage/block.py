@@ -143,16 +143,24 @@ def conform(table: pa.Table, schema: TableSchema) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def record_size(table: pa.Table, schema: TableSchema) -> int:
-    """RS: bytes of the longest record once decoded (strings at their longest value)."""
-    total = 0
+def longest_strings(table: pa.Table, schema: TableSchema) -> dict[str, int]:
+    """The bytes of the longest value of each string column of `table`."""
+    longest = {}
     for column in schema.columns:
-        max_length = 0
         if column.kind is Kind.STR and table.num_rows:
             lengths = pc.binary_length(table.column(column.name).cast(pa.string()))
-            max_length = pc.max(lengths).as_py() or 0
-        total += decoded_width(column.arrow_type, max_length)
-    return max(total, 1)
+            longest[column.name] = pc.max(lengths).as_py() or 0
+    return longest
+
+
+def record_bytes(schema: TableSchema, longest: dict[str, int]) -> int:
+    """RS: bytes of the longest record once decoded, given each string column's longest value."""
+    return max(1, sum(decoded_width(c.arrow_type, longest.get(c.name, 0)) for c in schema.columns))
+
+
+def record_size(table: pa.Table, schema: TableSchema) -> int:
+    """RS of `table`: bytes of its longest record once decoded (strings at their longest value)."""
+    return record_bytes(schema, longest_strings(table, schema))
 
 
 def block_rows(budget_bytes: int, record_bytes: int) -> int:

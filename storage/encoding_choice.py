@@ -63,11 +63,12 @@ def _int_width(lo: int, hi: int) -> int:
 
 
 def _count_distinct(values: Values, lo: int = 0, hi: int = -1) -> int:
-    """Exact distinct count; a counting pass when the integers span a small range."""
+    """Exact distinct count; a counting pass when the integers span a small range, else Arrow's
+    hash table (several times faster than sorting)."""
     if isinstance(values, np.ndarray):
         if 0 <= hi - lo <= max(4 * len(values), 1 << 16):
             return int(np.count_nonzero(np.bincount(values - lo, minlength=1)))
-        return len(np.unique(values))
+        values = pa.array(values)
     return len(pc.unique(values))
 
 

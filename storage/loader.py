@@ -9,24 +9,28 @@ store commits atomically at the end.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
+import tempfile
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from gpu_kernels import Dictionary, to_domain
-from storage.block import block_rows, conform, encode_block, record_size
+from storage.block import block_rows, conform, encode_block, longest_strings, record_bytes, record_size
 from storage.catalog import TableSchema
 from storage.encoding_choice import EncodingOptions
 from storage.errors import SchemaError
 from storage.ingest import DirectoryTarget, abort_all, next_version
 from storage.manifest import Manifest, Sizing
 from storage.partitioning import buckets_of
+from storage.sources import Source
 from storage.store import Store
 
 DEFAULT_BLOCK_BUDGET = 64 * 1024 * 1024
@@ -54,9 +58,11 @@ def _sort_key_arrays(table: pa.Table, names: Sequence[str]) -> list[np.ndarray]:
             values = Dictionary.split(values)[1]
         elif pa.types.is_floating(column.type):
             values = np.argsort(np.argsort(values.view(np.float64), kind="stable"), kind="stable")
-        if domain_values.valid is not None:
+        values = values.astype(np.int64, copy=False)
+        if domain_values.valid is not None:  # nulls last, in source order (not by the values filled in)
             keys.append((~domain_values.valid).astype(np.int64))
-        keys.append(values.astype(np.int64, copy=False))
+            values = np.where(domain_values.valid, values, 0)
+        keys.append(values)
     return keys
 
 
@@ -74,15 +80,17 @@ def _row_order(keys: list[np.ndarray]) -> np.ndarray:
     return np.lexsort(keys[::-1])
 
 
-def plan_layout(table: pa.Table, schema: TableSchema) -> tuple[np.ndarray, np.ndarray]:
-    """The row order by (bucket, sort key), and the bucket of each row in that order."""
+def plan_layout(table: pa.Table, schema: TableSchema, by_sort_key: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """The row order by (bucket, sort key) (by bucket alone without `by_sort_key`; stable), and
+    the bucket of each row in that order."""
     placement = schema.placement
     if placement.kind == "hash":
         keys = [to_domain(table.column(k)) for k in placement.keys]
         buckets = buckets_of(keys, placement.buckets)
     else:
         buckets = np.zeros(table.num_rows, dtype=np.int32)
-    order = _row_order([buckets.astype(np.int64), *_sort_key_arrays(table, schema.sort_key)])
+    sort_key = _sort_key_arrays(table, schema.sort_key) if by_sort_key else []
+    order = _row_order([buckets.astype(np.int64), *sort_key])
     return order, buckets[order]
 
 
@@ -96,7 +104,7 @@ def block_slices(buckets: np.ndarray, rows_per_block: int) -> list[tuple[int, in
     slices = []
     for start, stop in zip(starts.tolist(), stops.tolist(), strict=True):
         count = -(-(stop - start) // rows_per_block)
-        bounds = np.linspace(start, stop, count + 1).round().astype(int).tolist()
+        bounds = (start + np.linspace(0, stop - start, count + 1).round().astype(int)).tolist()  # as from 0
         slices.extend((int(buckets[start]), a, b) for a, b in itertools.pairwise(bounds))
     return slices
 
@@ -114,14 +122,88 @@ def load_table(
     written whole to every store.
     """
     options = options or LoadOptions()
+    schema = _owned(schema, stores)
+    table = conform(source, schema).combine_chunks()  # one chunk: gathers per block stay cheap
+    return _write(stores, schema, _sizing(options, record_size(table, schema)), options, [table], progress)
+
+
+def load_source(
+    stores: Sequence[Store],
+    schema: TableSchema,
+    source: Source,
+    options: LoadOptions | None = None,
+    progress: Progress | None = None,
+) -> list[Manifest]:
+    """Load a file source as `load_table` does. A hash-placed table streams: its rows are read
+    in batches and spilled to a file per bucket, then each bucket is sorted and written in turn,
+    so memory holds about one bucket (the table over `placement.buckets`) whatever the table's
+    size; the blocks are those `load_table` writes. A replicated table, small by the size rule,
+    is read whole."""
+    if schema.placement.kind != "hash":
+        return load_table(stores, schema, source.read(), options, progress)
+    options = options or LoadOptions()
+    schema = _owned(schema, stores)
+    with tempfile.TemporaryDirectory(prefix=f"cxg-load-{schema.name}-") as spill:
+        longest, files = _spill_buckets(schema, source.batches(SPILL_BATCH_ROWS), Path(spill))
+        sizing = _sizing(options, record_bytes(schema, longest))
+        return _write(stores, schema, sizing, options, (_read_spilled(f) for f in files), progress)
+
+
+SPILL_BATCH_ROWS = 1 << 20  # rows read from the source at a time
+
+
+def _spill_buckets(
+    schema: TableSchema, batches: Iterable[pa.RecordBatch], directory: Path
+) -> tuple[dict[str, int], list[Path]]:
+    """Write each batch's rows, conformed, to an Arrow IPC file per bucket (source order kept
+    within a bucket); the longest string of each column, and the files in bucket order."""
+    longest: dict[str, int] = {}
+    writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
+    try:
+        for batch in batches:
+            table = conform(pa.Table.from_batches([batch]), schema)
+            for name, length in longest_strings(table, schema).items():
+                longest[name] = max(length, longest.get(name, 0))
+            order, buckets = plan_layout(table, schema, by_sort_key=False)
+            table = table.take(pa.array(order))
+            for bucket, start, stop in block_slices(buckets, table.num_rows):
+                if bucket not in writers:
+                    writers[bucket] = pa.ipc.new_file(directory / f"{bucket}.arrow", table.schema)
+                writers[bucket].write_table(table.slice(start, stop - start))
+    finally:
+        for writer in writers.values():
+            writer.close()
+    return longest, [directory / f"{bucket}.arrow" for bucket in sorted(writers)]
+
+
+def _read_spilled(path: Path) -> pa.Table:
+    with pa.memory_map(str(path)) as source:
+        return pa.ipc.open_file(source).read_all().combine_chunks()
+
+
+def _owned(schema: TableSchema, stores: Sequence[Store]) -> TableSchema:
+    """`schema` with a hash placement's buckets owned by `stores`, round-robin."""
     if not stores:
         raise SchemaError("no store to load into")
     if schema.placement.kind == "hash":
-        schema = replace(schema, placement=schema.placement.with_owners([s.node for s in stores]))
-    table = conform(source, schema).combine_chunks()  # one chunk: gathers per block stay cheap
-    record_bytes = record_size(table, schema)
-    sizing = Sizing(options.block_budget, record_bytes, block_rows(options.block_budget, record_bytes))
-    order, buckets = plan_layout(table, schema)
+        return replace(schema, placement=schema.placement.with_owners([s.node for s in stores]))
+    return schema
+
+
+def _sizing(options: LoadOptions, record_bytes: int) -> Sizing:
+    return Sizing(options.block_budget, record_bytes, block_rows(options.block_budget, record_bytes))
+
+
+def _write(
+    stores: Sequence[Store],
+    schema: TableSchema,
+    sizing: Sizing,
+    options: LoadOptions,
+    tables: Iterable[pa.Table],
+    progress: Progress | None,
+) -> list[Manifest]:
+    """Write the rows of `tables` (the whole table, or its buckets one by one) as blocks into the
+    stores that hold their buckets, then commit a new version on every store (or none)."""
     owners = {s.node: DirectoryTarget(s) for s in stores}
     load_id = uuid.uuid4().hex[:12]
     writers = {s.node: s.writer(schema, sizing, options.compression, options.mode, load_id) for s in stores}
@@ -131,7 +213,7 @@ def load_table(
             return list(schema.placement.holders(bucket))
         return list(owners)
 
-    def encode_and_write(job: tuple[int, int, int]) -> int:
+    def encode_and_write(table: pa.Table, order: np.ndarray, job: tuple[int, int, int]) -> int:
         bucket, start, stop = job
         block = encode_block(table.take(pa.array(order[start:stop])), schema, options.encoding)
         for node in targets(bucket):
@@ -140,9 +222,12 @@ def load_table(
 
     try:
         with ThreadPoolExecutor(max_workers=max(1, options.workers)) as pool:
-            for rows in pool.map(encode_and_write, block_slices(buckets, sizing.block_rows)):
-                if progress:
-                    progress(rows)
+            for table in tables:
+                order, buckets = plan_layout(table, schema)
+                jobs = block_slices(buckets, sizing.block_rows)
+                for rows in pool.map(functools.partial(encode_and_write, table, order), jobs):
+                    if progress:
+                        progress(rows)
         version = next_version(owners.values(), schema.name)
         return [writers[node].commit(version) for node in owners]
     except BaseException:

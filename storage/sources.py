@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from storage.catalog import TableSchema
@@ -50,25 +51,34 @@ def read_csv(
     With `schema`, columns are parsed as the schema's types (and named by it when the files
     have no header row); without, pyarrow infers them.
     """
-    column_types = {c.name: working_type(c.arrow_type) for c in schema.columns} if schema else None
-    read_options = pacsv.ReadOptions(
-        column_names=schema.column_names if (schema and not header) else None,
-        autogenerate_column_names=not header and schema is None,
-    )
-    convert_options = pacsv.ConvertOptions(
-        column_types=column_types, strings_can_be_null=True, quoted_strings_can_be_null=False
-    )
-    parse_options = pacsv.ParseOptions(delimiter=delimiter)
     tables = []
     for path in _existing(paths):
         try:
-            tables.append(pacsv.read_csv(path, read_options, parse_options, convert_options))
+            tables.append(pacsv.read_csv(path, *_csv_options(delimiter, header, schema)))
         except (pa.ArrowException, OSError) as e:
             raise StorageError(f"cannot read CSV file {path}: {e}") from e
     try:
         return pa.concat_tables(tables)
     except pa.ArrowInvalid as e:
         raise StorageError(f"CSV files have different columns: {e}") from e
+
+
+def _csv_options(
+    delimiter: str, header: bool, schema: TableSchema | None, block_bytes: int | None = None
+) -> tuple[pacsv.ReadOptions, pacsv.ParseOptions, pacsv.ConvertOptions]:
+    column_types = {c.name: working_type(c.arrow_type) for c in schema.columns} if schema else None
+    read_options = pacsv.ReadOptions(
+        column_names=schema.column_names if (schema and not header) else None,
+        autogenerate_column_names=not header and schema is None,
+        **({"block_size": block_bytes} if block_bytes else {}),
+    )
+    convert_options = pacsv.ConvertOptions(
+        column_types=column_types, strings_can_be_null=True, quoted_strings_can_be_null=False
+    )
+    return read_options, pacsv.ParseOptions(delimiter=delimiter), convert_options
+
+
+CSV_BLOCK_BYTES = 64 << 20  # of a CSV file read at a time when streaming
 
 
 @dataclass(frozen=True)
@@ -106,3 +116,26 @@ class Source:
         if self.kind == "parquet":
             return read_parquet(self.paths)
         return read_csv(self.paths, self.delimiter, self.header, self.schema)
+
+    def rows(self) -> int | None:
+        """The source's rows from the Parquet files' metadata; None for CSV (known once read)."""
+        if self.kind != "parquet":
+            return None
+        try:
+            return sum(ds.dataset(path, format="parquet").count_rows() for path in self.files())
+        except (pa.ArrowException, OSError) as e:
+            raise StorageError(f"cannot read Parquet files {', '.join(self.paths)}: {e}") from e
+
+    def batches(self, rows: int) -> Iterator[pa.RecordBatch]:
+        """The source's rows in file order, a batch at a time (Parquet: `rows` rows; CSV: a block of
+        its bytes), without reading it whole."""
+        for path in self.files():
+            try:
+                if self.kind == "parquet":
+                    yield from ds.dataset(path, format="parquet").to_batches(batch_size=rows)
+                else:
+                    options = _csv_options(self.delimiter, self.header, self.schema, CSV_BLOCK_BYTES)
+                    with pacsv.open_csv(path, *options) as reader:
+                        yield from reader
+            except (pa.ArrowException, OSError) as e:
+                raise StorageError(f"cannot read {self.kind} file {path}: {e}") from e

@@ -28,7 +28,7 @@ from pyspark.sql.types import IntegerType, StructField, StructType
 
 from gpu_kernels import Kind
 from storage import errors
-from storage.block import block_rows
+from storage.block import block_rows, record_bytes
 from storage.catalog import TableSchema
 from storage.errors import StorageError
 from storage.ingest import load_target
@@ -37,7 +37,7 @@ from storage.manifest import Sizing
 from storage.sources import Source
 from storage.spark_source import BUCKET_COLUMN, spark_schema, with_buckets
 from storage.tpch import generate_part
-from storage.types import decoded_width, working_type
+from storage.types import working_type
 
 _TASK_ERROR = re.compile(r"storage\.errors\.(\w+): (.*)")
 
@@ -90,7 +90,7 @@ def record_size(source: DataFrame, schema: TableSchema) -> int:
     if strings:
         row = source.agg(*[F.max(F.octet_length(F.col(c.name))).alias(c.name) for c in strings]).first()
         longest = {c.name: row[c.name] or 0 for c in strings}
-    return max(1, sum(decoded_width(c.arrow_type, longest.get(c.name, 0)) for c in schema.columns))
+    return record_bytes(schema, longest)
 
 
 def spark_load(

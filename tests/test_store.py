@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,9 +27,11 @@ from storage import (
     LoadOptions,
     Placement,
     SchemaError,
+    Source,
     StorageError,
     Store,
     TableSchema,
+    load_source,
     load_table,
     read_parquet,
 )
@@ -110,6 +114,57 @@ def test_blocks_hold_rc_rows_sorted_by_the_sort_key(tmp_path: Path) -> None:
         data = block.decode()
         days = data.column("day").cast(pa.int32()).to_numpy()
         assert (np.diff(days) >= 0).all()
+
+
+def blocks_of(store: Store, table: str) -> list[tuple[int, str]]:
+    """Every block of `table` on `store` as (bucket, its rows), in a fixed order."""
+    return sorted((entry.bucket, repr(block.decode().to_pylist())) for entry, block in store.table(table).iter_blocks())
+
+
+@pytest.mark.parametrize("kind", ["parquet", "csv"])
+def test_a_streamed_load_writes_the_blocks_of_a_whole_table_load(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hash-placed file source streams (spilled by bucket, a batch at a time) into the very
+    blocks that loading the table whole writes, sized by the same longest record."""
+    monkeypatch.setattr("storage.loader.SPILL_BATCH_ROWS", 700)  # several batches per file
+    monkeypatch.setattr("storage.sources.CSV_BLOCK_BYTES", 20_000)
+    source = sample(3000).drop_columns(["amount"] if kind == "csv" else [])  # CSV: no decimal inference
+    paths = []
+    for i, part in enumerate((source.slice(0, 1700), source.slice(1700))):
+        path = tmp_path / f"part-{i}.{kind}"
+        (pq.write_table if kind == "parquet" else pacsv.write_csv)(part, path)
+        paths.append(str(path))
+    files = Source(kind, tuple(paths))
+    whole = files.read()
+    schema = schema_of(whole)
+    options = LoadOptions(block_budget=8_000)
+    streamed = [Store(tmp_path / f"s{i}", f"node-{i}") for i in range(2)]
+    at_once = [Store(tmp_path / f"w{i}", f"node-{i}") for i in range(2)]
+    written: list[int] = []
+    manifests = load_source(streamed, schema, files, options, written.append)
+    expected = load_table(at_once, schema, whole, options)
+    assert sum(written) == source.num_rows
+    assert [m.sizing for m in manifests] == [m.sizing for m in expected]
+    for mine, theirs in zip(streamed, at_once, strict=True):
+        assert blocks_of(mine, "sales") == blocks_of(theirs, "sales")
+
+
+def test_a_streamed_load_with_a_bad_row_in_a_later_batch_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("storage.loader.SPILL_BATCH_ROWS", 100)
+    source = sample(1000).set_column(5, "note", pa.array(["n"] * 900 + [None] * 100))  # nulls in the 10th batch
+    path = tmp_path / "sales.parquet"
+    pq.write_table(source, path)
+    schema = schema_of(source)
+    schema = TableSchema.from_arrow(
+        "sales", source.schema.set(5, pa.field("note", pa.string(), nullable=False)), schema.sort_key, schema.placement
+    )
+    store = Store(tmp_path / "n0")
+    with pytest.raises(SchemaError, match="column note is NOT NULL"):
+        load_source([store], schema, Source("parquet", (str(path),)))
+    assert not store.exists("sales")
 
 
 def test_record_size_counts_the_longest_string(tmp_path: Path) -> None:

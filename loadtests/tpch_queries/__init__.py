@@ -13,5 +13,9 @@ def query(number: int) -> str:
     return (HERE / f"q{number:02d}.sql").read_text()
 
 
-def all_queries() -> dict[int, str]:
-    return {n: query(n) for n in range(1, 23)}
+def all_queries(scale_factor: float = 1) -> dict[int, str]:
+    """The 22 queries; Q11's FRACTION is 0.0001 / SF, as the specification substitutes it."""
+    texts = {n: query(n) for n in range(1, 23)}
+    fraction = f"{0.0001 / scale_factor:.12f}".rstrip("0")
+    texts[11] = texts[11].replace("* 0.0001", f"* {fraction}")
+    return texts
