@@ -438,7 +438,7 @@ def kill_load(region: FaultRegion, expected: dict, scale_factor: float = 0.05) -
     before = set(store.versions("lineitem"))
     command = [sys.executable, "-m", "cxg", *region.load_options(), "load", "tpch", "--sf", f"{scale_factor:g}"]
     process = subprocess.Popen(
-        [*command, "--tables", "lineitem", "--mode", "replace"],
+        [*command, "--tables", "lineitem", "--mode", "replace", "--engine", "spark"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -488,7 +488,8 @@ def fill_disk(region: FaultRegion, expected: dict, files: dict[str, Path], size:
         expected = {**expected, "filled": [(25,)]}
         wait_until(lambda: ask(region.url, queries["filled"])[0] == 200, 10, "the first version is served")
         before = _files(dirs)
-        process = subprocess.Popen([*load, str(files["lineitem"])], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        spark_load = [*load, str(files["lineitem"]), "--engine", "spark"]
+        process = subprocess.Popen(spark_load, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         names = ("filled", *NODE_QUERIES)
         during = clients(region.url, expected, names, lambda: process.poll() is not None, seed=17, queries=queries)
         output = process.communicate()[0].decode(errors="replace")

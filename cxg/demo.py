@@ -1,7 +1,7 @@
 """`cxg demo`: the main job on the embedded default.
 
-Generates sample TPC-H data and loads it with the Spark ingest pipeline into the nodes' data
-directories (`storage.data`, the ones `cxg up` serves afterwards), shows how it is stored, then
+Generates sample TPC-H data and loads it (in this process, as `storage.ingest` says) into the
+nodes' data directories (`storage.data`, the ones `cxg up` serves afterwards), shows how it is stored, then
 starts a local region as separate processes (the gateway with the region's balancer and
 embedded Spark, one native node per directory) and sends it SQL over HTTP: Q1 on the nodes
 alone, Q3 and Q5 with their joins on Spark, a query with named parameters and the plan of Q3;
@@ -22,7 +22,7 @@ from rich.table import Table as RichTable
 from cxg.client_commands import show_status
 from cxg.console import console
 from cxg.data_dirs import add_data_option, stores_of
-from cxg.load import load_options, load_tpch
+from cxg.load import ingest_engine, load_options, load_tpch
 from cxg.storage_commands import cmd_tables, render_summary
 from gateway import Client
 from loadtests import Scenario, Simulator, Target, query, report, run_load, summarize, tpch_list, write_logs
@@ -41,7 +41,7 @@ def cmd_demo(args: argparse.Namespace, config: Config) -> int:
     out = Path(args.out)
     where = ", ".join(str(s.root) for s in stores)
     console.rule(f"Loading TPC-H SF {args.sf:g} into {len(stores)} nodes: {where}")
-    load_tpch(stores, args.sf, load_options(config), config, config.storage.ingest)
+    load_tpch(stores, args.sf, load_options(config), config, ingest_engine(config))
     console.rule("Tables")
     cmd_tables(argparse.Namespace(data=[str(s.root) for s in stores]), config)
     console.rule("How lineitem is stored on node-0")

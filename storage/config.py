@@ -45,6 +45,7 @@ def format_size(n: float) -> str:
 
 
 DEFAULT_DATA = ["data/node-0", "data/node-1"]  # where `cxg load`, `cxg storage`, `cxg up` and `cxg demo` meet
+INGEST_ENGINES = ("auto", "local", "spark")
 
 
 @dataclass
@@ -71,8 +72,11 @@ class StorageConfig:
         default="auto", metadata={"doc": "scan kernels: auto (CuPy when a CUDA device is present), numpy or cupy"}
     )
     ingest: str = field(
-        default="spark",
-        metadata={"doc": "cxg load: spark (the ingest pipeline, streaming) or local (the table in this process)"},
+        default="auto",
+        metadata={
+            "doc": "cxg load: local (in this process, a hash-placed table streamed by bucket), spark (the ingest "
+            "pipeline, a Spark job) or auto (local into this host's data directories, spark with --live)"
+        },
     )
     replicate_below: float = field(
         default=0.25,
@@ -98,6 +102,8 @@ class StorageConfig:
     )
 
     def check(self) -> None:
+        if self.ingest not in INGEST_ENGINES:
+            raise ConfigError(f"storage.ingest must be one of {', '.join(INGEST_ENGINES)}, not {self.ingest!r}")
         if self.scan_processes < 0:
             raise ConfigError(f"storage.scan_processes is a count of processes, not {self.scan_processes}")
         if not 0 <= self.replicate_below <= 1:

@@ -9,10 +9,10 @@ store commits atomically at the end.
 
 from __future__ import annotations
 
+import errno
 import functools
 import itertools
 import os
-import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +26,7 @@ from gpu_kernels import Dictionary, to_domain
 from storage.block import block_rows, conform, encode_block, longest_strings, record_bytes, record_size
 from storage.catalog import TableSchema
 from storage.encoding_choice import EncodingOptions
-from storage.errors import SchemaError
+from storage.errors import DiskFullError, SchemaError
 from storage.ingest import DirectoryTarget, abort_all, next_version
 from storage.manifest import Manifest, Sizing
 from storage.partitioning import buckets_of
@@ -135,45 +135,71 @@ def load_source(
     progress: Progress | None = None,
 ) -> list[Manifest]:
     """Load a file source as `load_table` does. A hash-placed table streams: its rows are read
-    in batches and spilled to a file per bucket, then each bucket is sorted and written in turn,
-    so memory holds about one bucket (the table over `placement.buckets`) whatever the table's
-    size; the blocks are those `load_table` writes. A replicated table, small by the size rule,
-    is read whole."""
+    in batches and spilled to a file per bucket (beside the first store's table, removed once
+    written), then each bucket is sorted and written in turn, so memory holds about one bucket
+    (the table over `placement.buckets`) whatever the table's size; the blocks are those
+    `load_table` writes. A replicated table, small by the size rule, is read whole."""
     if schema.placement.kind != "hash":
         return load_table(stores, schema, source.read(), options, progress)
     options = options or LoadOptions()
     schema = _owned(schema, stores)
-    with tempfile.TemporaryDirectory(prefix=f"cxg-load-{schema.name}-") as spill:
-        longest, files = _spill_buckets(schema, source.batches(SPILL_BATCH_ROWS), Path(spill))
+    files: dict[int, Path] = {}
+    try:
+        longest = _spill_buckets(schema, source.batches(SPILL_BATCH_ROWS), stores[0], files)
         sizing = _sizing(options, record_bytes(schema, longest))
-        return _write(stores, schema, sizing, options, (_read_spilled(f) for f in files), progress)
+        spilled = (_read_spilled(files[bucket]) for bucket in sorted(files))
+        return _write(stores, schema, sizing, options, spilled, progress)
+    finally:
+        for path in files.values():
+            path.unlink(missing_ok=True)
 
 
 SPILL_BATCH_ROWS = 1 << 20  # rows read from the source at a time
 
 
 def _spill_buckets(
-    schema: TableSchema, batches: Iterable[pa.RecordBatch], directory: Path
-) -> tuple[dict[str, int], list[Path]]:
-    """Write each batch's rows, conformed, to an Arrow IPC file per bucket (source order kept
-    within a bucket); the longest string of each column, and the files in bucket order."""
+    schema: TableSchema, batches: Iterable[pa.RecordBatch], store: Store, files: dict[int, Path]
+) -> dict[str, int]:
+    """Write each batch's rows, conformed, to an Arrow IPC file per bucket in the table's directory
+    on `store` (source order kept within a bucket; a dead load's files are collected as its other
+    leftovers), each added to `files` by its bucket as it is made; the longest string of each column."""
+    directory = store.table_dir(schema.name)
+    directory.mkdir(parents=True, exist_ok=True)
     longest: dict[str, int] = {}
     writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
+    spill_id = uuid.uuid4().hex[:12]
     try:
-        for batch in batches:
-            table = conform(pa.Table.from_batches([batch]), schema)
-            for name, length in longest_strings(table, schema).items():
-                longest[name] = max(length, longest.get(name, 0))
-            order, buckets = plan_layout(table, schema, by_sort_key=False)
-            table = table.take(pa.array(order))
-            for bucket, start, stop in block_slices(buckets, table.num_rows):
-                if bucket not in writers:
-                    writers[bucket] = pa.ipc.new_file(directory / f"{bucket}.arrow", table.schema)
-                writers[bucket].write_table(table.slice(start, stop - start))
-    finally:
-        for writer in writers.values():
-            writer.close()
-    return longest, [directory / f"{bucket}.arrow" for bucket in sorted(writers)]
+        try:
+            for batch in batches:
+                table = conform(pa.Table.from_batches([batch]), schema)
+                for name, length in longest_strings(table, schema).items():
+                    longest[name] = max(length, longest.get(name, 0))
+                order, buckets = plan_layout(table, schema, by_sort_key=False)
+                table = table.take(pa.array(order))
+                for bucket, start, stop in block_slices(buckets, table.num_rows):
+                    if bucket not in writers:
+                        files[bucket] = directory / f".spill-{spill_id}-{bucket}.arrow"
+                        writers[bucket] = pa.ipc.new_file(files[bucket], table.schema)
+                    writers[bucket].write_table(table.slice(start, stop - start))
+        finally:  # every file closed; a failed close (its last bytes) raised once the loop has not
+            failed = [e for e in map(_closed, writers.values()) if e is not None]
+        if failed:
+            raise failed[0]
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise DiskFullError(
+                f"table {schema.name} on node {store.node}: no space left on the disk of {directory} to spill"
+            ) from None
+        raise
+    return longest
+
+
+def _closed(writer: pa.ipc.RecordBatchFileWriter) -> OSError | None:
+    try:
+        writer.close()
+    except OSError as e:
+        return e
+    return None
 
 
 def _read_spilled(path: Path) -> pa.Table:

@@ -126,7 +126,8 @@ def test_load_tables_of_directories_in_one_spark_application(
     nodes = [str(tmp_path / "n0"), str(tmp_path / "n1")]
     data_options = [option for n in nodes for option in ("--data", n)]
     setting = ["--set", "storage.replicate_below=0.00001"]  # orders is larger: hash-placed
-    code, out, err = run(capsys, *setting, "load", "tables", str(first), str(second), *data_options)
+    load = ["load", "tables", str(first), str(second), "--engine", "spark"]
+    code, out, err = run(capsys, *setting, *load, *data_options)
     assert code == 0, err
     assert out.count("Spark application ") == 1 and "loads 3 table(s)" in out
     stores = [Store(n) for n in nodes]
@@ -301,25 +302,29 @@ def test_query_errors_exit_2_with_the_code(capsys: pytest.CaptureFixture) -> Non
 
 
 def _bars(out: str, unit: str) -> list[tuple[int, int]]:
-    return [(int(done), int(total)) for done, total in re.findall(rf"(\d+)/(\d+) {unit}", out)]
+    return [(int(done), int(total)) for done, total in re.findall(rf"(\d+)/(\d+)\s+{unit}", out)]
 
 
 def test_load_progress_bars_end_full(tmp_path: Path, capsys: pytest.CaptureFixture, spark) -> None:
+    """Into this host's directories a load runs in process by default (orders streamed by bucket),
+    with a bar of rows; `--engine spark` runs the ingest pipeline, with a bar of Spark tasks."""
     data = ["--data", str(tmp_path / "n0"), "--data", str(tmp_path / "n1")]
-    code, out, err = run(capsys, "load", "tpch", "--sf", "0.01", "--tables", "nation,orders", *data)
+    tables = ["--tables", "nation,orders"]
+    code, out, err = run(capsys, "load", "tpch", "--sf", "0.01", *tables, *data, "--engine", "spark")
     assert code == 0, err
     bars = _bars(out, "Spark tasks")
     assert len(bars) == 2 and all(done == total > 0 for done, total in bars), out
-    code, out, err = run(capsys, "load", "tpch", "--sf", "0.01", "--tables", "region", *data, "--engine", "local")
+    code, out, err = run(capsys, "load", "tpch", "--sf", "0.01", *tables, *data)
     assert code == 0, err
-    assert _bars(out, "rows") == [(5, 5)]
+    assert "Spark application" not in out and _bars(out, "rows") == [(25, 25), (15_000, 15_000)], out
+    assert "loaded orders: 15,000 rows" in out and sum(Store(d).table("orders").rows for d in data[1::2]) == 15_000
 
 
 @pytest.mark.slow
 def test_a_spark_load_prints_no_spark_warnings(tmp_path: Path) -> None:
     """In a process of its own, so that Spark starts there: its WARN lines stay out."""
     settings = ["--set", 'spark.master="local[1]"', "--set", 'spark.driver_memory="1g"']
-    load = ["load", "tpch", "--sf", "0.01", "--tables", "region", "--data", str(tmp_path)]
+    load = ["load", "tpch", "--sf", "0.01", "--tables", "region", "--data", str(tmp_path), "--engine", "spark"]
     done = subprocess.run(
         [sys.executable, "-m", "cxg", *settings, *load],
         capture_output=True,

@@ -32,6 +32,7 @@ from aiohttp import web
 
 from balancer import NativeBackend, NodeServer
 from cxg import build_parser
+from cxg.load import ingest_engine
 from gpu_kernels import get_backend
 from regions import Config, load_config, region_gateway
 from storage import Node, Store
@@ -299,7 +300,7 @@ def test_a_loader_loads_its_running_region_once_its_nodes_have_joined(name: str)
     region = region_of(argv_of(name))
     assert service["restart"] == "no"
     assert service["healthcheck"] == {"disable": True}
-    assert args.live and config.storage.ingest == "spark" and args.engine in (None, "spark")
+    assert args.live and ingest_engine(config, args.engine, args.live) == "spark"
     gateway = urlsplit(args.url)
     assert gateway.hostname in services("gateway", region)
     assert gateway.port == config_of(gateway.hostname).gateway.port

@@ -165,6 +165,7 @@ def test_a_streamed_load_with_a_bad_row_in_a_later_batch_writes_nothing(
     with pytest.raises(SchemaError, match="column note is NOT NULL"):
         load_source([store], schema, Source("parquet", (str(path),)))
     assert not store.exists("sales")
+    assert not list((tmp_path / "n0").rglob("*.arrow")), "the spilled buckets are removed"
 
 
 def test_record_size_counts_the_longest_string(tmp_path: Path) -> None:
@@ -351,7 +352,10 @@ def small_disk(tmp_path: Path):
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
-def test_a_full_disk_fails_the_load_naming_the_table_and_keeps_the_served_version(small_disk: Path) -> None:
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_full_disk_fails_the_load_naming_the_table_and_keeps_the_served_version(
+    small_disk: Path, tmp_path: Path, streamed: bool
+) -> None:
     store = Store(small_disk, node="node-0")
     first = sample(500)
     load_table([store], schema_of(first), first)
@@ -361,7 +365,11 @@ def test_a_full_disk_fails_the_load_naming_the_table_and_keeps_the_served_versio
     big = pa.table({"key": pa.array(range(40_000), pa.int64()), "noise": noise})
     wide = TableSchema.from_arrow("sales", big.schema, (), Placement.parse("hash(key)", 4))
     with pytest.raises(DiskFullError, match="table sales on node node-0: no space left"):
-        load_table([store], wide, big)
+        if streamed:  # its rows spilled by bucket first
+            pq.write_table(big, tmp_path / "big.parquet")
+            load_source([store], wide, Source("parquet", (str(tmp_path / "big.parquet"),)))
+        else:
+            load_table([store], wide, big)
     assert by_key(store.table("sales").to_arrow()).equals(by_key(first)), "the served version is intact"
     assert store.versions("sales") == [1]
     left = sorted(p.name for p in (small_disk / "sales").iterdir() if p.suffix != ".aborted")  # the abort's mark
