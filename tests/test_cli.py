@@ -15,6 +15,7 @@ import pytest
 
 from cxg import build_parser, main
 from cxg.data_dirs import stores_of
+from cxg.load import ingest_engine
 from cxg.serve import served_data
 from gateway import free_port
 from regions import LocalRegion, load_config
@@ -194,6 +195,17 @@ def test_parse_size() -> None:
     assert parse_size(100) == 100
     with pytest.raises(ConfigError, match="not a size"):
         parse_size("lots")
+
+
+@pytest.mark.check
+def test_the_ingest_engine_is_local_for_this_hosts_directories_and_spark_live_unless_set() -> None:
+    config = load_config(None, [])
+    assert config.storage.ingest == "auto"
+    assert ingest_engine(config) == "local" and ingest_engine(config, live=True) == "spark"
+    assert ingest_engine(config, "spark") == "spark"
+    assert ingest_engine(load_config(None, ['storage.ingest="spark"'])) == "spark"
+    with pytest.raises(ConfigError, match=r"storage\.ingest must be one of auto, local, spark, not 'hadoop'"):
+        load_config(None, ['storage.ingest="hadoop"'])
 
 
 @pytest.mark.check
