@@ -322,7 +322,10 @@ def run(
     nodes: int = 1,
     split: tuple[str, ...] = (),
     beside_spark: bool = False,
+    only: tuple[int, ...] = (),
 ) -> dict[str, Any]:
+    """TPC-H at `sf` on every system (`measure`), the queries `only` (default all 22)."""
+    queries = {n: sql for n, sql in all_queries(sf).items() if not only or n in only}
     with tempfile.TemporaryDirectory(prefix="cxg-bench-tpch-") as tmp, ExitStack() as stack:
         work = Path(tmp)
         with console.status(f"generating TPC-H SF {sf:g}"):
@@ -338,7 +341,7 @@ def run(
         measured = measure(
             work,
             files,
-            all_queries(sf),
+            queries,
             tpch.schema_for,
             repeat,
             adaptive,
@@ -482,9 +485,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--beside-spark", action="store_true", help="also run each query with every join on Spark (sql.joins = spark)"
     )
+    p.add_argument("--queries", default="", help="only these queries, by number, comma-separated (default all 22)")
     args = p.parse_args(argv)
     split = tuple(name for name in args.split.split(",") if name)
-    options = (args.adaptive, args.cluster, args.joins, args.threads, args.nodes, split, args.beside_spark)
+    only = tuple(int(n) for n in args.queries.split(",") if n)
+    options = (args.adaptive, args.cluster, args.joins, args.threads, args.nodes, split, args.beside_spark, only)
     figures = run(args.sf, args.repeat, *options)
     report(figures)
     write_json(args.json, figures)

@@ -59,6 +59,9 @@ class Source:
     columns: tuple[str, ...]
     colocated: bool = True
     outer: bool = False  # a FULL JOIN: a.k may be NULL on every node, so groups by it are split
+    # replicated rows preserved against hash-placed ones: co-located only where aggregated over the
+    # hash-placed side alone (not COUNT(*)), grouped by the replicated side
+    preserving: bool = False
 
 
 SOURCES = [
@@ -74,7 +77,7 @@ SOURCES = [
     Source(
         "fa a JOIN (SELECT k, sum(y) AS sy, count(*) AS c FROM fb GROUP BY k) b ON a.k = b.k", ("a.k", "a.g", "b.c")
     ),
-    Source("dim d LEFT JOIN fa a ON a.g = d.g", ("d.name", "a.k"), colocated=False),
+    Source("dim d LEFT JOIN fa a ON a.g = d.g", ("d.name", "a.k"), colocated=False, preserving=True),
     Source("fa a JOIN fb b ON a.g = b.h", ("a.k", "a.g", "b.h"), colocated=False),
     Source("fa a WHERE a.x > (SELECT avg(b.y) * 10 FROM fb b WHERE b.h = a.g)", ("a.k", "a.g"), colocated=False),
 ]
@@ -105,6 +108,8 @@ def queries(draw: st.DrawFn) -> Drawn:
         sql = f"SELECT {', '.join(outputs)} FROM {frm}{group}{having} ORDER BY {positions}{limit}"
         if "count(DISTINCT a.s)" in aggregates and (source.outer or "a.k" not in keys):
             colocated = False
+        if source.preserving:
+            colocated = not (where or having or "a.k" in keys or {"count(*)", "count(DISTINCT a.s)"} & set(aggregates))
     elif shape == "rows":
         columns = ["a.k", "a.x", "a.s", "a.d"]
         sql = f"SELECT {', '.join(columns)} FROM {frm} ORDER BY 1, 2, 3, 4{limit}"

@@ -91,6 +91,29 @@ def _plan(sql: str, catalog: RegionCatalog = CATALOG):
             "each row whole on one node, ordered again, each node's top 3 rows",
             "SELECT __o0 FROM partials ORDER BY __s0 DESC NULLS LAST LIMIT 3",
         ),
+        (  # replicated rows preserved against hash-placed ones, aggregated over the NULL-extended side only
+            "select n.n_name, count(o.o_orderkey), max(o.o_totalprice), min(n.n_nationkey) from nation n "
+            "left join orders o on o.o_custkey = n.n_nationkey and o.o_totalprice > 5 group by 1",
+            "partial aggregates on each node by the group keys, reduced and finished at the coordinator",
+            "SELECT __g0 AS __o0, SUM(__p0) AS __o1, MAX(__p1) AS __o2, MIN(__p2) AS __o3 FROM partials GROUP BY __g0",
+        ),
+        (  # TPC-H Q13's shape: so in the one derived table the top SELECT reads, which runs on the merge
+            "select c_count, count(*) as custdist from (select n_nationkey, count(o_orderkey) from orders "
+            "right join nation on n_nationkey = o_custkey group by n_nationkey) as c_orders (c_custkey, c_count) "
+            "group by c_count order by custdist desc, c_count desc",
+            "partial aggregates on each node by the group keys, reduced and finished at the coordinator; "
+            "the outer SELECT over the merged rows",
+            "SELECT c_orders.c_count AS c_count, COUNT(*) AS custdist FROM ( SELECT __o0 AS c_custkey, "
+            "__o1 AS c_count FROM ( SELECT __g0 AS __o0, SUM(__p0) AS __o1 FROM partials GROUP BY __g0 ) AS __merged ) "
+            "AS c_orders GROUP BY c_orders.c_count ORDER BY custdist DESC NULLS LAST, c_count DESC NULLS LAST",
+        ),
+        (  # groups split between nodes in a derived table whose top SELECT cannot be split
+            "select count(*) from (select l_quantity, count(*) as n from lineitem group by 1) t where n > 3",
+            "partial aggregates on each node by the group keys, reduced and finished at the coordinator; "
+            "the outer SELECT over the merged rows",
+            "SELECT COUNT(*) AS _col_0 FROM ( SELECT __o0 AS l_quantity, __o1 AS n FROM ( SELECT __g0 AS __o0, "
+            "SUM(__p0) AS __o1 FROM partials GROUP BY __g0 ) AS __merged ) AS t WHERE t.n > 3",
+        ),
     ],
 )
 def test_a_query_joined_on_the_key_runs_on_every_node_and_merges(sql: str, how: str, merged: str | None) -> None:
@@ -99,7 +122,7 @@ def test_a_query_joined_on_the_key_runs_on_every_node_and_merges(sql: str, how: 
     assert plan.merge.how == how
     assert (" ".join(plan.merge.sql.split()) if plan.merge.sql else None) == merged
     assert plan.merge.layout.nodes == ["n0", "n1"]
-    assert {scan.table for scan in plan.scans} >= {"lineitem"}
+    assert {scan.table for scan in plan.scans} & {"lineitem", "orders"}, "a hash-placed table read over its buckets"
     text = "\n".join(plan.explain())
     assert "co-located: " in text and f"coordinator: {how}" in text
     assert plan.query.names == checked(sql).names, "the answer's names are the query's"
@@ -108,9 +131,36 @@ def test_a_query_joined_on_the_key_runs_on_every_node_and_merges(sql: str, how: 
 @pytest.mark.parametrize(
     "sql, why",
     [
-        (  # TPC-H Q13's shape: a replicated row without orders would be unmatched on every node
-            "select n.n_name, count(o.o_orderkey) from nation n left join orders o on o.o_custkey = n.n_nationkey "
+        (  # a replicated row unmatched on one node is NULL-extended there though matched on another
+            "select n.n_name, o.o_orderkey from nation n left join orders o on o.o_custkey = n.n_nationkey",
+            "a LEFT JOIN preserving replicated rows against hash-placed ones, not aggregated",
+        ),
+        (  # ... counted once on each node
+            "select n.n_name, count(*) from nation n left join orders o on o.o_custkey = n.n_nationkey group by 1",
+            "a LEFT JOIN preserving replicated rows against hash-placed ones: COUNT(*) counts a preserved row "
+            "on every node",
+        ),
+        (
+            "select n.n_name, sum(n.n_nationkey) from nation n left join orders o on o.o_custkey = n.n_nationkey "
             "group by 1",
+            "a LEFT JOIN preserving replicated rows against hash-placed ones: SUM(n.n_nationkey) counts a "
+            "preserved row on every node",
+        ),
+        (  # ... a NULL group on a node where it has no match
+            "select o.o_orderdate, count(o.o_orderkey) from nation n left join orders o "
+            "on o.o_custkey = n.n_nationkey group by 1",
+            "a LEFT JOIN preserving replicated rows against hash-placed ones: o.o_orderdate read outside an "
+            "aggregate's argument",
+        ),
+        (
+            "select n.n_name, count(o.o_orderkey) from nation n left join orders o on o.o_custkey = n.n_nationkey "
+            "where o.o_totalprice is null group by 1",
+            "a LEFT JOIN preserving replicated rows against hash-placed ones: o.o_totalprice read outside an "
+            "aggregate's argument",
+        ),
+        (  # not in the SELECT split: a derived table joined to another
+            "select c.c, n.n_name from nation n join (select n2.n_name as m, count(o.o_orderkey) as c from nation n2 "
+            "left join orders o on o.o_custkey = n2.n_nationkey group by 1) c on c.m = n.n_name",
             "a LEFT JOIN preserving replicated rows against hash-placed ones",
         ),
         (

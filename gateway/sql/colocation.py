@@ -16,6 +16,13 @@ It is exact where, in every SELECT,
   but grouped by the key, a window only partitioned by it, no LIMIT, no DISTINCT without the key)
   and returns the key when it is joined.
 
+The SELECT that is split (the top one; or, when that fails, the one derived table the top SELECT
+alone reads, which then runs at the coordinator over its merged rows) may also preserve replicated
+rows against hash-placed ones in an outer join when it aggregates in parts and reads the
+NULL-extended side only in that join's ON and as the argument of its aggregates: each matched row
+is on one node, and a row unmatched on one node adds nothing to COUNT, SUM, AVG, MIN or MAX of a
+NULL, only its group, which every node has (it is grouped by the preserved side alone).
+
 Anything else runs on Spark whole, and the plan says why (`CoLocation.why`).
 """
 
@@ -26,6 +33,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
+from gateway.sql.aggregate_parts import partials
 from gateway.sql.catalog import RegionCatalog, TableInfo
 from gateway.sql.tree import nullable_aliases, split_and
 
@@ -68,8 +76,9 @@ class CoLocation:
     keys: dict[str, str] = field(default_factory=dict)  # co-located table -> its key column
     replicated: list[str] = field(default_factory=list)
     why: str = ""
-    scope: Scope | None = None  # the top SELECT's scope ...
+    scope: Scope | None = None  # the SELECT split into parts ...
     grouping: set[ColumnRef] = field(default_factory=set)  # ... and its columns that are its rows' key
+    outer: Scope | None = None  # the top SELECT over it, run at the coordinator (None: it is the top)
 
 
 @dataclass
@@ -108,15 +117,22 @@ class _Apart(Exception):
     """Why the query cannot be answered on every node over its own buckets."""
 
 
-def co_locate(tree: exp.Expression, catalog: RegionCatalog) -> CoLocation:
+def co_locate(tree: exp.Expression, catalog: RegionCatalog, below: bool = False) -> CoLocation:
     """Whether every node holding buckets of `tree`'s hash-placed tables can answer it over its own
-    buckets, each SELECT's rows whole on one node (see the module's rules)."""
+    buckets, each SELECT's rows whole on one node (see the module's rules); its top SELECT split,
+    or with `below` the one derived table the top SELECT reads (else why not)."""
+    scopes = traverse_scope(tree)
+    outer = None
+    if below:
+        outer, target = scopes[-1], _derived_below(scopes[-1])
+        if target is None:
+            return CoLocation(why="the top SELECT reads more than one derived table")
+        scopes = scopes[:-1]  # every scope but the top one is the derived table's
     found = CoLocation()
     parts: dict[int, Part] = {}
-    scopes = traverse_scope(tree)
     try:
         for scope in scopes:
-            parts[id(scope)] = _part(scope, parts, catalog, found)
+            parts[id(scope)] = _part(scope, parts, catalog, found, scope is scopes[-1])
         if found.layout is None:
             return found
         nodes = set(found.layout.nodes)
@@ -125,12 +141,24 @@ def co_locate(tree: exp.Expression, catalog: RegionCatalog) -> CoLocation:
             raise _Apart(f"{', '.join(missing)} is not on every node holding buckets of {', '.join(found.keys)}")
     except _Apart as e:
         return CoLocation(why=str(e), keys=found.keys)
-    found.scope, found.grouping = scopes[-1], parts[id(scopes[-1])].grouping
+    found.scope, found.grouping, found.outer = scopes[-1], parts[id(scopes[-1])].grouping, outer
     return found
 
 
-def _part(scope: Scope, parts: dict[int, Part], catalog: RegionCatalog, found: CoLocation) -> Part:
-    """The `Part` of `scope`, its inner scopes done."""
+def _derived_below(top: Scope) -> Scope | None:
+    """The scope of the one derived table `top` reads, if that is all it reads (no join, no
+    subquery, no common table expression)."""
+    select = top.expression
+    if not isinstance(select, exp.Select) or select.args.get("with_") or select.args.get("joins"):
+        return None
+    if top.subquery_scopes or len(top.selected_sources) != 1:
+        return None
+    _, source = next(iter(top.selected_sources.values()))
+    return source if isinstance(source, Scope) and isinstance(source.expression, exp.Select) else None
+
+
+def _part(scope: Scope, parts: dict[int, Part], catalog: RegionCatalog, found: CoLocation, split: bool) -> Part:
+    """The `Part` of `scope`, its inner scopes done; `split`: it is the SELECT split into parts."""
     select = scope.expression
     if not isinstance(select, exp.Select):
         if any(parts[id(s)].split for s in scope.set_operation_scopes):
@@ -150,7 +178,9 @@ def _part(scope: Scope, parts: dict[int, Part], catalog: RegionCatalog, found: C
                 splits[alias] = inner.outputs
         else:
             raise _Apart(f"{alias} is neither a table nor a query")
-    _joins(select, splits)
+    extended = _joins(select, splits, split)
+    if extended and (why := _preserving(scope, extended)):
+        raise _Apart(why)
     classes = _Classes()
     for one, other in _conditions(select):
         classes.union(one, other)
@@ -203,25 +233,59 @@ def _equality(condition: exp.Expression) -> tuple[ColumnRef, ColumnRef] | None:
     return None
 
 
-def _joins(select: exp.Select, splits: dict[str, set[str]]) -> None:
+def _joins(select: exp.Select, splits: dict[str, set[str]], split: bool) -> dict[str, exp.Join]:
     """Refuses a semi or anti join written as such, and an outer join that is not exact on each
-    node: one preserving replicated rows against split ones (unmatched on every node), or one
-    whose split sides are not joined on the key in its ON."""
+    node: one whose split sides are not joined on the key in its ON, or one preserving replicated
+    rows against split ones (unmatched on every node) unless `split` (then `_preserving` decides:
+    the aliases NULL-extended so, each with its join, are returned)."""
     seen = [select.args["from_"].this.alias_or_name] if select.args.get("from_") else []
+    extended: dict[str, exp.Join] = {}
     for join in select.args.get("joins") or []:
         alias, side = join.this.alias_or_name, (join.side or "").upper()
         if (join.kind or "").upper() in ("SEMI", "ANTI"):
             raise _Apart(f"a {join.kind} JOIN")
         mine, left = alias in splits, [a for a in seen if a in splits]
         if side:
-            if (side == "LEFT" and mine and not left) or (side == "RIGHT" and left and not mine):
+            preserving = (side == "LEFT" and mine and not left) or (side == "RIGHT" and left and not mine)
+            if preserving and not split:
                 raise _Apart(f"a {side} JOIN preserving replicated rows against hash-placed ones")
+            if preserving:
+                extended.update(dict.fromkeys([alias] if side == "LEFT" else seen, join))
             if side == "FULL" and mine != bool(left):
                 raise _Apart("a FULL JOIN of hash-placed rows with replicated ones")
             on = [pair for c in split_and(join.args.get("on")) if (pair := _equality(c)) is not None]
             if mine and left and not _on_key(on, alias, splits, left):
                 raise _Apart(f"a {side} JOIN of {alias} not on the key of the hash-placed tables")
         seen.append(alias)
+    return extended
+
+
+def _preserving(scope: Scope, extended: dict[str, exp.Join]) -> str:
+    """Why replicated rows preserved against the `extended` sides (NULL-extended where a node has
+    no match, though another may have one) make `scope`'s partial aggregates inexact ("" when they
+    do not): unless it aggregates in parts, grouped by the preserved side alone, and reads an
+    extended side only in its join's ON and as the argument of an aggregate that ignores NULLs
+    (COUNT(*) counts a row unmatched on each node; a SUM of a preserved column adds it once a node)."""
+    refused = f"a {next(iter(extended.values())).side} JOIN preserving replicated rows against hash-placed ones"
+    select = scope.expression
+    found = partials(select) if split_groups(scope, set()) else None
+    if not found:
+        return f"{refused}, not aggregated"
+    read = {id(c) for alias, join in extended.items() for c in join.args["on"].find_all(exp.Column)}
+    for partial in found:
+        function = partial.this if isinstance(partial, exp.Filter) else partial
+        argument = function.this
+        if isinstance(argument, exp.Column) and argument.table in extended:
+            read.add(id(argument))
+        elif not isinstance(function, exp.Min | exp.Max):
+            return f"{refused}: {function.sql()} counts a preserved row on every node"
+    for column in scope.columns:
+        if column.table in extended and id(column) not in read:
+            return f"{refused}: {column.sql()} read outside an aggregate's argument"
+    for sub in scope.subquery_scopes:
+        if any(c.table in extended for c in sub.external_columns):
+            return f"{refused}: a subquery reads {', '.join(sorted(extended))}"
+    return ""
 
 
 def _on_key(on: list[tuple[ColumnRef, ColumnRef]], alias: str, splits: dict[str, set[str]], left: list[str]) -> bool:

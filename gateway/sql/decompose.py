@@ -9,6 +9,9 @@ buckets and what the coordinator runs over their rows (the table ``partials``), 
   (`gateway.sql.aggregate_parts`), then the coordinator's final aggregates, HAVING, ORDER BY
   and LIMIT over them.
 
+When the SELECT split is the derived table of a top SELECT (`CoLocation.outer`), the coordinator
+runs that top SELECT over the merge, as its derived table.
+
 The outputs are named ``__o0``, ``__o1`` ... (their names are the query's), the hidden sort keys
 ``__s0`` ..., the group keys ``__g0`` ..., the partial aggregates ``__p0`` ....
 """
@@ -36,9 +39,22 @@ class Split:
     how: str
 
 
-def decompose(scope: Scope, key: set[ColumnRef]) -> Split | str:
-    """`scope`'s SELECT (the top one) split, or why it cannot be; it is rewritten into the node's
-    (in place) only when it can be."""
+def decompose(scope: Scope, key: set[ColumnRef], outer: Scope | None = None) -> Split | str:
+    """`scope`'s SELECT (the top one, or the derived table `outer` reads) split, or why it cannot
+    be; it is rewritten into the node's (in place) only when it can be."""
+    if outer is None:
+        return _split(scope, key)
+    names = [p.alias_or_name for p in scope.expression.expressions]
+    split = _split(scope, key)
+    if isinstance(split, str):
+        return split
+    merge = split.merge or exp.select(*(exp.column(f"__o{i}") for i in range(len(names)))).from_(PARTIALS)
+    named = exp.select(*(exp.alias_(exp.column(f"__o{i}"), name) for i, name in enumerate(names)))
+    scope.expression.parent.set("this", named.from_(merge.subquery("__merged")))
+    return Split(split.node, outer.expression, f"{split.how}; the outer SELECT over the merged rows")
+
+
+def _split(scope: Scope, key: set[ColumnRef]) -> Split | str:
     select = scope.expression
     if not isinstance(select, exp.Select):
         return "a set operation over hash-placed tables"

@@ -165,13 +165,15 @@ def _co_located(query: CheckedQuery, catalog: RegionCatalog) -> tuple[Merge | No
     read = [tables[t.name] for t in query.tree.find_all(exp.Table) if t.name in tables]
     if all(_whole_on_one(info) for info in read):
         return None, ""
-    found = co_locate(query.tree, catalog)
-    if found.layout is None:
-        return None, found.why
     whole = query.copy()
-    split = decompose(found.scope, found.grouping)
-    if isinstance(split, str):
-        return None, split
+    found = co_locate(query.tree, catalog)
+    split = decompose(found.scope, found.grouping) if found.layout is not None else found.why
+    if isinstance(split, str):  # the top SELECT cannot be split: perhaps the derived table it reads
+        below = co_locate(query.tree, catalog, below=True)
+        inner = decompose(below.scope, below.grouping, below.outer) if below.layout is not None else ""
+        if isinstance(inner, str):
+            return None, split
+        found, split = below, inner
     query.tree = split.node
     return Merge(found.layout, found.keys, found.replicated, split.merge, split.how, whole), ""
 
