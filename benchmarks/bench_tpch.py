@@ -73,9 +73,11 @@ def _best(fn, repeat: int) -> tuple[float, Any, float]:
     return best, result, first
 
 
-def _start_node(data: Path, port: int, threads: int | None = None) -> subprocess.Popen:
-    """A `cxg node` over `data`; `threads` per scan (default: the cores shared by the running scans)."""
-    command = [sys.executable, "-m", "cxg", "node", "--data", str(data), "--port", str(port), "--backend", "numpy"]
+def _start_node(store: Store, port: int, threads: int | None = None) -> subprocess.Popen:
+    """A `cxg node` over `store`, by its name; `threads` per scan (default: the cores shared by the
+    running scans)."""
+    command = [sys.executable, "-m", "cxg", "node", "--data", str(store.root), "--name", store.node]
+    command += ["--port", str(port), "--backend", "numpy"]
     process = subprocess.Popen(
         command + (["--threads", str(threads)] if threads else []),
         stdout=subprocess.DEVNULL,
@@ -205,7 +207,7 @@ def measure(
             load_source(stores, schema, source)  # streamed as `cxg load --engine local` does it
     load_s = time.perf_counter() - started
     ports = [free_port() for _ in stores]
-    processes = [_start_node(store.root, port, threads) for store, port in zip(stores, ports, strict=True)]
+    processes = [_start_node(store, port, threads) for store, port in zip(stores, ports, strict=True)]
     urls = {store.node: f"http://127.0.0.1:{port}" for store, port in zip(stores, ports, strict=True)}
     try:
         settings = SparkSettings(master=f"local[{os.cpu_count() or 2}]", adaptive=adaptive)

@@ -41,6 +41,7 @@ from storage.block import plain_block
 from storage.blockfile import BlockEntry
 from storage.catalog import TableSchema
 from storage.errors import TableNotFoundError
+from storage.hash_aggregate import decoding, hash_aggregate, many_groups
 from storage.manifest import MANIFEST
 from storage.scan_protocol import ScanRequest, ScanRequestError
 from storage.scan_typing import type_scan
@@ -253,18 +254,30 @@ class BlockScan:
     seconds_read: Counter[int] = field(default_factory=Counter)  # bucket -> CPU seconds its blocks took
 
     def pieces(self) -> Iterator[Piece]:
-        if self.plan.having is None:
-            yield from self._blocks()
+        jobs, task, schema = self.jobs(), self.plan.task, self.plan.schema
+        if self.backend.name == "numpy" and self.plan.limit is None and many_groups(task, [j[0] for j in jobs]):
+            merged = self._hashed(jobs)
+        elif self.plan.having is None:
+            yield from self._blocks(jobs)
             return
-        schema = self.plan.schema
-        partials = pa.Table.from_batches([p.batch for p in self._blocks()], schema=schema)
-        task = self.plan.task
-        merged = final_aggregate(partials, [k.name for k in task.keys], list(task.aggregates))
-        merged = merged.select(schema.names).cast(schema)
-        evaluator = BlockEvaluator(plain_block(merged), _HOST)
-        kept = merged.take(pa.array(evaluator.filter(self.plan.having).indices()))
-        for batch in kept.combine_chunks().to_batches():
+        else:
+            partials = pa.Table.from_batches([p.batch for p in self._blocks(jobs)], schema=schema)
+            merged = final_aggregate(partials, [k.name for k in task.keys], list(task.aggregates))
+            merged = merged.select(schema.names).cast(schema)
+        if self.plan.having is not None:
+            evaluator = BlockEvaluator(plain_block(merged), _HOST)
+            merged = merged.take(pa.array(evaluator.filter(self.plan.having).indices()))
+        for batch in merged.combine_chunks().to_batches():
             yield Piece(batch, "merged")
+
+    def _hashed(self, jobs: list[Job]) -> pa.Table:
+        """The scan's groups, each once: its keys and arguments decoded, then grouped in one pass
+        (`storage.hash_aggregate`)."""
+        arrow_types = {c.name: c.arrow_type for c in self.loaded.table.schema.columns}
+        decode = replace(self.plan, task=decoding(self.plan.task, arrow_types), having=None)
+        scan = replace(self, plan=decode)  # its stats and counters are this scan's
+        rows = pa.Table.from_batches([p.batch for p in scan._blocks(jobs)], schema=decode.schema)
+        return hash_aggregate(rows, self.plan.task)
 
     def jobs(self) -> list[Job]:
         """The blocks to read, each with the positions of the conjuncts its statistics left to
@@ -297,9 +310,8 @@ class BlockScan:
         expressions += [a.arg for a in task.aggregates]
         return sorted(set().union(*(E.columns_of(e) for e in expressions if e is not None)))
 
-    def _blocks(self) -> Iterator[Piece]:
+    def _blocks(self, jobs: list[Job]) -> Iterator[Piece]:
         task = self.plan.task
-        jobs = self.jobs()
         needed = self.columns_needed()
         emitted = 0
         if self.workers is not None and self.backend.name == "numpy":

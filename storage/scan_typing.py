@@ -58,7 +58,11 @@ def typed_output(name: str, expr: Expr, arrow_types: Mapping[str, pa.DataType]) 
     """A result column over columns of `arrow_types`: a column keeps its type (string_view is sent
     as string, which every consumer reads), a computed value has its expression's type. Raises
     gpu_kernels.expr.ExprError."""
-    e = kernel_expr(expr)
+    return kernel_output(name, kernel_expr(expr), arrow_types)
+
+
+def kernel_output(name: str, e: E.Expr, arrow_types: Mapping[str, pa.DataType]) -> NamedExpr:
+    """`typed_output` of a kernel expression."""
     t = E.check(e, {n: E.arrow_kind(a) for n, a in arrow_types.items()})
     return NamedExpr(name, e, _result_type(e, t, arrow_types))
 

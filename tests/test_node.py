@@ -18,6 +18,7 @@ from gateway import free_port
 from gateway.background import serve
 from gpu_kernels import final_aggregate, get_backend
 from storage import LoadOptions, Node, NodeClient, NodeError, Store, TableCache, TableSchema, load_table, scan_table
+from storage.hash_aggregate import many_groups
 from tests.kernel_cases import call, col, lit, make_table, plain_strings
 from tests.waiting import eventually
 
@@ -104,6 +105,44 @@ def test_having_merges_the_nodes_groups_and_keeps_those_that_qualify(client: Nod
     assert finished.sort_by("k").equals(expected.cast(partials.schema).sort_by("k"))
     nothing, _ = client.scan_table({**request, "having": call(">", col("n"), lit(10**9))})
     assert nothing.num_rows == 0 and nothing.schema == partials.schema
+
+
+@pytest.mark.parametrize("key", ["n", "txt"])
+def test_a_scan_grouped_by_a_key_of_many_values_groups_its_rows_once(client: NodeClient, store: Store, key) -> None:
+    """Grouped by a key of nearly as many values as rows (NULLs among them), the node groups the
+    decoded rows once: the same groups, each once, as grouping the table whole; HAVING on them."""
+    aggregates = [
+        {"name": "c", "func": "count"},
+        {"name": "ca", "func": "count", "arg": col("amt")},
+        {"name": "s", "func": "sum", "arg": col("amt")},
+        {"name": "a", "func": "avg", "arg": col("f")},
+        {"name": "lo", "func": "min", "arg": col("grp")},
+        {"name": "hi", "func": "max", "arg": col("d")},
+    ]
+    request = {"table": "t", "group_by": [key], "aggregates": aggregates}
+    cache = TableCache(store)
+    plan = scan_table(cache, request, get_backend("numpy")).plan
+    assert many_groups(plan.task, [entry for entry, _ in cache.get("t").blocks])
+    assert not many_groups(scan_table(cache, {**request, "group_by": ["k"]}, get_backend("numpy")).plan.task, [])
+    got, _ = client.scan_table(request)
+    assert got.schema == plan.schema
+    table = plain_strings(make_table())
+    reference = [([], "count_all"), ("amt", "count"), ("amt", "sum"), ("f", "sum"), ("f", "count")]
+    expected = table.group_by([key]).aggregate([*reference, ("grp", "min"), ("d", "max")])
+    assert got.num_rows == expected.num_rows == len(set(table[key].to_pylist()))
+    by_key = {r[key]: r for r in expected.to_pylist()}
+    for row in got.to_pylist():
+        want = by_key[row[key]]
+        counted = (want["count_all"], want["amt_count"], want["amt_sum"], want["f_count"])
+        assert (row["c"], row["ca"], row["s"], row["a$count"]) == counted
+        assert row["a$sum"] == pytest.approx(want["f_sum"])
+        assert (row["lo"], row["hi"]) == (want["grp_min"], want["d_max"])
+    summed = {**request, "aggregates": aggregates[:3]}  # HAVING on the node takes no AVG
+    kept, _ = client.scan_table({**summed, "having": call(">", col("s"), lit(1000))})
+    assert 0 < kept.num_rows < got.num_rows
+    assert sorted(kept.column(key).to_pylist(), key=str) == sorted(
+        (r[key] for r in got.to_pylist() if r["s"] is not None and r["s"] > 1000), key=str
+    )
 
 
 def test_partitioned_scan_labels_each_batch(client: NodeClient) -> None:
