@@ -25,6 +25,7 @@ FAULTS = {
     "gateway": lambda region, expected, files: faults.kill_gateway(region, expected),
     "load": lambda region, expected, files: faults.kill_load(region, expected),
     "disk-full": lambda region, expected, files: faults.fill_disk(region, expected, files),
+    "disk-full-spark": lambda region, expected, files: faults.fill_disk(region, expected, files, engine="spark"),
     "reload": lambda region, expected, files: faults.reload_under_load(region, expected, files),
 }
 

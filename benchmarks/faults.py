@@ -468,10 +468,13 @@ def kill_load(region: FaultRegion, expected: dict, scale_factor: float = 0.05) -
     )
 
 
-def fill_disk(region: FaultRegion, expected: dict, files: dict[str, Path], size: str = "1m") -> Report:
+def fill_disk(
+    region: FaultRegion, expected: dict, files: dict[str, Path], size: str = "1m", engine: str = "local"
+) -> Report:
     """A load that fills its disk, under queries: table `filled` lives on a file system of `size` on
     each node (tmpfs, mounted for it; skipped where mounting is not allowed); its first version (25
-    rows, loaded in process) fits, then `cxg load parquet` (Spark ingest) replaces it with lineitem,
+    rows, loaded in process) fits, then `cxg load parquet --engine <engine>` (in process, as `cxg
+    load` loads this host's directories by default, or the Spark ingest) replaces it with lineitem,
     which does not."""
     dirs = [s.table_dir("filled") for s in region.stores]
     mounted: list[Path] = []
@@ -488,8 +491,8 @@ def fill_disk(region: FaultRegion, expected: dict, files: dict[str, Path], size:
         expected = {**expected, "filled": [(25,)]}
         wait_until(lambda: ask(region.url, queries["filled"])[0] == 200, 10, "the first version is served")
         before = _files(dirs)
-        spark_load = [*load, str(files["lineitem"]), "--engine", "spark"]
-        process = subprocess.Popen(spark_load, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        replacing = [*load, str(files["lineitem"]), "--engine", engine]
+        process = subprocess.Popen(replacing, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         names = ("filled", *NODE_QUERIES)
         during = clients(region.url, expected, names, lambda: process.poll() is not None, seed=17, queries=queries)
         output = process.communicate()[0].decode(errors="replace")
@@ -497,7 +500,8 @@ def fill_disk(region: FaultRegion, expected: dict, files: dict[str, Path], size:
         left = _files(dirs) - before
         said = next((line.strip() for line in output.splitlines() if "no space left" in line), output.strip()[-200:])
         notes = [f"the load exited {process.returncode}: {said}", f"files of it left on the nodes: {sorted(left)}"]
-        return Report("a disk full during a load (Spark ingest)", during, after, notes)
+        how = "Spark ingest" if engine == "spark" else "in process"
+        return Report(f"a disk full during a load ({how})", during, after, notes)
     finally:
         for directory in mounted:
             subprocess.run(["umount", "-l", str(directory)], check=False)

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pyarrow as pa
 import pytest
 
 from gateway import RegionCatalog
+from gateway.sql.execute import merged
 from gateway.sql.planner import Planner
-from storage import Placement
+from storage import NodeEngineError, NodeError, Placement
 from tests.planning import CATALOG, NODES, checked
 
 pytestmark = pytest.mark.check  # the fast lane (`make check`): no Spark, no server
@@ -255,3 +257,15 @@ def test_tables_whole_on_one_node_are_not_split_and_spark_joins_when_told() -> N
     }
     assert _plan(sql, RegionCatalog.known({"n0": NODES["n0"]}, single)).engine == "node"
     assert Planner(CATALOG, joins="spark").plan(checked(sql)).engine == "spark"
+
+
+def test_a_merge_the_coordinators_engine_cannot_run_fails_as_a_nodes_engine_does() -> None:
+    """The engine then runs the query on Spark, as for a node's part (`Engine.execute`)."""
+    rows = pa.table({"__g0": [1, 2], "__p0": [3, 4]})
+    assert merged(rows, "SELECT __g0, SUM(__p0) FROM partials GROUP BY __g0 ORDER BY 1").to_pylist() == [
+        {"__g0": 1, "sum(partials.__p0)": 3},
+        {"__g0": 2, "sum(partials.__p0)": 4},
+    ]
+    with pytest.raises(NodeError, match=r"the coordinator's merge: .*no_such_function") as failed:
+        merged(rows, "SELECT no_such_function(__p0) FROM partials")
+    assert failed.value.code == NodeEngineError.code

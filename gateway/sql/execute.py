@@ -25,7 +25,7 @@ from gateway.sql.local import CANCELLED, answer_one_table, in_threads
 from gateway.sql.plan import Plan
 from gateway.sql.profile import PROFILE, codegen_counters, node_lines, spark_lines
 from gateway.sql.stage import Staged
-from storage import NodeClient, QueryRequest
+from storage import NodeClient, NodeEngineError, NodeError, QueryRequest
 
 
 @dataclass
@@ -133,12 +133,16 @@ def _node_answer(catalog: RegionCatalog, node: str, asked: QueryRequest) -> tupl
 
 def merged(rows: pa.Table, sql: str) -> pa.Table:
     """The coordinator's part of a ``colocated`` query: `sql` over the nodes' `rows` (``partials``),
-    in DataFusion, as the nodes' engine runs theirs."""
+    in DataFusion, as the nodes' engine runs theirs; what DataFusion cannot plan or run fails as a
+    node's engine does (`NodeEngineError`'s code), and Spark answers the query instead."""
     import datafusion  # loaded where a co-located query first merges
 
     context = datafusion.SessionContext(datafusion.SessionConfig().with_target_partitions(1))
     context.from_arrow(rows, name=PARTIALS)
-    return context.sql(sql).to_arrow_table()
+    try:
+        return context.sql(sql).to_arrow_table()
+    except Exception as e:  # DataFusion raises its own errors as Exception
+        raise NodeError(NodeEngineError.code, f"the coordinator's merge: {e}", NodeEngineError.status) from e
 
 
 class SchedulerPools:
