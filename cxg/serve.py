@@ -202,17 +202,18 @@ def cmd_up(args: argparse.Namespace, config: Config) -> int:
         for name, region in started.items():
             with console.status(f"starting region {name or config.gateway.region}"):
                 region.start(timeout=args.timeout)
-            _started(region, name)
-    except KeyboardInterrupt:
-        return 130  # start() has stopped what it started
-    except BaseException:
+    except BaseException as e:  # the regions started so far stopped too (stopping one not started is nothing)
         for region in started.values():
             region.stop()
+        if isinstance(e, KeyboardInterrupt):
+            return 130
         raise
-    if config.regions:
-        console.print(f"balancing between the regions: {config.balancing.method}")
-    console.print("Ctrl-C stops it; a process that exits is started again")
-    try:
+    try:  # every region is up: Ctrl-C or SIGTERM from here on, even while it is reported, is a stop
+        for name, region in started.items():
+            _started(region, name)
+        if config.regions:
+            console.print(f"balancing between the regions: {config.balancing.method}")
+        console.print("Ctrl-C stops it; a process that exits is started again")
         while True:
             for name, region in started.items():
                 for event in region.supervise():
