@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import pyarrow as pa
 
-from gpu_kernels import BlockTask, Col
+from gpu_kernels import BlockTask, Col, Expr
 from storage.blockfile import BlockEntry
 from storage.scan_typing import kernel_output
 
@@ -39,7 +39,7 @@ def many_groups(task: BlockTask, entries: list[BlockEntry]) -> bool:
 def decoding(task: BlockTask, arrow_types: Mapping[str, pa.DataType]) -> BlockTask:
     """The projection of what `task` groups: its keys, then each distinct argument of its
     aggregates as ``__a0``, ``__a1`` ..."""
-    arguments = list(dict.fromkeys(a.arg for a in task.aggregates if a.arg is not None))
+    arguments = _arguments(task)
     outputs = [*task.keys, *(kernel_output(f"__a{i}", arg, arrow_types) for i, arg in enumerate(arguments))]
     return replace(task, outputs=tuple(outputs), keys=(), aggregates=())
 
@@ -49,7 +49,7 @@ def hash_aggregate(rows: pa.Table, task: BlockTask) -> pa.Table:
     states of `task.schema()` (AVG as its sum and count)."""
     import datafusion  # the node's join engine (`cxg node` loads it in the background at start-up)
 
-    arguments = list(dict.fromkeys(a.arg for a in task.aggregates if a.arg is not None))
+    arguments = _arguments(task)
     keys = [_quoted(k.name) for k in task.keys]
     outputs = list(keys)
     for spec in task.aggregates:
@@ -64,6 +64,11 @@ def hash_aggregate(rows: pa.Table, task: BlockTask) -> pa.Table:
     context.from_arrow(rows, name="decoded")
     grouped = context.sql(f"SELECT {', '.join(named)} FROM decoded GROUP BY {', '.join(keys)}").to_arrow_table()
     return grouped.cast(schema)
+
+
+def _arguments(task: BlockTask) -> list[Expr]:
+    """The distinct arguments of `task`'s aggregates, in order: ``__a0``, ``__a1`` ..."""
+    return list(dict.fromkeys(a.arg for a in task.aggregates if a.arg is not None))
 
 
 def _quoted(name: str) -> str:

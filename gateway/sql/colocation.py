@@ -271,7 +271,7 @@ def _preserving(scope: Scope, extended: dict[str, exp.Join]) -> str:
     found = partials(select) if split_groups(scope, set()) else None
     if not found:
         return f"{refused}, not aggregated"
-    read = {id(c) for alias, join in extended.items() for c in join.args["on"].find_all(exp.Column)}
+    read = {id(c) for join in extended.values() for c in join.args["on"].find_all(exp.Column)}
     for partial in found:
         function = partial.this if isinstance(partial, exp.Filter) else partial
         argument = function.this
