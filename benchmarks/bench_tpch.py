@@ -7,7 +7,9 @@ engine, the same Parquet files read by plain Spark SQL (same Spark version and s
 warm session) and loaded into a DuckDB database file, DuckDB running first and alone (its load
 timed beside ours). Every answer of this engine is checked against DuckDB's (rows tied on the
 ORDER BY columns in any order). Times are the best of `--repeat` warm runs.
-"Spark floor" is Spark's time for the SQL this engine hands it, over one row per sub-query.
+"Spark floor" is Spark's time for the SQL this engine hands it, over one row per sub-query; beside
+it, the coordinator's DataFusion's time for the same query over the same rows (`spark.gather_rows`:
+how a query whose sub-queries were all fetched, few rows, is joined).
 
 With `--joins spark` (`sql.joins`), every join runs on Spark instead of on the node that holds
 every table (the default since a node answers whole queries): the figures before that change.
@@ -54,11 +56,13 @@ from cxg.placement import by_size, files_size, replicate_limit
 from gateway import SparkSettings, free_port
 from gateway.sql.engine import Engine
 from gateway.sql.local import scan_nodes
+from gateway.sql.node_dialect import node_text
 from gateway.sql.profile import PHASES, codegen_counters, fixed_cost
+from gateway.sql.spark_dialect import spark_text
 from loadtests import console, print_table, write_json
 from loadtests.tpch_queries import SINGLE_TABLE, all_queries
 from regions import StandaloneCluster, load_config, session_factory, spark_options, spark_session
-from storage import NodeClient, NodeError, Source, Store, load_source, spark_schema, tpch
+from storage import NodeClient, NodeError, Source, Store, load_source, run_sql, spark_schema, tpch
 
 
 def _best(fn, repeat: int) -> tuple[float, Any, float]:
@@ -95,43 +99,50 @@ def _start_node(store: Store, port: int, threads: int | None = None) -> subproce
             time.sleep(0.2)
 
 
-def spark_floor(engine: Engine, sql: str, repeat: int) -> tuple[float, dict[str, float]] | None:
-    """Spark's time for the SQL this engine hands it, over one row per sub-query: the part of a
-    join query that no work on the nodes can remove; and that fixed cost as Spark accounts for it
-    in the last warm run (`gateway.sql.profile.fixed_cost`). None for a query that does not reach
-    Spark."""
+def floors(engine: Engine, sql: str, repeat: int) -> dict[str, Any] | None:
+    """The floor of a join query whose rows move between nodes, over one row per sub-query: the
+    part that no work on the nodes can remove. Spark's time for the SQL this engine hands it, and
+    that fixed cost as Spark accounts for it in the last warm run (`gateway.sql.profile.fixed_cost`);
+    and the coordinator's DataFusion's time for the same query over the same rows, as it runs a
+    ``gathered`` plan (`gateway.sql.execute.gathered`). None for a query whose rows do not move."""
     staged = engine.stage(sql)
     plan = staged.plan
-    if plan.engine != "spark":
+    if plan.engine not in ("spark", "gathered"):
         return None
     spark = engine.spark
     handed = [scan for scan in plan.scans if scan.index not in plan.dropped]
+    one_rows = {}
     for scan in handed:
         fetched = staged.fetched.get(scan.index)
         if fetched is None:  # one row of a projection; an aggregate's few rows whole (a limit is for projections)
             request = scan.request()
             one_row = request if request.aggregating else dataclasses.replace(request, limit=1)
             fetched = scan_nodes(engine.catalog, scan.info, one_row)
-        one = fetched.slice(0, 1).combine_chunks()
+        one = one_rows[scan.view] = fetched.slice(0, 1).combine_chunks()
         spark.createDataFrame(one, schema=spark_schema(one.schema)).createOrReplaceTempView(scan.view)
 
-    def run() -> dict[str, float]:
+    def on_spark() -> dict[str, float]:
         before = codegen_counters(spark)
-        frame = spark.sql(plan.spark_sql)
+        frame = spark.sql(spark_text(plan.query.tree))
         frame.toArrow()
         return fixed_cost(spark, frame, before)
 
+    def at_coordinator() -> None:
+        written = node_text(plan.query.tree)
+        run_sql(one_rows, written.query, written.kept)
+
     try:
-        seconds, cost, _ = _best(run, repeat)
-        return seconds, cost
+        seconds, cost, _ = _best(on_spark, repeat)
+        gathered, _, _ = _best(at_coordinator, repeat)
+        return {"spark_floor_s": seconds, "spark_floor_cost": cost, "gathered_floor_s": gathered}
     finally:
         for scan in handed:
             spark.catalog.dropTempView(scan.view)
 
 
 def _floor(engine: Engine, sql: str, repeat: int, floor: bool) -> dict[str, Any]:
-    measured = spark_floor(engine, sql, repeat) if floor else None
-    return {"spark_floor_s": measured[0] if measured else None, "spark_floor_cost": measured[1] if measured else None}
+    measured = floors(engine, sql, repeat) if floor else None
+    return measured or {"spark_floor_s": None, "spark_floor_cost": None, "gathered_floor_s": None}
 
 
 def geomean(values: list[float]) -> float:
@@ -363,6 +374,11 @@ def run(
     # what the geometric mean would be if every join query cost only its Spark floor
     bound = geomean([r["spark_floor_s"] if r["spark_floor_s"] is not None else r["ours_s"] for r in results])
     summary["floor_bound_speedup_vs_spark"] = summary["geomean_spark_s"] / bound
+    floored = [r for r in results if r["spark_floor_s"] is not None]
+    if floored:  # the floor of a query whose rows move: Spark's, and the coordinator's DataFusion's
+        summary["geomean_spark_floor_s"] = geomean([r["spark_floor_s"] for r in floored])
+        summary["geomean_gathered_floor_s"] = geomean([r["gathered_floor_s"] for r in floored])
+        summary["floor_cut"] = summary["geomean_spark_floor_s"] / summary["geomean_gathered_floor_s"]
     costs = [r["spark_floor_cost"] for r in results if r["spark_floor_cost"] is not None]
     if costs:  # Spark's own account of its floor, a mean over the join queries on Spark
         summary["floor_cost_mean"] = {key: sum(c[key] for c in costs) / len(costs) for key in costs[0]}
@@ -450,6 +466,12 @@ def report(figures: dict[str, Any]) -> None:
         "if every join query took only its Spark floor (Spark's time over one row per sub-query): "
         f"{s['floor_bound_speedup_vs_spark']:.2f}x faster than plain Spark"
     )
+    if "floor_cut" in s:
+        console.print(
+            f"the floor of a query whose rows move (one row per sub-query), geometric mean: Spark "
+            f"{s['geomean_spark_floor_s'] * 1000:.1f} ms, joined at the coordinator (DataFusion) "
+            f"{s['geomean_gathered_floor_s'] * 1000:.1f} ms: {s['floor_cut']:.1f}x lower"
+        )
     if "floor_cost_mean" in s:
         cost = s["floor_cost_mean"]
         phases = ", ".join(f"{name} {cost[f'{name}_ms']:.1f} ms" for name in PHASES)

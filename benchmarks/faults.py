@@ -191,6 +191,7 @@ class FaultRegion:
             'spark.master="local[1]"',
             'spark.driver_memory="1g"',
             "spark.warm_up=false",
+            "spark.gather_rows=0",  # joins whose rows move run on Spark, however few: Spark's faults are tested
             *extra,
         ]
         region = LocalRegion(load_config(None, sets), [x for s in sets for x in ("--set", s)], root / "run")

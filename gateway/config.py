@@ -99,6 +99,13 @@ class SparkSettings:
         default=True,
         metadata={"doc": "small fetched sub-queries as VALUES or local relations; false: all through the exchange"},
     )
+    gather_rows: int = field(
+        default=2_000_000,
+        metadata={
+            "doc": "a join query whose sub-queries were all fetched, with at most this many rows in all, is"
+            " joined at the coordinator by DataFusion, without Spark's fixed cost (0: Spark joins them)"
+        },
+    )
     executor_wait: float = field(
         default=30.0,
         metadata={"doc": "a cluster: seconds a query waits for an executor (its status: waiting_for), then 503"},
@@ -142,6 +149,8 @@ class SparkSettings:
         if self.log_level.upper() not in SPARK_LOG_LEVELS:
             levels = ", ".join(SPARK_LOG_LEVELS).lower()
             raise ConfigError(f"spark.log_level must be one of {levels}, not {self.log_level!r}")
+        if self.gather_rows < 0:
+            raise ConfigError(f"spark.gather_rows must be 0 or more rows, not {self.gather_rows}")
         if self.executor_wait <= 0:
             raise ConfigError(f"spark.executor_wait must be a positive number of seconds, not {self.executor_wait}")
 

@@ -14,7 +14,6 @@ reading the outer query's table as it does) run once.
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -24,16 +23,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpu_kernels import OverflowInExpression
-from storage.errors import NumericOverflowError, OutOfMemoryError, StorageError
+from storage.errors import NumericOverflowError
+from storage.join_engine import QueryCancelledError, run_sql
 from storage.key_filters import membership
-from storage.query_protocol import NodeEngineError, QueryRequest
+from storage.query_protocol import QueryRequest
 from storage.scan import TableCache, scan_table
 from storage.scan_protocol import ScanRequest, conjoin
 from storage.scan_workers import ScanWorkers
 
 MAX_KEYS = 500_000  # values a semi-join filter between two scans may carry
 MAX_SOURCE_ROWS = 1_000_000  # a scan's rows past which its join keys are not sent
-_OUTPUT_ROWS = re.compile(r"output_rows=(\d+)")
 
 
 @dataclass
@@ -52,39 +51,14 @@ class NodeQuery:
 
     def run(self) -> pa.Table:
         """The answer (no rows with `analyze`: the operators are in `stats`)."""
-        import datafusion  # the node's join engine (`cxg node` loads it in the background at start-up)
-
-        config = datafusion.SessionConfig().with_target_partitions(1)
-        runtime = datafusion.RuntimeEnvBuilder()
-        if self.memory is not None:
-            runtime = runtime.with_greedy_memory_pool(self.memory)
-        context = datafusion.SessionContext(config, runtime)
         scans: list[dict[str, Any]] = []
-        for view, table in self._scans(scans).items():
-            context.from_arrow(table, name=view)
-        started = time.perf_counter()
-        try:
-            for name, statement in self.request.kept:  # computed once, read by name
-                if self.cancel.is_set():
-                    raise QueryCancelledError("query cancelled")
-                context.register_view(name, context.sql(statement).cache())
-            if self.request.analyze:
-                text = context.sql("EXPLAIN ANALYZE " + self.request.sql).to_arrow_table().column("plan")[0].as_py()
-                table = pa.table({})
-                operators = text.splitlines()
-                found = _OUTPUT_ROWS.search(text)
-                self.stats["rows"] = int(found[1]) if found else 0
-            else:
-                frame, batches, operators = context.sql(self.request.sql), [], []
-                for batch in frame.execute_stream():
-                    if self.cancel.is_set():
-                        raise QueryCancelledError("query cancelled")
-                    batches.append(batch.to_pyarrow())
-                table = pa.Table.from_batches(batches, batches[0].schema if batches else frame.schema())
-        except Exception as e:  # DataFusion raises plain exceptions: its message says what failed
-            raise _engine_error(e) from None
-        self.stats.update(scans=scans, engine_seconds=time.perf_counter() - started, operators=operators)
-        return table
+        tables = self._scans(scans)
+        request = self.request
+        answer = run_sql(tables, request.sql, request.kept, request.analyze, self.memory, self.cancel)
+        if request.analyze:
+            self.stats["rows"] = answer.rows
+        self.stats.update(scans=scans, engine_seconds=answer.seconds, operators=answer.operators)
+        return answer.table
 
     def _scans(self, scans: list[dict[str, Any]]) -> dict[str, pa.Table]:
         """Every view's rows, filtered ones first (keys received filter too), the smallest table
@@ -169,17 +143,3 @@ def _together(requests: list[ScanRequest]) -> ScanRequest:
     columns = {n.name: n for r in requests for n in r.columns}
     select = {n.name: n for r in requests for n in r.select if n.name not in columns}
     return replace(requests[0], columns=tuple(columns.values()), select=tuple(select.values()))
-
-
-class QueryCancelledError(StorageError):
-    code = "cancelled"
-    status = 499
-
-
-def _engine_error(error: Exception) -> StorageError:
-    if isinstance(error, StorageError):
-        return error
-    message = str(error)
-    if isinstance(error, MemoryError) or "Resources exhausted" in message:
-        return OutOfMemoryError(f"the query needed more memory than its share of the node's budget ({message})")
-    return NodeEngineError(message)

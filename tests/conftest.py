@@ -161,6 +161,16 @@ def node_engine(whole_node, spark, spark_settings):
 
 @pytest.fixture(scope="session")
 def engine(region, spark, spark_settings):
+    """An engine over `region`: Spark joins what the nodes cannot, however few its rows."""
+    from gateway.sql.engine import Engine  # pyspark: loaded only where a test uses Spark
+
+    return Engine(region, replace(spark_settings, gather_rows=0), lambda: spark)
+
+
+@pytest.fixture(scope="session")
+def gathered_engine(region, spark, spark_settings):
+    """An engine over `region` as configured by default: the coordinator joins sub-queries it
+    fetched whole (all of them, at SF 0.01), Spark what DataFusion cannot."""
     from gateway.sql.engine import Engine  # pyspark: loaded only where a test uses Spark
 
     return Engine(region, spark_settings, lambda: spark)
@@ -185,10 +195,11 @@ def duck(tpch_files: dict[str, Path]):
 @pytest.fixture(scope="session")
 def native_gateway(region_stores, region, spark):
     """A gateway in front of the two storage nodes, each joined as a native node with two slots;
-    joins run on the test session's Spark."""
+    joins run on the test session's Spark, however few their rows."""
     from regions import EmbeddedRegion, load_config  # pyspark: loaded only where a test uses Spark
 
-    config = load_config(None, ["gateway.port=0", 'spark.master="local[2]"', 'spark.driver_memory="2g"'])
+    sets = ["gateway.port=0", 'spark.master="local[2]"', 'spark.driver_memory="2g"', "spark.gather_rows=0"]
+    config = load_config(None, sets)
     nodes = [NodeServer(s.node, NativeBackend(s), 2, region[s.node]) for s in region_stores]
     with EmbeddedRegion(config, nodes) as embedded:
         yield embedded

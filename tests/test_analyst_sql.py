@@ -112,18 +112,24 @@ QUERIES = [
 LATERAL_ON_SPARK = {q for q in QUERIES if "cross join lateral" in q or "p, unnest(" in q}
 
 
-@pytest.mark.parametrize("path", ["spark", "node"])
+ENGINES = {"spark": "engine", "node": "node_engine", "gathered": "gathered_engine"}
+
+
+@pytest.mark.parametrize("path", list(ENGINES))
 @pytest.mark.parametrize("sql", QUERIES)
 def test_answers_equal_duckdbs(request, duck, sql: str, path: str) -> None:
-    """On two nodes with hash-placed tables (Spark joins), and on one node holding everything (its
-    DataFusion answers, a query over one table the nodes alone)."""
-    engine = request.getfixturevalue("engine" if path == "spark" else "node_engine")
+    """On two nodes with hash-placed tables (Spark joins; or, as configured by default, the
+    coordinator's DataFusion over the sub-queries it fetched whole), and on one node holding
+    everything (its DataFusion answers, a query over one table the nodes alone)."""
+    engine = request.getfixturevalue(ENGINES[path])
     result = engine.execute(sql)
     expected = duck.sql(sql).fetchall()
     assert rows_match(rows(result.table), expected, ordered="order by" in sql), (rows(result.table)[:10], expected[:10])
     if path == "node":
         ran = ("spark",) if sql in LATERAL_ON_SPARK else ("node", "nodes")
         assert result.engine in ran, "\n".join(result.plan.explain())
+    elif path == "gathered":  # where the nodes cannot answer, the coordinator's DataFusion does
+        assert (result.engine == "spark") == (sql in LATERAL_ON_SPARK), "\n".join(result.plan.explain())
 
 
 def test_a_one_table_window_query_still_filters_and_projects_on_the_nodes(engine) -> None:

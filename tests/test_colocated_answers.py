@@ -1,9 +1,13 @@
 """Co-located queries answered by two nodes over their own buckets and merged at the coordinator
 give DuckDB's answers: TPC-H at SF 0.01 with lineitem and orders hash-placed alike on the order key
 (the rest replicated), and queries drawn over tables with NULLs everywhere (Hypothesis); what
-cannot be co-located runs on Spark, and gives DuckDB's answers too."""
+cannot be co-located is joined at the coordinator (its sub-queries fetched whole, few rows) or, with
+that off, on Spark, and gives DuckDB's answers too."""
 
 from __future__ import annotations
+
+import dataclasses
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -27,6 +31,17 @@ def duck_colocated(duck):
     return duck
 
 
+MOVED = set(range(1, 23)) - COLOCATED - ONE_NODE - set(SINGLE_TABLE)  # their rows must move between nodes
+
+
+@pytest.fixture(scope="module")
+def colocated_spark_engine(colocated_region, spark, spark_settings):
+    """`colocated_engine` whose joins of rows from several nodes always run on Spark."""
+    from gateway.sql.engine import Engine
+
+    return Engine(colocated_region, dataclasses.replace(spark_settings, gather_rows=0), lambda: spark)
+
+
 @pytest.mark.parametrize("number", range(1, 23), ids=lambda n: f"Q{n}")
 def test_tpch_queries_joined_on_the_order_key_run_on_both_nodes(colocated_engine, duck, number: int) -> None:
     sql = query(number)
@@ -38,9 +53,21 @@ def test_tpch_queries_joined_on_the_order_key_run_on_both_nodes(colocated_engine
         if number in SINGLE_TABLE
         else "node"
         if number in ONE_NODE
-        else "spark"
+        else "gathered"
     )
     assert result.engine == engine, result.plan.why
+    _assert_duckdbs(result, duck, sql)
+
+
+@pytest.mark.parametrize("number", sorted(MOVED), ids=lambda n: f"Q{n}")
+def test_tpch_queries_whose_rows_move_give_duckdbs_answers_on_spark(colocated_spark_engine, duck, number) -> None:
+    sql = query(number)
+    result = colocated_spark_engine.execute(sql)
+    assert result.engine == "spark", result.plan.why
+    _assert_duckdbs(result, duck, sql)
+
+
+def _assert_duckdbs(result, duck, sql: str) -> None:
     expected = duck.sql(sql).fetchall()
     assert rows_match(rows(result.table), expected, ordered="order by" in sql.lower()), (
         rows(result.table)[:5],
@@ -110,4 +137,34 @@ def test_what_the_nodes_engine_cannot_run_spark_answers_whole(colocated_engine, 
     assert colocated_engine.plan(sql).engine == "colocated"
     result = colocated_engine.execute(sql)
     assert result.engine == "spark" and result.plan.why.startswith("the node's engine could not run it")
+    assert rows_match(rows(result.table), duck.sql(sql).fetchall(), ordered=True)
+
+
+def test_a_gathered_query_is_joined_at_the_coordinator_once_the_nodes_are_done(colocated_engine, duck) -> None:
+    """Q17's rows must move (lineitem is not joined on its key), but once reduced they are few: the
+    coordinator fetched them all, its DataFusion joins them, and the nodes' slots go first."""
+    sql = query(17)
+    handed_over = []
+    plan = colocated_engine.plan(sql)
+    assert plan.engine == "spark" and plan.gather
+    result = colocated_engine.answer(plan, handed_over=lambda: handed_over.append(True))
+    assert result.engine == "gathered" and handed_over == [True]
+    _assert_duckdbs(result, duck, sql)
+    text = "\n".join(colocated_engine.execute("EXPLAIN ANALYZE " + sql).table.column("plan").to_pylist())
+    assert "fetched whole, are " in text and "the coordinator joins them" in text
+    assert "DataFusion SQL over the sub-queries, on the coordinator:" in text
+    assert "Spark SQL" not in text and "joined at the coordinator" in text
+    assert re.search(r"the coordinator joined [\d,]+ fetched row\(s\) in DataFusion in [\d.]+ ms", text)
+
+
+def test_what_datafusion_cannot_join_at_the_coordinator_spark_joins(colocated_engine, duck) -> None:
+    """A LATERAL subquery reading the outer row, over rows that must move: DataFusion refuses it at
+    the coordinator, and Spark joins the same fetched rows."""
+    sql = (
+        "SELECT l.l_orderkey, n.n_name FROM lineitem l JOIN orders o ON l.l_partkey = o.o_custkey "
+        "CROSS JOIN LATERAL (SELECT n_name FROM nation WHERE n_nationkey = o.o_custkey ORDER BY n_name LIMIT 1) n "
+        "ORDER BY 1, 2 LIMIT 20"
+    )
+    result = colocated_engine.execute(sql)
+    assert result.engine == "spark" and "DataFusion could not" in result.plan.why, result.plan.why
     assert rows_match(rows(result.table), duck.sql(sql).fetchall(), ordered=True)

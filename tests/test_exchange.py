@@ -182,6 +182,8 @@ def test_the_engine_gets_spark_from_whoever_composes_the_region(region, spark, s
     assert engine.execute("select count(*) from nation").engine == "nodes" and not calls, "no Spark for the nodes"
     split = "select count(*) from customer join orders on c_custkey = o_custkey"  # each on its own key
     assert engine.execute(JOINS[0]).engine == "colocated" and not calls, "no Spark where each node joins its own"
-    assert engine.execute(split).engine == "spark" and calls
+    assert engine.execute(split).engine == "gathered" and not calls, "no Spark for rows the coordinator holds"
+    on_spark = dataclasses.replace(spark_settings, gather_rows=0)
+    assert Engine(region, on_spark, factory).execute(split).engine == "spark" and calls
     with pytest.raises(ExecutionError, match="given no Spark session"):
-        Engine(region, spark_settings).execute(split)
+        Engine(region, on_spark).execute(split)

@@ -80,7 +80,8 @@ def test_executors_import_the_project_from_the_zip_the_driver_ships(cluster) -> 
 @pytest.fixture(scope="module")
 def region(cluster, tmp_path_factory):
     """A region of processes (gateway and two nodes, empty at start) whose Spark is the cluster,
-    every sub-query through the data source however small; TPC-H SF 0.01 loaded with
+    every sub-query through the data source however small (and joined there, not gathered at the
+    coordinator); TPC-H SF 0.01 loaded with
     `cxg load tpch --live` (a Spark application of its own, ended before the gateway starts
     Spark: a standalone master gives an application every free core), with TPC-H's placements
     whatever the tables' sizes (`storage.replicate_below = 0`)."""
@@ -90,6 +91,7 @@ def region(cluster, tmp_path_factory):
         f"storage.data={data}",
         "region.slots=2",
         "spark.inline=false",
+        "spark.gather_rows=0",
         "spark.warm_up=false",
         f"spark.executor_wait={EXECUTOR_WAIT}",
         f'spark.master_ui="{cluster.ui_url}"',

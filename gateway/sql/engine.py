@@ -95,7 +95,7 @@ class Engine:
     @property
     def exchange_options(self) -> ExchangeOptions:
         settings = self.spark_settings
-        return ExchangeOptions(settings.exchange_mode(), settings.inline)
+        return ExchangeOptions(settings.exchange_mode(), settings.inline, settings.gather_rows)
 
     # ---- the steps before admission: they read the catalog and run nothing on the nodes ----------
 
@@ -193,13 +193,13 @@ class Engine:
             staged = stage(plan, catalog, self.exchange_options, self.joins)
             spark = functools.partial(self._spark_job, query_id, waiting, handed_over)
             try:
-                table = execute(staged, catalog, spark)
+                table = execute(staged, catalog, spark, handed_over)
             except NodeError as e:
                 if e.code != NodeEngineError.code:
                     raise
                 self._forget(staged.plan)  # kept plans go to the node's engine: this one goes to Spark
                 staged = stage(_to_spark(staged.plan, e, catalog), catalog, self.exchange_options, self.joins)
-                table = execute(staged, catalog, spark)
+                table = execute(staged, catalog, spark, handed_over)
         except SqlError:
             raise
         except Exception as e:
@@ -301,6 +301,6 @@ def _to_spark(plan: Plan, failure: NodeError, catalog: RegionCatalog) -> Plan:
         plan.result_types = result_types
     else:
         plan = deepcopy(plan)
-    plan.engine = "spark"
+    plan.engine, plan.gather = "spark", False  # nor at the coordinator: the same engine
     plan.why = f"the node's engine could not run it ({str(failure).splitlines()[0][:200]}): Spark ran it"
     return plan

@@ -57,11 +57,14 @@ PARQUET = {"compression": "none", "use_dictionary": False, "write_statistics": F
 
 @dataclass(frozen=True)
 class ExchangeOptions:
-    """How a query's sub-queries reach Spark: the exchange `mode` (files or source), and whether
-    small fetched ones travel inside the statement or as local relations (`inline`)."""
+    """How a query's sub-queries reach Spark: the exchange `mode` (files or source), whether
+    small fetched ones travel inside the statement or as local relations (`inline`), and up to how
+    many rows in all sub-queries fetched whole need not reach it (`gather_rows`: the coordinator
+    joins them)."""
 
     mode: str
     inline: bool = True
+    gather_rows: int = 0
 
     def __post_init__(self) -> None:
         if self.mode not in ("files", "source"):

@@ -3,10 +3,12 @@ answered at the coordinator over the nodes' scans (`gateway.sql.local`); a ``nod
 whole to one node that holds every table it reads (`on_node`); a ``colocated`` plan's part goes to
 every node holding buckets of its tables, over its own, and the coordinator merges their rows
 (`on_each_node`); a ``spark`` plan runs on the region's Spark, its sub-queries handed over by an
-`Exchange` (the rows the stage fetched as they are, the others scanned again)."""
+`Exchange` (the rows the stage fetched as they are, the others scanned again); a ``gathered`` plan's
+sub-queries, all fetched, are joined at the coordinator by DataFusion (`gathered`)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -25,7 +27,10 @@ from gateway.sql.local import CANCELLED, answer_one_table, in_threads
 from gateway.sql.plan import Plan
 from gateway.sql.profile import PROFILE, codegen_counters, node_lines, spark_lines
 from gateway.sql.stage import Staged
-from storage import NodeClient, NodeEngineError, NodeError, QueryRequest
+from storage import NodeClient, NodeEngineError, NodeError, OutOfMemoryError, QueryRequest, StorageError, run_sql
+
+log = logging.getLogger("cxg.sql")
+GATHER_MEMORY = 1 << 30  # bytes the coordinator's DataFusion may hold for one gathered query
 
 
 @dataclass
@@ -45,16 +50,56 @@ class SparkJob:
     handed_over: Callable[[], None] | None = None
 
 
-def execute(staged: Staged, catalog: RegionCatalog, spark: Callable[[], SparkJob]) -> pa.Table:
+def execute(
+    staged: Staged,
+    catalog: RegionCatalog,
+    spark: Callable[[], SparkJob],
+    handed_over: Callable[[], None] | None = None,
+) -> pa.Table:
     """The rows of a staged plan over `catalog` (the snapshot its query holds); `spark` is asked
-    for the Spark job only when the plan runs on Spark."""
+    for the Spark job only when the plan runs on Spark; `handed_over` hears when a ``gathered``
+    plan needs no node any more."""
     if staged.plan.engine == "node":
         return on_node(staged.plan, catalog)
     if staged.plan.engine == "colocated":
         return on_each_node(staged.plan, catalog)
+    if staged.plan.engine == "gathered":
+        if handed_over is not None:
+            handed_over()
+        table = gathered(staged)
+        if table is not None:
+            return table
     if staged.plan.engine != "spark":
         return answer_one_table(staged.plan, catalog)
     return on_spark(staged, catalog, spark())
+
+
+def gathered(staged: Staged) -> pa.Table | None:
+    """A ``gathered`` plan: its fetched sub-queries joined at the coordinator by DataFusion, the
+    node's engine, within `GATHER_MEMORY`; None when DataFusion could not (the plan is then a
+    ``spark`` plan again, which says why, and Spark joins the same rows)."""
+    plan, profile = staged.plan, PROFILE.get()
+    tables = {s.view: staged.fetched[s.index] for s in plan.scans if s.index not in plan.dropped}
+    written = plan.node_sql
+    try:
+        answer = run_sql(tables, written.query, written.kept, profile is not None, GATHER_MEMORY, CANCELLED.get())
+    except StorageError as e:
+        if e.code not in (NodeEngineError.code, OutOfMemoryError.code):
+            raise
+        log.warning("the coordinator's DataFusion could not join a query's sub-queries, Spark does: %s", e)
+        plan.engine, plan.gather = "spark", False
+        plan.deliveries = {s.index: plan.dropped.get(s.index) or "fetched whole, handed to Spark" for s in plan.scans}
+        plan.why = f"{plan.why}; DataFusion could not ({str(e).splitlines()[0][:200]}): Spark joined them"
+        return None
+    if profile is not None:  # analyzed: DataFusion returned its operators, not its rows
+        rows = sum(t.num_rows for t in tables.values())
+        profile.node = [
+            f"the coordinator joined {rows:,} fetched row(s) in DataFusion in {answer.seconds * 1000:.1f} ms; "
+            "operators (rows out, time):",
+            *[f"  {line}" for line in answer.operators],
+        ]
+        profile.rows = answer.rows
+    return answer.table
 
 
 def on_node(plan: Plan, catalog: RegionCatalog) -> pa.Table:
@@ -135,13 +180,11 @@ def merged(rows: pa.Table, sql: str) -> pa.Table:
     """The coordinator's part of a ``colocated`` query: `sql` over the nodes' `rows` (``partials``),
     in DataFusion, as the nodes' engine runs theirs; what DataFusion cannot plan or run fails as a
     node's engine does (`NodeEngineError`'s code), and Spark answers the query instead."""
-    import datafusion  # loaded where a co-located query first merges
-
-    context = datafusion.SessionContext(datafusion.SessionConfig().with_target_partitions(1))
-    context.from_arrow(rows, name=PARTIALS)
     try:
-        return context.sql(sql).to_arrow_table()
-    except Exception as e:  # DataFusion raises its own errors as Exception
+        return run_sql({PARTIALS: rows}, sql).table
+    except StorageError as e:
+        if e.code != NodeEngineError.code:
+            raise
         raise NodeError(NodeEngineError.code, f"the coordinator's merge: {e}", NodeEngineError.status) from e
 
 

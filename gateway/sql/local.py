@@ -18,7 +18,7 @@ from gateway.sql.catalog import RegionCatalog, TableInfo
 from gateway.sql.plan import Plan
 from gateway.sql.profile import node_scan
 from gpu_kernels import BlockEvaluator, NumpyBackend, final_aggregate, fold, to_arrow
-from storage import Expr, NodeClient, ScanRequest, kernel_expr, plain_block, type_scan, typed_output
+from storage import Expr, NodeClient, ScanCancelled, ScanRequest, kernel_expr, plain_block, type_scan, typed_output
 
 _BACKEND = NumpyBackend()
 T = TypeVar("T")
@@ -52,17 +52,43 @@ def evaluate(table: pa.Table, outputs: list[tuple[str, Expr]], predicate: Expr |
 def scan_nodes(catalog: RegionCatalog, info: TableInfo, request: ScanRequest, step: str = "a scan") -> pa.Table:
     """A scan on every node holding the table (one node for a replicated table), at the version the
     catalog serves, results concatenated; `step` says what it is for (EXPLAIN ANALYZE)."""
+    return _scan_nodes(catalog, info, request, step, None)
+
+
+def scan_nodes_up_to(
+    catalog: RegionCatalog, info: TableInfo, request: ScanRequest, most: int, step: str = "a scan"
+) -> pa.Table | None:
+    """`scan_nodes`, or None as soon as more than `most` rows arrived from the nodes together
+    (every node's scan then stops at its next batch)."""
+    return _scan_nodes(catalog, info, request, step, most)
+
+
+def _scan_nodes(
+    catalog: RegionCatalog, info: TableInfo, request: ScanRequest, step: str, most: int | None
+) -> pa.Table | None:
     routes = catalog.routes(info, request)
     cancelled = CANCELLED.get()
+    arrived, lock, enough = [0], threading.Lock(), threading.Event()
 
-    def one(route: tuple[str, ScanRequest]) -> pa.Table:
+    def one(route: tuple[str, ScanRequest]) -> pa.Table | None:
         url, routed = route
+        batches = []
         with node_scan(NodeClient(url), routed, step) as stream:
-            return stream.read_all(cancelled)
+            for batch, _ in stream:
+                if cancelled is not None and cancelled.is_set():
+                    raise ScanCancelled("scan cancelled")
+                if most is not None:
+                    with lock:
+                        arrived[0] += batch.num_rows
+                        if arrived[0] > most:
+                            enough.set()
+                    if enough.is_set():
+                        return None
+                batches.append(batch)
+            return pa.Table.from_batches(batches, schema=stream.schema)
 
-    if len(routes) == 1:
-        return one(routes[0])
-    return pa.concat_tables(in_threads(one, routes))
+    parts = [one(routes[0])] if len(routes) == 1 else in_threads(one, routes)
+    return None if enough.is_set() else pa.concat_tables(parts)
 
 
 def answer_one_table(plan: Plan, catalog: RegionCatalog, step: str = "the query") -> pa.Table:

@@ -160,13 +160,15 @@ ENGINES = {
     "colocated": "every node holding buckets of the co-located tables: select-project sub-queries over its "
     "own buckets, DataFusion joins them; coordinator: merges the nodes' rows",
     "spark": "storage nodes: select-project sub-queries; Spark: joins and everything above them",
+    "gathered": "storage nodes: select-project sub-queries, fetched whole (few rows); coordinator: DataFusion "
+    "joins them and evaluates everything above them (no Spark)",
     "coordinator": "coordinator (no table)",
 }
 
 
 @dataclass
 class Plan:
-    engine: str  # "nodes", "node", "colocated", "spark" or "coordinator"
+    engine: str  # "nodes", "node", "colocated", "spark", "gathered" (staged) or "coordinator"
     # the planner's own copy: for "spark", the statement Spark runs over the views; for "colocated",
     # each node's part (its names are the whole query's)
     query: CheckedQuery
@@ -183,6 +185,9 @@ class Plan:
     dropped: dict[int, str] = field(default_factory=dict)  # staged: sub-queries Spark need not join, and why
     why: str = ""  # why a join query runs where it runs (``node``, ``colocated`` or ``spark``)
     merge: Merge | None = None  # ``colocated``: how the nodes' rows are merged
+    # ``spark``: whether the coordinator may join its sub-queries itself once all are fetched and
+    # few (``gathered``): not where joins run on Spark alone, nor where DataFusion answers wrong
+    gather: bool = False
     _node_sql: NodeSql | None = field(default=None, repr=False, compare=False)  # written once: a node plan is only read
 
     @property
@@ -192,8 +197,8 @@ class Plan:
 
     @property
     def node_sql(self) -> NodeSql | None:
-        """What the node's DataFusion runs over the sub-queries' views."""
-        if self.engine not in ("node", "colocated"):
+        """What DataFusion runs over the sub-queries' views: a node's, or the coordinator's."""
+        if self.engine not in ("node", "colocated", "gathered"):
             return None
         if self._node_sql is None:
             self._node_sql = node_text(self.query.tree)
@@ -220,8 +225,9 @@ class Plan:
         if self.engine == "spark":
             lines.append("Spark SQL over the sub-queries:")
             lines += ["  " + line for line in self.spark_sql.splitlines()]
-        if self.engine in ("node", "colocated"):
-            lines.append(f"DataFusion SQL over the sub-queries, on {'each node' if self.merge else 'the node'}:")
+        if self.engine in ("node", "colocated", "gathered"):
+            where = "the coordinator" if self.engine == "gathered" else "each node" if self.merge else "the node"
+            lines.append(f"DataFusion SQL over the sub-queries, on {where}:")
             lines += ["  " + line for line in self.node_sql.lines()]
         if self.merge is not None:
             lines += self.merge.explain_merge()

@@ -148,7 +148,8 @@ def plan_joins(query: CheckedQuery, catalog: RegionCatalog, joins: str = "node")
                 engine, why = "colocated", f"{_joined(list(merge.keys))}: each node answers over its own buckets"
             elif engine == "spark" and apart:
                 why = f"{why}, not co-located: {apart}"
-    return Plan(engine, query, list(draft.queries.values()), edges=draft.edges, why=why, merge=merge)
+    gather = joins != "spark" and not wrong_on_node
+    return Plan(engine, query, list(draft.queries.values()), edges=draft.edges, why=why, merge=merge, gather=gather)
 
 
 def _joined(tables: list[str]) -> str:

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from gateway.sql.catalog import RegionCatalog
 from gateway.sql.keysets import distinct, is_in
-from gateway.sql.local import scan_nodes
+from gateway.sql.local import scan_nodes_up_to
 from gateway.sql.plan import Plan, TableQuery
 from gpu_kernels import final_aggregate
 from storage import ScanRequest, membership, type_scan
@@ -34,20 +34,20 @@ def _probe(
 ) -> pa.Table | None:
     """The sub-query's rows if there are at most `limit` of them, else None; an identical request
     (the same table in a subquery and outside it) is answered from `seen`. A grouped (pre-aggregated
-    or distinct) sub-query, to which no row limit applies, is fetched when its table is at most
-    4 x `limit` rows, and the partial groups of every block and node are merged here."""
+    or distinct) sub-query, to which no row limit applies, is read until more than 4 x `limit`
+    partial groups arrived (a table of at most that many rows whole), and the partial groups of
+    every block and node are merged here."""
     request = scan.request()
-    if scan.group_by and scan.info.rows > 4 * limit:
-        return None
     if not scan.group_by:
         request = dataclasses.replace(request, limit=limit + 1)
     if request not in seen:
-        data = scan_nodes(catalog, scan.info, request, f"[{scan.index}] {scan.table} AS {scan.alias}, fetched first")
-        if scan.group_by:
+        step = f"[{scan.index}] {scan.table} AS {scan.alias}, fetched first"
+        data = scan_nodes_up_to(catalog, scan.info, request, 4 * limit, step)
+        if data is not None and scan.group_by:
             task = type_scan(request, scan.info.schema)
             keys = [k.name for k in scan.group_by]
             data = final_aggregate(data, keys, list(task.task.aggregates)).select(task.schema.names).cast(task.schema)
-        seen[request] = data if data.num_rows <= limit else None
+        seen[request] = data if data is not None and data.num_rows <= limit else None
     return seen[request]
 
 

@@ -10,7 +10,8 @@ before the final plan exists runs here, on the nodes:
 2. A ``spark`` plan's sub-queries are made small: semi-join reduction on the nodes
    (`gateway.sql.reduce`, over join-key sets), then the joins and EXISTS tests the coordinator has
    thereby done leave Spark's statement (`gateway.sql.eliminate`), and how each sub-query reaches
-   Spark is decided.
+   Spark is decided; when every one was fetched whole and they are few rows in all, none does:
+   the plan becomes ``gathered``, and the coordinator joins them.
 
 The final plan stays a description; the rows fetched meanwhile travel beside it, in `Staged`.
 """
@@ -63,9 +64,17 @@ def stage(plan: Plan, catalog: RegionCatalog, options: ExchangeOptions, joins: s
     fetched = reduce_and_fetch(plan, catalog, options.fetch_rows)
     answer_exists(plan, fetched)
     drop_finished_joins(plan, fetched)
-    plan.deliveries = {
-        s.index: plan.dropped.get(s.index) or describe(options, s, fetched.get(s.index)) for s in plan.scans
-    }
+    handed = [s for s in plan.scans if s.index not in plan.dropped]
+    rows = sum(fetched[s.index].num_rows for s in handed if s.index in fetched)
+    whole = all(s.index in fetched for s in handed)
+    if plan.gather and whole and options.gather_rows > 0 and rows <= options.gather_rows:
+        plan.engine = "gathered"
+        plan.why = f"{plan.why}; its sub-queries, fetched whole, are {rows:,} row(s): the coordinator joins them"
+        plan.deliveries = {s.index: plan.dropped.get(s.index) or "joined at the coordinator" for s in plan.scans}
+    else:
+        plan.deliveries = {
+            s.index: plan.dropped.get(s.index) or describe(options, s, fetched.get(s.index)) for s in plan.scans
+        }
     return Staged(plan, fetched)
 
 
