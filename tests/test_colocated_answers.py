@@ -147,6 +147,7 @@ def test_a_gathered_query_is_joined_at_the_coordinator_once_the_nodes_are_done(c
     handed_over = []
     plan = colocated_engine.plan(sql)
     assert plan.engine == "spark" and plan.gather
+    assert "  (or at the coordinator, if its sub-queries turn out few when it runs: engine gathered)" in plan.explain()
     result = colocated_engine.answer(plan, handed_over=lambda: handed_over.append(True))
     assert result.engine == "gathered" and handed_over == [True]
     _assert_duckdbs(result, duck, sql)

@@ -206,6 +206,8 @@ class Plan:
 
     def explain(self) -> list[str]:
         lines = [f"engine: {ENGINES[self.engine]}", *([f"  ({self.why})"] if self.why else []), *self.notes]
+        if self.engine == "spark" and self.gather and not self.deliveries:  # not staged yet
+            lines.append("  (or at the coordinator, if its sub-queries turn out few when it runs: engine gathered)")
         if self.merge is not None:
             lines += self.merge.explain()
         if self.first:  # the answers decide where the rest runs: left over one table, on the nodes
