@@ -9,6 +9,7 @@ sub-queries, all fetched, are joined at the coordinator by DataFusion (`gathered
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import uuid
@@ -31,6 +32,8 @@ from storage import NodeClient, NodeEngineError, NodeError, OutOfMemoryError, Qu
 
 log = logging.getLogger("cxg.sql")
 GATHER_MEMORY = 1 << 30  # bytes the coordinator's DataFusion may hold for one gathered query
+# gathered queries joined at once, each on one core: query per core plus one, as on the nodes
+_GATHERING = threading.BoundedSemaphore((os.cpu_count() or 1) + 1)
 
 
 @dataclass
@@ -76,13 +79,15 @@ def execute(
 
 def gathered(staged: Staged) -> pa.Table | None:
     """A ``gathered`` plan: its fetched sub-queries joined at the coordinator by DataFusion, the
-    node's engine, within `GATHER_MEMORY`; None when DataFusion could not (the plan is then a
-    ``spark`` plan again, which says why, and Spark joins the same rows)."""
+    node's engine, on one core within `GATHER_MEMORY` (as many at once as cores, plus one); None
+    when DataFusion could not (the plan is then a ``spark`` plan again, which says why, and Spark
+    joins the same rows)."""
     plan, profile = staged.plan, PROFILE.get()
     tables = {s.view: staged.fetched[s.index] for s in plan.scans if s.index not in plan.dropped}
     written = plan.node_sql
     try:
-        answer = run_sql(tables, written.query, written.kept, profile is not None, GATHER_MEMORY, CANCELLED.get())
+        with _GATHERING:
+            answer = run_sql(tables, written.query, written.kept, profile is not None, GATHER_MEMORY, CANCELLED.get())
     except StorageError as e:
         if e.code not in (NodeEngineError.code, OutOfMemoryError.code):
             raise
