@@ -86,7 +86,7 @@ def describe(draft: Draft) -> str:
         ]
         lines += [f"  {name}: {value}" for name, values in fields for value in values]
     for e in draft.edges:
-        way = "both ways" if e.both_ways else "outer to inner"
+        way = "both ways" if e.both_ways else "one way"
         lines.append(f"edge: {e.left.alias}.{e.left_column} = {e.right.alias}.{e.right_column}, {way}")
     return PLAN_ID.sub("__cxg_PLAN_", "\n".join(lines))
 

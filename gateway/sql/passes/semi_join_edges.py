@@ -24,7 +24,8 @@ def semi_join_edges(draft: Draft) -> Draft:
     ``inner.x = outer.y``, from the outer sub-query to the inner one only (inner rows matching no
     outer row cannot change any outer row's result; the reverse would lose NOT EXISTS rows); and a
     table's inner equi-join with a derived table read once, from the table into each branch of the
-    derived table that takes that column from a table of its own (`_into_derived`).
+    derived table that takes that column from a table of its own (`_into_derived`); and
+    ``t.x IN (SELECT s.y FROM s ...)`` uncorrelated, from the subquery into t (`_in_subqueries`).
 
     Example: ``FROM customer c, orders o WHERE c.c_custkey = o.o_custkey`` -> the edge
     customer.c_custkey = orders.o_custkey.
@@ -35,6 +36,7 @@ def semi_join_edges(draft: Draft) -> Draft:
         if base and isinstance(scope.expression, exp.Select):
             draft.edges += _equi_joins(scope.expression, base, nullable_aliases(scope.expression))
             draft.edges += _into_derived(scope, base, draft, readers)
+            draft.edges += _in_subqueries(scope.expression, base, draft)
         draft.edges += _correlated_edges(scope, draft)
     return draft
 
@@ -90,6 +92,34 @@ def _into_derived(scope: Scope, base: dict[str, TableQuery], draft: Draft, reade
             if inner.table in derived and outer.table in base and outer.table not in nullable:
                 for query, column in _origins(derived[inner.table], inner.name, draft):
                     edges.append(Edge(base[outer.table], outer.name, query, column, both_ways=False))
+    return edges
+
+
+def _in_subqueries(select: exp.Select, base: dict[str, TableQuery], draft: Draft) -> list[Edge]:
+    """``t.x IN (SELECT s.y FROM s ...)``, a conjunct of the WHERE, t a table of this SELECT not
+    NULL-extended and the subquery over s alone, uncorrelated, one row per row of s: a row of t
+    whose x is not among s's values fails the WHERE, so s's values filter t (one way: the answer is
+    the whole subquery's). TPC-H Q20 at SF 10, its parts too many to be answered first: the parts
+    named 'forest%' filter partsupp."""
+    where = select.args.get("where")
+    nullable = nullable_aliases(select)
+    edges = []
+    for condition in split_and(where.this) if where is not None else []:
+        outer, subquery = condition.this, condition.args.get("query")
+        if not (isinstance(condition, exp.In) and isinstance(outer, exp.Column) and subquery is not None):
+            continue
+        inner = subquery.this if isinstance(subquery, exp.Subquery) else subquery
+        if not isinstance(inner, exp.Select) or len(inner.expressions) != 1 or inner.find(exp.Subquery, exp.Exists):
+            continue
+        value = inner.expressions[0].unalias()
+        tables = {t.alias_or_name for t in inner.find_all(exp.Table)}
+        if not isinstance(value, exp.Column) or len(tables) != 1 or inner.args.get("limit") or inner.args.get("joins"):
+            continue
+        if any(c.table not in tables for c in inner.find_all(exp.Column)):
+            continue  # correlated
+        query = draft.query_of(inner, value.table)
+        if query is not None and outer.table in base and outer.table not in nullable and per_input_row(inner, value):
+            edges.append(Edge(query, value.name, base[outer.table], outer.name, both_ways=False))
     return edges
 
 
