@@ -69,7 +69,7 @@ def test_a_region_on_five_hosts_loads_through_spark_and_answers(tmp_path: Path, 
         config = tmp_path / "cxg.toml"
         config.write_text(
             f'[gateway]\nhost = "{at["gateway"]}"\nport = 8080\n'
-            f'[spark]\nmaster = "{master}"\nexecutor_python = "{sys.executable}"\nwarm_up = false\n'
+            f'[spark]\nmaster = "{master}"\nexecutor_python = "{sys.executable}"\nwarm_up = false\ngather_rows = 0\n'
             f"executor_wait = 60.0\n"
             f'conf = {{ "spark.driver.host" = "{at["gateway"]}", "spark.driver.bindAddress" = "{at["gateway"]}",'
             ' "spark.executor.memory" = "512m" }\n'
@@ -90,7 +90,8 @@ def test_a_region_on_five_hosts_loads_through_spark_and_answers(tmp_path: Path, 
         urls = sorted(n["url"] for m in client.cluster()["members"] for n in m["nodes"])
         assert urls == [f"http://{at['node-0']}:8101", f"http://{at['node-1']}:8101"]  # as the nodes advertise
 
-        # TPC-H's placements whatever the sizes: the fact tables' joins are the Spark worker's
+        # TPC-H's placements whatever the sizes: the fact tables' joins are the Spark worker's (gather_rows = 0:
+        # however few their rows)
         by_key = ["--set", "storage.replicate_below=0"]
         load = [*hosts.prefix("gateway"), sys.executable, "-m", "cxg", *base, *by_key, "load", "tpch", "--live"]
         loaded = subprocess.run([*load, "--url", gateway], capture_output=True, text=True, timeout=900)
