@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -438,11 +439,13 @@ def kill_load(region: FaultRegion, expected: dict, scale_factor: float = 0.05) -
     store = region.stores[0]
     before = set(store.versions("lineitem"))
     command = [sys.executable, "-m", "cxg", *region.load_options(), "load", "tpch", "--sf", f"{scale_factor:g}"]
+    scratch = tempfile.mkdtemp(prefix="cxg-killed-load-")  # its generated files: a killed process leaves them
     process = subprocess.Popen(
         [*command, "--tables", "lineitem", "--mode", "replace", "--engine", "spark"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        env={**os.environ, "TMPDIR": scratch},
     )
     served = {b.file for b in store.table("lineitem").blocks}
 
@@ -457,6 +460,7 @@ def kill_load(region: FaultRegion, expected: dict, scale_factor: float = 0.05) -
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
     more = clients(region.url, expected, NODE_QUERIES, for_seconds(1.0), seed=14)
     during.outcomes.update(more.outcomes)
     during.wrong += more.wrong
