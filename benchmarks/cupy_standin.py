@@ -13,16 +13,19 @@ It is NumPy underneath, and as strict as CuPy where CuPy is strict:
   the write (or a host synchronization); a pinned host buffer must outlive its asynchronous copy;
   memory pools and each device's memory have limits (`OutOfMemoryError` past them).
 - **Raw CUDA kernels run their own source** (`cupy.RawModule`), compiled as C++ on the CPU by g++
-  through a small shim that runs the grid's blocks and threads in loops (with `sanitize`, under
-  AddressSanitizer and UndefinedBehaviorSanitizer); their pointer arguments are read after their
-  writes, like any operation's.
+  through a small shim (with `sanitize`, under AddressSanitizer and UndefinedBehaviorSanitizer): a
+  kernel whose threads synchronize (`__syncthreads`, shared memory) runs each CUDA block's threads
+  as real threads at once, one block after another, with real atomics; any other runs the grid's
+  blocks and threads in loops. Their pointer arguments are read after their writes, like any
+  operation's.
 - **What happened is counted** (`StandIn.counts`): launches, host synchronizations, bytes moved
   each way, per device.
 
 What it proves: that the code uses CuPy's API as CuPy has it, with the dtypes it accepts, that its
 logic gives NumPy's answers, and that the stream dependencies written in it order every read after
-its write. What it cannot: real concurrency, the order of atomics, speed, or the device's own
-memory behaviour beyond the limits modelled.
+its write, and that the threads of a CUDA block meet at its barriers. What it cannot: real
+concurrency between streams, warps running in lockstep, speed, or the device's own memory behaviour
+beyond the limits modelled.
 
     with installed(devices=2) as standin:   # `import cupy` now gives the stand-in
         backend = get_backend("cupy")
@@ -505,19 +508,92 @@ _BUILD_DIR = Path(tempfile.gettempdir()) / "cxg-standin-kernels"
 
 # ---- RawModule and RawKernel: CUDA C run on the CPU ---------------------------------------------------
 
+# The runtime every kernel library links to, built once: the grid's threads, the CUDA blocks' barrier.
+_CUDA_RUNTIME = r"""
+#include <barrier>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+struct dim3 { unsigned int x, y, z; };
+thread_local dim3 blockIdx, threadIdx, blockDim, gridDim;
+// The threads of a CUDA block, kept from launch to launch (as many as the largest block yet).
+static std::mutex launching, state;
+static std::condition_variable started, finished;
+static unsigned int generation = 0, running = 0, workers = 0, grid_x = 0, block_x = 0;
+static void (*kernel_body)(void*) = nullptr;
+static void* kernel_context = nullptr;
+static std::barrier<>* block_barrier = nullptr;
+extern "C" void cxg_syncthreads() { block_barrier->arrive_and_wait(); }
+static void worker(unsigned int t) {
+    unsigned int seen = 0;
+    while (true) {
+        std::unique_lock<std::mutex> lock(state);
+        started.wait(lock, [&] { return generation != seen; });
+        seen = generation;
+        if (t >= block_x) continue;
+        const unsigned int gx = grid_x, bx = block_x;
+        void (*body)(void*) = kernel_body;
+        void* context = kernel_context;
+        std::barrier<>* barrier = block_barrier;
+        lock.unlock();
+        gridDim = {gx, 1, 1};
+        blockDim = {bx, 1, 1};
+        for (unsigned int b = 0; b < gx; ++b) {
+            blockIdx = {b, 0, 0};
+            threadIdx = {t, 0, 0};
+            body(context);
+            barrier->arrive_and_wait();  // a block's shared memory is not reused while another reads it
+        }
+        lock.lock();
+        if (--running == 0) finished.notify_all();
+    }
+}
+// A grid whose CUDA blocks synchronize their threads: `bx` threads at once, each running its thread
+// of every CUDA block in turn. One launch at a time (two devices launch from two host threads):
+// shared memory is one per kernel.
+extern "C" void cxg_run_grid(unsigned int gx, unsigned int bx, void (*body)(void*), void* context) {
+    std::lock_guard<std::mutex> hold(launching);
+    std::barrier<> barrier(bx);
+    std::unique_lock<std::mutex> lock(state);
+    for (; workers < bx; ++workers) std::thread(worker, workers).detach();
+    grid_x = gx, block_x = bx, kernel_body = body, kernel_context = context, block_barrier = &barrier;
+    running = bx;
+    ++generation;
+    started.notify_all();
+    finished.wait(lock, [] { return running == 0; });
+}
+"""
+# What a kernel library sees of CUDA (light, so that each kernel builds fast).
 _CUDA_SHIM = r"""
 #include <cstdint>
+#include <type_traits>
 struct dim3 { unsigned int x, y, z; };
-static thread_local dim3 blockIdx, threadIdx, blockDim, gridDim;  // two devices launch from two threads
+extern thread_local dim3 blockIdx, threadIdx, blockDim, gridDim;
+extern "C" void cxg_syncthreads();
+extern "C" void cxg_run_grid(unsigned int gx, unsigned int bx, void (*body)(void*), void* context);
+template <class F> static void cxg_call(void* f) { (*static_cast<F*>(f))(); }
 #define __global__
 #define __device__
 #define __host__
 #define __forceinline__ inline
 #define __restrict__ __restrict
-// atomics: the threads run one after another here, so a plain read-modify-write is one
-template <class T> static inline T atomicAdd(T* at, T v) { T old = *at; *at = old + v; return old; }
-template <class T> static inline T atomicMin(T* at, T v) { T old = *at; *at = v < old ? v : old; return old; }
-template <class T> static inline T atomicMax(T* at, T v) { T old = *at; *at = v > old ? v : old; return old; }
+#define __shared__ static  // one per kernel: the CUDA blocks of a launch run one after another
+static inline void __syncthreads() { cxg_syncthreads(); }
+// atomics as real ones: a CUDA block's threads run at once
+template <class T> static inline T cxg_update(T* at, T v, int op) {
+    if constexpr (std::is_integral_v<T>) {
+        if (op == 0) return __atomic_fetch_add(at, v, __ATOMIC_RELAXED);
+    }
+    T old;
+    __atomic_load(at, &old, __ATOMIC_RELAXED);
+    while (true) {
+        T want = op == 0 ? old + v : op == 1 ? (v < old ? v : old) : (v > old ? v : old);
+        if (__atomic_compare_exchange(at, &old, &want, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return old;
+    }
+}
+template <class T> static inline T atomicAdd(T* at, T v) { return cxg_update(at, v, 0); }
+template <class T> static inline T atomicMin(T* at, T v) { return cxg_update(at, v, 1); }
+template <class T> static inline T atomicMax(T* at, T v) { return cxg_update(at, v, 2); }
 """
 _KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)', re.S)
 _C_SCALARS = {
@@ -567,39 +643,48 @@ def _kernel_params(text: str) -> list[_KernelParam]:
 
 def compile_cuda(code: str, sanitize: bool = False) -> tuple[ctypes.CDLL, dict[str, list[_KernelParam]]]:
     """A CUDA C source's kernels as C++ on the CPU: each `extern "C" __global__` function gets a
-    launcher running the grid's blocks and each block's threads in loops."""
+    launcher running the grid's blocks, each block's threads at once on the runtime's threads if the
+    source synchronizes them, else in loops."""
     kernels = {name: _kernel_params(params) for name, params in _KERNEL.findall(code)}
     launchers = []
     for name, params in kernels.items():
         declared = ", ".join(
             f"{'const ' if p.const else ''}{p.ctype}{'*' if p.pointer else ''} {p.name}" for p in params
         )
-        launchers.append(
-            f'extern "C" void cxg_launch_{name}(unsigned int gx, unsigned int bx, {declared}) {{\n'
-            f"  gridDim = {{gx, 1, 1}}; blockDim = {{bx, 1, 1}};\n"
-            f"  for (unsigned int b = 0; b < gx; ++b) for (unsigned int t = 0; t < bx; ++t) {{\n"
-            f"    blockIdx = {{b, 0, 0}}; threadIdx = {{t, 0, 0}}; {name}({', '.join(p.name for p in params)});\n"
-            f"  }}\n}}\n"
-        )
-    source = _CUDA_SHIM + code + "\n" + "".join(launchers)
+        call = f"{name}({', '.join(p.name for p in params)});"
+        if "__syncthreads" in code:  # a CUDA block's threads at once, on the runtime's threads
+            run = f"  auto body = [&] {{ {call} }};\n  cxg_run_grid(gx, bx, &cxg_call<decltype(body)>, &body);\n"
+        else:  # one after another, here: cheaper, and the same for a kernel whose threads never wait
+            run = (
+                "  gridDim = {gx, 1, 1}; blockDim = {bx, 1, 1};\n"
+                "  for (unsigned int b = 0; b < gx; ++b) for (unsigned int t = 0; t < bx; ++t) {\n"
+                f"    blockIdx = {{b, 0, 0}}; threadIdx = {{t, 0, 0}}; {call}\n  }}\n"
+            )
+        signature = f"cxg_launch_{name}(unsigned int gx, unsigned int bx, {declared})"
+        launchers.append(f'extern "C" void {signature} {{\n{run}}}\n')
     flags = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-omit-frame-pointer"] if sanitize else ["-O1"]
-    return _build(source, "cuda", flags), kernels
+    _build(_CUDA_RUNTIME, "runtime", [*flags, "-pthread", "-std=c++20"], globally=True)  # its symbols first
+    return _build(_CUDA_SHIM + code + "\n" + "".join(launchers), "cuda", [*flags, "-std=c++17"]), kernels
 
 
-def _build(source: str, name: str, flags: list[str]) -> ctypes.CDLL:
-    """A C++ source built once into a shared library (cached by its text and flags)."""
+def _build(source: str, name: str, flags: list[str], globally: bool = False) -> ctypes.CDLL:
+    """A C++ source built once into a shared library (cached by its text and flags) and loaded
+    (`globally`: its symbols resolve those of the libraries loaded after it)."""
     digest = hashlib.sha256((source + " ".join(flags)).encode()).hexdigest()[:16]
     if digest not in _BUILT:
         _BUILD_DIR.mkdir(exist_ok=True)
         library = _BUILD_DIR / f"{name}-{digest}.so"
         if not library.exists():
-            cpp = library.with_suffix(".cpp")
-            cpp.write_text(source)
-            command = ["g++", *flags, "-shared", "-fPIC", "-std=c++17", "-o", str(library), str(cpp)]
-            done = subprocess.run(command, capture_output=True, text=True)
-            if done.returncode != 0:
-                raise RuntimeError(f"{name} does not compile as C++ on the CPU:\n{done.stderr}")
-        _BUILT[digest] = ctypes.CDLL(str(library))
+            with tempfile.TemporaryDirectory(dir=_BUILD_DIR) as tmp:  # built aside, then renamed: atomic
+                cpp, built = Path(tmp) / "source.cpp", Path(tmp) / "library.so"
+                cpp.write_text(source)
+                done = subprocess.run(
+                    ["g++", *flags, "-shared", "-fPIC", "-o", str(built), str(cpp)], capture_output=True, text=True
+                )
+                if done.returncode != 0:
+                    raise RuntimeError(f"{name} does not compile as C++ on the CPU:\n{done.stderr}")
+                built.replace(library)
+        _BUILT[digest] = ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL if globally else ctypes.DEFAULT_MODE)
     return _BUILT[digest]
 
 
