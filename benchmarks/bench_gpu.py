@@ -18,9 +18,10 @@ after warm-up (`benchmarks.gpu_timing`). It installs nothing: the data is genera
 tpchgen-cli, and `--data DIR` keeps the loaded store for the next run.
 
 `--dry-run` runs the same scans on the CuPy backend against the strict stand-in of CuPy
-(`benchmarks.cupy_standin`), which counts per block the kernel launches,
-the host's waits for the device and the bytes copied, by the general kernels and by the fused
-kernel, every answer checked against NumPy's. `--standin` runs the timed run on the stand-in at a
+(`benchmarks.cupy_standin`), which counts per query the kernel launches, the host's waits for the
+device and the bytes copied, by the general kernels block by block and by the fused kernels over
+the resident columns (the first run, which loads them, and the next), every answer checked
+against NumPy's. `--standin` runs the timed run on the stand-in at a
 small scale: its times are the host's and mean nothing, it shows that the command works.
 """
 
@@ -43,7 +44,7 @@ from benchmarks import gpu_timing, kernel_checks
 from benchmarks.bench_scan import QUERIES, decoded_bytes
 from benchmarks.cupy_standin import installed
 from gpu_kernels import block_budget as device_rule
-from gpu_kernels import block_parts, cuda_available, final_aggregate, get_backend
+from gpu_kernels import cuda_available, final_aggregate, get_backend, plan_resident
 from loadtests import console, machine, print_table, write_json
 from storage import LoadOptions, Store, TableCache, load_table, parse_size, read_parquet, scan_table, tpch
 
@@ -56,8 +57,8 @@ def _scan(cache: TableCache, backend: Any, request: dict, keys: list[str]) -> tu
 
 
 def dry_run(sf: float, block_rows: int) -> dict[str, Any]:
-    """Each query's counts per block under the stand-in, by the general kernels and by the fused
-    kernel, every answer checked against NumPy's."""
+    """Each query's counts under the stand-in, by the general kernels block by block and by the
+    fused kernels over the resident columns, every answer checked against NumPy's."""
     figures: dict[str, Any] = {"sf": sf, "block_rows": block_rows, "queries": {}}
     with tempfile.TemporaryDirectory(prefix="cxg-gpu-") as tmp:
         files = tpch.generate(sf, Path(tmp) / "tpch", ["lineitem"])
@@ -74,16 +75,18 @@ def dry_run(sf: float, block_rows: int) -> dict[str, Any]:
     return figures
 
 
-PATHS = ("general", "fused")  # the general kernels (one launch per step), the generated fused kernel
+PATHS = ("general", "fused")  # the general kernels block by block, the fused kernels over resident columns
 
 
 def _counted(cache: TableCache, request: dict, keys: list[str], expected: pa.Table, path: str) -> dict[str, float]:
-    """One scan's counts per block on the stand-in, by the general kernels or the fused one."""
+    """One scan's counts on the stand-in: its first run (which compiles its kernels and loads the
+    resident columns) and the next, by the general kernels or the fused ones."""
     with installed() as standin:
         backend = get_backend("cupy")
         backend.fuses = path == "fused"
         try:
-            _scan(cache, backend, request, keys)  # the kernels' one-time setup out of the counts
+            first = _snapshot(standin.counts)
+            _scan(cache, backend, request, keys)
             before = _snapshot(standin.counts)
             got, blocks = _scan(cache, backend, request, keys)
             after = _snapshot(standin.counts)
@@ -91,7 +94,11 @@ def _counted(cache: TableCache, request: dict, keys: list[str], expected: pa.Tab
             del backend.fuses
     if not got.equals(expected):
         raise SystemExit(f"{path} kernels answer {got.to_pylist()}, NumPy's {expected.to_pylist()}")
-    return {"blocks": blocks, **{f"{k}_per_block": (after[k] - before[k]) / max(1, blocks) for k in after}}
+    return {
+        "blocks": blocks,
+        **{k: after[k] - before[k] for k in after},
+        "first_to_device_bytes": before["to_device_bytes"] - first["to_device_bytes"],
+    }
 
 
 def _snapshot(counts: Any) -> dict[str, float]:
@@ -109,16 +116,16 @@ def report(figures: dict[str, Any]) -> None:
         general, fused = q["general"], q["fused"]
         rows.append(
             [name, str(fused["blocks"])]
-            + [f"{general[k]:.{d}f} → {fused[k]:.{d}f}" for k, d in (("launches_per_block", 0), ("syncs_per_block", 1))]
+            + [f"{general[k]:,} → {fused[k]:,}" for k in ("launches", "syncs")]
             + [
-                f"{fused['to_device_bytes_per_block'] / 1e6:.2f}",
-                f"{general['to_host_bytes_per_block'] / 1e3:.2f} → {fused['to_host_bytes_per_block'] / 1e3:.2f}",
+                f"{fused['first_to_device_bytes'] / 1e3:,.1f} → {fused['to_device_bytes'] / 1e3:,.1f}",
+                f"{general['to_host_bytes'] / 1e3:.2f} → {fused['to_host_bytes'] / 1e3:.2f}",
             ]
         )
     print_table(
-        f"Per block on the CuPy backend (stand-in), general kernels → fused kernel, lineitem SF {figures['sf']:g}, "
-        f"{figures['block_rows']:,} rows a block at most",
-        ["query", "blocks", "launches", "host syncs", "MB to device", "KB to host"],
+        f"Per query on the CuPy backend (stand-in), general kernels block by block → fused kernels over the "
+        f"resident columns, lineitem SF {figures['sf']:g}, {figures['block_rows']:,} rows a block at most",
+        ["query", "blocks", "launches", "host waits", "fused: KB to device, first → next", "KB to host"],
         rows,
     )
 
@@ -180,7 +187,7 @@ def timed_run(
     stage(
         "partitioning",
         "hash partitioning",
-        lambda: gpu_timing.hash_partitioning(cupy, 100_000 if small else 16 << 20, (16, 256), repeat),
+        lambda: gpu_timing.hash_partitioning(cupy, cupyx, 100_000 if small else 16 << 20, (16, 256), repeat),
     )
     with _lineitem(sf, data, block_budget) as cache:
         stage("scans", None, lambda: _timed_scans(cupy, cache, figures["ceilings"], repeat))
@@ -223,10 +230,12 @@ def _timed_scans(cupy: Any, cache: TableCache, ceilings: dict[str, float], repea
             row: dict[str, Any] = {"numpy_s": _wall(lambda r=request, k=keys: _scan(cache, numpy, r, k), repeat)}
             row["duckdb_s"] = _wall(lambda q=sql: con.sql(q).to_arrow_table(), repeat)
             row["resident_s"], row["compressed_bytes"] = _resident(cupy, cache, backend, request, repeat)
-            got, _ = _scan(cache, backend, request, keys)
-            if not got.equals(expected):
-                raise SystemExit(f"{name}: the CuPy backend answers {got.to_pylist()}, NumPy {expected.to_pylist()}")
-            row["pipeline_s"] = _wall(lambda r=request, k=keys: _scan(cache, backend, r, k), repeat)
+            row["scan_s"] = _checked(cache, backend, request, keys, expected, repeat)
+            backend.keeps_columns = False  # block by block from host memory
+            try:
+                row["pipeline_s"] = _checked(cache, backend, request, keys, expected, repeat)
+            finally:
+                del backend.keeps_columns
             stats = scan_table(cache, {"table": "lineitem", **request}, numpy)
             list(stats.pieces())
             row["decoded_bytes"] = decoded_bytes(cache, request, stats.stats)
@@ -237,19 +246,39 @@ def _timed_scans(cupy: Any, cache: TableCache, ceilings: dict[str, float], repea
         row = results[name]
         row["effective_bytes_per_s"] = row["decoded_bytes"] / row["resident_s"]
         row["of_copy_bandwidth"] = row["effective_bytes_per_s"] / copy
+        row["compressed_of_copy_bandwidth"] = row["compressed_bytes"] / row["resident_s"] / copy
         row["overlap"] = (row["compressed_bytes"] / pinned + row["resident_s"]) / row["pipeline_s"]
     return results
 
 
+def _checked(cache: TableCache, backend: Any, request: dict, keys: list[str], expected: pa.Table, repeat: int) -> float:
+    """Wall seconds of the scan on `backend`, whose answer must be NumPy's."""
+    got, _ = _scan(cache, backend, request, keys)
+    if not got.equals(expected):
+        path = "resident columns" if backend.keeps_columns else "block pipeline"
+        raise SystemExit(f"{request}: CuPy ({path}) answers {got.to_pylist()}, NumPy {expected.to_pylist()}")
+    return _wall(lambda: _scan(cache, backend, request, keys), repeat)
+
+
 def _resident(cupy: Any, cache: TableCache, backend: Any, request: dict, repeat: int) -> tuple[float, int]:
-    """Seconds to scan the blocks with their parts already on the device (CUDA events), and the
-    bytes of those parts."""
+    """Seconds of the fused kernels over the resident columns (CUDA events around the launches and
+    the read-back, the plan made once), and the bytes of the columns they read."""
     scan = scan_table(cache, {"table": "lineitem", **request}, backend)
-    jobs = scan.jobs()
-    parts = [part for _, block, _ in jobs for part in block_parts(block, scan.columns_needed())]
-    resident = {id(part): (part, cupy.asarray(part)) for part in parts}
-    seconds = gpu_timing.event_seconds(cupy, lambda: [scan.run(job, resident) for job in jobs], repeat)
-    return seconds, sum(part.nbytes for part in parts)
+    loaded, task = scan.loaded, scan.plan.task
+    position = {entry.file: i for i, (entry, _) in enumerate(loaded.blocks)}
+    prepared = plan_resident(
+        backend,
+        ("bench", loaded.version),
+        [block for _, block in loaded.blocks],
+        [position[entry.file] for entry, _, _ in scan.jobs()],
+        task.predicate,
+        list(task.keys),
+        list(task.aggregates),
+    )
+    if prepared is None:
+        raise SystemExit(f"{request}: not fused")
+    seconds = gpu_timing.event_seconds(cupy, lambda: prepared.run(backend), repeat)
+    return seconds, sum(image.nbytes for image in prepared.scan.images.values())
 
 
 def _wall(work: Any, repeat: int) -> float:
@@ -292,9 +321,11 @@ def timed_report(figures: dict[str, Any]) -> None:
         rows.append(
             [
                 name,
-                f"{q['resident_s'] * 1000:.2f}",
+                f"{q['resident_s'] * 1000:.3f}",
                 f"{q['effective_bytes_per_s'] / 1e9:.1f}",
                 f"{q['of_copy_bandwidth']:.0%}",
+                f"{q['compressed_of_copy_bandwidth']:.0%}",
+                f"{q['scan_s'] * 1000:.2f}",
                 f"{q['pipeline_s'] * 1000:.1f}",
                 f"{q['overlap']:.2f}",
                 f"{q['numpy_s'] / q['resident_s']:.1f}x",
@@ -303,7 +334,18 @@ def timed_report(figures: dict[str, Any]) -> None:
         )
     print_table(
         f"lineitem SF {figures['sf']:g} ({scans['blocks']} blocks) on {figures['device']}",
-        ["query", "resident ms", "effective GB/s", "of copy", "pipeline ms", "overlap", "vs NumPy 1 core", "vs DuckDB"],
+        [
+            "query",
+            "kernels ms",
+            "effective GB/s",
+            "of copy",
+            "compressed, of copy",
+            "scan ms",
+            "pipeline ms",
+            "overlap",
+            "vs NumPy 1 core",
+            "vs DuckDB",
+        ],
         rows,
     )
     sweep = figures["compressed_transfer"]
@@ -316,9 +358,12 @@ def timed_report(figures: dict[str, Any]) -> None:
         [[str(k), *(f"{speedup[(k, b)]:.2f}" for b in blocks)] for k in ratios],
     )
     print_table(
-        "Hash partitioning of int64 keys",
-        ["buckets", "GB/s"],
-        [[str(p), f"{rate / 1e9:.1f}"] for p, rate in figures["partitioning"].items()],
+        "Hash partitioning of int64 keys, GB/s",
+        ["buckets", "order on the device", "order into pinned host memory"],
+        [
+            [p, f"{rate['on_device'] / 1e9:.1f}", f"{rate['to_pinned_host'] / 1e9:.1f}"]
+            for p, rate in figures["partitioning"].items()
+        ],
     )
 
 

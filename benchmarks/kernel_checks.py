@@ -21,6 +21,7 @@ from gpu_kernels import (
     BlockTask,
     Call,
     Col,
+    ColumnImage,
     Dictionary,
     EncodedBlock,
     EncodedColumn,
@@ -151,9 +152,11 @@ def random_keys(rng: np.random.Generator) -> list[NamedExpr]:
     return [NamedExpr(n, Col(n), TYPES[n]) for n in names]
 
 
-def final_rows(batch: pa.RecordBatch, task: BlockTask) -> list[dict]:
+def final_rows(batches: pa.RecordBatch | list[pa.RecordBatch], task: BlockTask) -> list[dict]:
+    """The final aggregate of partial results, rows in key order."""
     keys = [k.name for k in task.keys]
-    table = final_aggregate(pa.Table.from_batches([batch]), keys, list(task.aggregates))
+    batches = batches if isinstance(batches, list) else [batches]
+    table = final_aggregate(pa.Table.from_batches(batches, schema=task.schema()), keys, list(task.aggregates))
     return table.sort_by([(k, "ascending") for k in keys]).to_pylist() if keys else table.to_pylist()
 
 
@@ -172,29 +175,39 @@ def _require(condition: bool, message: str) -> None:
 def compare_fused(
     cases: int, standin: Any = None, seed: int = 5, sizes: tuple[int, ...] = (1, 7, 255, 256, 257, 3000)
 ) -> int:
-    """Random blocks, predicates, keys and aggregates through the fused kernel (on the device, or as
-    C++ on the CPU under the stand-in, whose count of host waits is checked too) and through the
-    NumPy backend's general kernels, partial aggregates compared; how many were compared."""
+    """Random scans through the fused kernels (on the device, or as C++ on the CPU under the
+    stand-in, whose count of host waits is checked too) and through the NumPy backend's general
+    kernels, final aggregates compared; how many were compared. A scan reads one to four random
+    blocks, each with its own encodings and values (so several launches, and keys whose codes span
+    blocks), or a subset of them as after pruning, over a grid of 1 to 3 CUDA blocks now and then
+    (so that they stride over many tiles)."""
     rng = np.random.default_rng(seed)
     numpy, cupy_backend = get_backend("numpy"), get_backend("cupy")
     for case in range(cases):
-        block = random_block(rng, int(rng.choice(sizes)))
+        blocks = [random_block(rng, int(rng.choice(sizes))) for _ in range(int(rng.integers(1, 5)))]
+        chosen = sorted(int(b) for b in rng.choice(len(blocks), int(rng.integers(1, len(blocks) + 1)), replace=False))
         predicate = random_predicate(rng) if case % 5 else None
         task = BlockTask(predicate, keys=tuple(random_keys(rng)), aggregates=tuple(random_aggregates(rng)))
-        expected = final_rows(run_block(task, block, numpy, ScanStats(), predicate)[0][0], task)
-        scan = fused_scan.plan(block, predicate, list(task.keys), list(task.aggregates))
+        partials = [run_block(task, blocks[b], numpy, ScanStats(), predicate)[0][0] for b in chosen]
+        expected = final_rows(partials, task)
+        images = {n: ColumnImage.of(n, [b.columns[n] for b in blocks]) for n in TYPES}
+        scan = fused_scan.plan(images, chosen, predicate, list(task.keys), list(task.aggregates))
         _require(scan is not None, f"case {case}: {task} is not fused")
-        if case % 3 == 0:  # a handful of CUDA blocks, so that several slices are folded
-            scan.max_blocks = int(rng.integers(1, 4))
+        if case % 3 == 0:
+            for launch in scan.launches:
+                launch.max_grid = int(rng.integers(1, 4))
         syncs = standin.counts.syncs if standin else 0
-        accumulators = cupy_backend.fused_aggregate(scan, cupy_backend.asarray)
+        buffers = {pair for launch in scan.launches for pair in launch.buffers}
+        on_device = {(c, k): cupy_backend.asarray(images[c].buffers[k]) for c, k in buffers}
+        accumulators = cupy_backend.fused_aggregate(scan, lambda c, k, d=on_device: d[(c, k)])
         _require(not standin or standin.counts.syncs == syncs + 1, "the result is not read back in one wait")
         got = final_rows(scan.assemble(accumulators), task)
         _require(got == expected, f"case {case}: {task}\nfused: {got}\nnumpy: {expected}")
         selected = sum(row["n"] for row in expected)
         _require(scan.selected(accumulators) == selected, f"case {case}: rows selected")
+        block = blocks[chosen[0]]
         through_operator = final_rows(run_block(task, block, cupy_backend, ScanStats(), predicate)[0][0], task)
-        _require(through_operator == expected, f"case {case}: the operator's fused path differs")
+        _require(through_operator == final_rows(partials[0], task), f"case {case}: the operator's fused path differs")
     return cases
 
 
@@ -211,6 +224,7 @@ def _operations(rng: np.random.Generator, n: int) -> dict[str, tuple[Callable[[A
     groups = max(1, n // 10)
     gid = rng.integers(0, groups, n)
     floats = rng.normal(0, 1e6, n)
+    hashed = rng.integers(0, 1 << 63, n).astype(np.uint64)
     start, stop = n // 5, n - n // 7
 
     def on(backend: Any, *arrays: np.ndarray) -> list[Any]:
@@ -228,8 +242,16 @@ def _operations(rng: np.random.Generator, n: int) -> dict[str, tuple[Callable[[A
         "group_sum": lambda b: b.group_sum(*on(b, gid, values), groups),
         "group_count": lambda b: b.group_count(*on(b, gid), groups),
         "partition": lambda b: b.partition(*on(b, gid % 16), 16),
+        "partition_keys": lambda b: _rows_of_buckets(b, *b.partition_keys(on(b, hashed, hashed ^ offsets), 16)),
         "unique_inverse": lambda b: _distinct_values_of_rows(b, *b.unique_inverse(*on(b, values % 1000))),
     }
+
+
+def _rows_of_buckets(backend: Any, order: Any, counts: Any, offsets: Any) -> tuple[np.ndarray, ...]:
+    """What `partition_keys` promises, whatever the order of rows within a bucket: each bucket's rows."""
+    order, counts, offsets = backend.to_host(order), backend.to_host(counts), backend.to_host(offsets)
+    sorted_rows = np.concatenate([np.sort(order[o : o + c]) for o, c in zip(offsets, counts, strict=True)])
+    return sorted_rows.astype(np.int64), counts, offsets
 
 
 def _distinct_values_of_rows(backend: Any, uniques: Any, inverse: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -44,6 +44,7 @@ _FACE: dict[str, tuple[str, ...]] = {
         "plain_nbytes",
         "run_starts",
     ),
+    "column_image": ("ColumnImage",),
     "constant_folding": ("fold",),
     "evaluate": ("BlockEvaluator",),
     "expr": ("Call", "Col", "Expr", "ExprError", "Lit", "Type", "arrow_kind"),
@@ -51,6 +52,7 @@ _FACE: dict[str, tuple[str, ...]] = {
     "partition": ("partition",),
     "pipeline": ("BlockPipeline", "block_parts"),
     "placement_hash": ("bucket_ids", "string_hashes"),
+    "resident": ("ResidentArea", "ResidentScan", "area_of", "plan_resident"),
     "value_predicates": ("membership_of",),
     "vectors": ("OverflowInExpression", "Vec", "arrow_type", "exact_fraction", "scalar_literal", "to_arrow"),
 }

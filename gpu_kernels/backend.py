@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpu_kernels import bitpack
+from gpu_kernels.placement_hash import bucket_ids
 
 Array = Any  # numpy.ndarray or cupy.ndarray
 _EXACT_FLOAT = 1 << 53
@@ -34,6 +35,7 @@ class NumpyBackend:
     name = "numpy"
     xp = np
     fuses = False  # runs a block's partial aggregate as one generated kernel (`gpu_kernels.fused_scan`)
+    keeps_columns = False  # keeps scanned columns on its device, a scan's aggregate one launch (`gpu_kernels.resident`)
     device_memory: int | None = None  # bytes of each GPU the scans may use together (None: 90% of it)
 
     def asarray(self, host: np.ndarray) -> Array:
@@ -141,6 +143,11 @@ class NumpyBackend:
 
     def group_count(self, gid: Array, groups: int) -> Array:
         return self.xp.bincount(gid, minlength=groups).astype(self.xp.int64)
+
+    def partition_keys(self, inputs: list[Array], count: int) -> tuple[Array, Array, Array]:
+        """Rows placed into `count` buckets by the placement hash of their key columns' uint64 hash
+        inputs: (row order grouped by bucket, counts, offsets)."""
+        return self.partition(bucket_ids(self.xp, inputs, count), count)
 
     def partition(self, buckets: Array, count: int) -> tuple[Array, Array, Array]:
         """Histogram, exclusive scan and scatter: (row order grouped by bucket, counts, offsets)."""

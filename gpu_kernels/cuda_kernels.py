@@ -35,7 +35,17 @@ def cuda_source(*files: str) -> str:
     return "".join(resources.files("gpu_kernels").joinpath("cuda", f).read_text() for f in ("bits.cuh", *files))
 
 
-KERNELS = {k.name: k for k in [Kernel("cxg_unpack", "unpack.cu", 32)]}
+KERNELS = {
+    k.name: k
+    for k in [
+        Kernel("cxg_unpack", "unpack.cu", 32),
+        Kernel("cxg_bucket_counts", "partition.cu", 32),
+        Kernel("cxg_bucket_scatter", "partition.cu", 32),
+    ]
+}
+MAX_BUCKETS = 4096  # of the partitioning kernels (their shared memory): more go through the general kernels
+PARTITION_ROWS = 16 * THREADS  # rows a CUDA block of the partitioning kernels takes, at least ...
+MAX_PARTITION_GRID = 1024  # ... and CUDA blocks at most (their counts are scanned: buckets x grid of them)
 
 
 def launch_shape(n: int) -> tuple[tuple[int], tuple[int]]:

@@ -19,13 +19,15 @@ from typing import Any
 import numpy as np
 
 from gpu_kernels.backend import Array, NumpyBackend
-from gpu_kernels.cuda_kernels import KERNELS, launch_shape
-from gpu_kernels.fused_scan import FusedScan
+from gpu_kernels.cuda_kernels import KERNELS, MAX_BUCKETS, MAX_PARTITION_GRID, PARTITION_ROWS, launch_shape
+from gpu_kernels.cuda_kernels import THREADS as KERNEL_THREADS
+from gpu_kernels.fused_scan import THREADS, FusedScan
 
 
 class CupyBackend(NumpyBackend):
     name = "cupy"
     fuses = True
+    keeps_columns = True
 
     def __init__(self) -> None:
         import cupy  # the gpu extra, needed once a device is chosen
@@ -35,6 +37,7 @@ class CupyBackend(NumpyBackend):
         self._modules: dict[str, Any] = {}  # CUDA C source -> its cupy.RawModule
         self._staging = threading.local()
         self.areas: dict[tuple[int, int | None], Any] = {}  # (device, budget) -> the pipeline's memory areas
+        self.resident: dict[tuple[int, int | None], Any] = {}  # (device, budget) -> its resident columns
         self.areas_lock = threading.Lock()
 
     def _module(self, source: str) -> Any:
@@ -57,25 +60,39 @@ class CupyBackend(NumpyBackend):
         self._staging.stream.wait_event(self.xp.cuda.get_current_stream().record())
         return staged.get(stream=self._staging.stream)
 
-    def fused_aggregate(self, scan: FusedScan, dev: Callable[[np.ndarray], Array]) -> np.ndarray:
-        """Run a block's fused kernel (`gpu_kernels.fused_scan`): its accumulators prepared, the
-        rows scanned, the CUDA blocks' slices folded, and the one row per group read back, the
-        block's only wait for the device."""
+    def fused_aggregate(self, scan: FusedScan, buffer: Callable[[str, str], Array]) -> np.ndarray:
+        """Run a scan's fused kernels (`gpu_kernels.fused_scan`): the accumulators copied in, one
+        launch per signature over all its blocks (each with its device block table), and the
+        accumulators read back, the scan's only wait for the device. `buffer(column, key)` is the
+        device copy of a column image's buffer."""
         cupy = self.xp
-        module = self._module(scan.source)
-        (grid,), block = launch_shape(scan.rows)
-        grid = min(grid, scan.max_blocks)
-        width = scan.groups * scan.slots
-        slices = cupy.empty(grid * width, dtype=cupy.uint64)
-        module.get_function(f"{scan.name}_init")(*launch_shape(grid * width), (np.int64(grid * width), slices))
-        arguments = [dev(a) if isinstance(a, np.ndarray) else a for a in scan.arguments]
-        module.get_function(scan.name)((grid,), block, (np.int64(scan.rows), np.int64(scan.groups), *arguments, slices))
         pool = getattr(self._staging, "pool", None)
         with cupy.cuda.using_allocator(pool.malloc) if pool is not None else contextlib.nullcontext():
-            folded = cupy.empty(width, dtype=cupy.uint64)  # straight into the result area
-        fold = module.get_function(f"{scan.name}_reduce")
-        fold(*launch_shape(width), (np.int64(grid), np.int64(width), slices, folded))
-        return self._copied_out(folded) if pool is not None else cupy.asnumpy(folded)
+            out = cupy.asarray(scan.initial)  # in the result area, if any
+        for launch in scan.launches:
+            kernel = self._module(launch.source).get_function(launch.name)
+            table = cupy.asarray(launch.table)
+            pointers = [buffer(column, key) for column, key in launch.buffers]
+            arguments = (np.int64(launch.tiles), np.int64(len(launch.table)), table, *pointers, *launch.scalars, out)
+            kernel((launch.grid,), (THREADS,), arguments)
+        return self._copied_out(out) if pool is not None else cupy.asnumpy(out)
+
+    def partition_keys(self, inputs: list[Array], count: int) -> tuple[Array, Array, Array]:
+        """The partitioning kernels (`gpu_kernels/cuda/partition.cu`): the hash fused with a
+        shared-memory histogram per CUDA block, an exclusive scan of the counts, and the scatter."""
+        n = len(inputs[0])
+        if count > MAX_BUCKETS or n == 0:
+            return super().partition_keys(inputs, count)
+        cupy = self.xp
+        keys = inputs[0] if len(inputs) == 1 else cupy.concatenate(inputs)
+        grid = max(1, min(MAX_PARTITION_GRID, -(-n // PARTITION_ROWS)))
+        shape = (np.int64(n), np.int32(len(inputs)), np.int32(count))
+        counts = cupy.empty(count * grid, dtype=cupy.int64)
+        self._kernel("cxg_bucket_counts")((grid,), (KERNEL_THREADS,), (keys, *shape, counts))
+        starts = cupy.cumsum(counts) - counts
+        order = cupy.empty(n, dtype=cupy.int64)
+        self._kernel("cxg_bucket_scatter")((grid,), (KERNEL_THREADS,), (keys, *shape, starts, order))
+        return order, counts.reshape(count, grid).sum(axis=1), cupy.ascontiguousarray(starts[::grid])
 
     def asarray(self, host: np.ndarray) -> Array:
         return self.xp.asarray(host)

@@ -71,17 +71,17 @@ def device_map(
         w.join()
 
 
-DEVICE_MEMORY_FRACTION = 0.9  # of each device's memory, split into the three areas
+DEVICE_MEMORY_FRACTION = 0.9  # of each device's memory, split into four areas: the three below, resident columns
 
 
 class _Areas:
     """A device's three memory areas (compressed input, decoded data, results), pools of equal
     limits shared by every scan running on the device: however many run, together they stay within
-    the budget (by default DEVICE_MEMORY_FRACTION of its memory), and one that needs more than is
-    left fails alone."""
+    their share of the budget (by default DEVICE_MEMORY_FRACTION of its memory; the fourth share is
+    the resident columns', `gpu_kernels.resident`), and one that needs more than is left fails alone."""
 
     def __init__(self, cupy: Any, memory: int | None) -> None:
-        self.size = _area_size(cupy, memory)
+        self.size = area_size(cupy, memory)
         self.input, self.decoded, self.result = (cupy.cuda.MemoryPool() for _ in range(3))
         for pool in (self.input, self.decoded, self.result):
             pool.set_limit(size=self.size)
@@ -95,12 +95,12 @@ class _Areas:
             return backend.areas[key]
 
 
-def _area_size(cupy: Any, memory: int | None) -> int:
-    """Bytes of each of the current device's three areas under a budget of `memory` (None: the
+def area_size(cupy: Any, memory: int | None) -> int:
+    """Bytes of each of the current device's four areas under a budget of `memory` (None: the
     default share of the device)."""
     if memory is None:
         memory = int(cupy.cuda.runtime.memGetInfo()[1] * DEVICE_MEMORY_FRACTION)
-    return memory // 3
+    return memory // 4
 
 
 def block_budget(memory: int | None, scans: int) -> int:
@@ -111,7 +111,7 @@ def block_budget(memory: int | None, scans: int) -> int:
     sizes = []
     for device in range(cupy.cuda.runtime.getDeviceCount()):
         with cupy.cuda.Device(device):
-            sizes.append(_area_size(cupy, memory))
+            sizes.append(area_size(cupy, memory))
     return min(sizes) // max(1, scans)
 
 

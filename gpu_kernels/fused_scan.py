@@ -1,19 +1,24 @@
-"""A block's partial aggregate as one fused CUDA C kernel: the predicate, the decoding of the rows
-it keeps and their aggregate in one pass over the rows, with no host synchronization until the
-result (seed 004 §5.1's decode → select → aggregate, without the steps in between).
+"""A scan's partial aggregate as one fused CUDA C kernel over all its blocks: the predicate, the
+decoding of the rows it keeps and their aggregate in one pass, with no host synchronization until
+the result (seed 004 §5.1's decode → select → aggregate, without the steps in between).
 
-`plan` generates the kernel from a scan's predicate, group keys and aggregates for one block's
-encodings, or returns None where the general kernels must run (a column with NULLs, a float, a key
-that is not a dictionary or runs, too many groups). Each thread takes rows in a grid-stride loop,
-reads every column at the row from its encoding (a bit-packed value from the bytes it spans, a
-run's value by binary search of the run ends, a dictionary entry by its code), evaluates the
-predicate with C's short-circuit (a column is read only once a row still needs it), and adds the
-row to its group in the slice of accumulators of its CUDA block: counts, sums as two exact 64-bit
-halves, minima and maxima. A second kernel folds the slices into one row of accumulators per
-group, the block's only transfer to the host. Decimal arithmetic is exact as on the general path
-(scaled integers, an expression whose bound may pass 64 bits is not fused, and so fails there).
-The source depends on the block's encodings and the query's shape; widths, references, literals
-and cardinalities are arguments, so one compiled kernel serves every block alike.
+`plan` generates the kernels of a scan from its predicate, group keys and aggregates over the
+columns' images (`gpu_kernels.column_image`: every block's parts in a few flat buffers), or returns
+None where the general kernels must run (a column with NULLs, a float, a key that is not a
+dictionary or runs, too many groups). Blocks alike (the same encodings where the scan reads) share
+one launch: a *device block table* holds, per block, its rows, its first tile and the fields the
+kernel reads (where its parts start, bit widths, references, run counts), and a grid of CUDA blocks
+strides over the tiles of all the blocks (THREADS x ITEMS rows each, a thread's rows THREADS apart so
+that reads coalesce). A thread reads every column at its rows from its encoding (a bit-packed value
+from the aligned 64-bit words it spans, a run's value by one search of the run ends per tile and then
+walking forward, a dictionary entry by its code), evaluates the predicate with C's short-circuit (a
+column is read only once a row still needs it) and adds the row to its group: in registers when
+there is one group, else in the CUDA block's accumulators in shared memory; at the end each CUDA
+block adds its accumulators to the scan's with one atomic per accumulator. Counts, sums as two exact
+64-bit halves, minima and maxima. Decimal arithmetic is exact as on the general path (scaled
+integers; an expression whose bound may pass 64 bits is not fused, and so fails there). The source
+depends on the blocks' encodings and the query's shape; literals are arguments, so one compiled
+kernel serves a query shape whatever its constants.
 """
 
 from __future__ import annotations
@@ -22,25 +27,28 @@ import decimal
 import functools
 import hashlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from gpu_kernels import expr as E
 from gpu_kernels.aggregate import AggSpec, NamedExpr
+from gpu_kernels.column_image import ColumnImage, buffer_key
 from gpu_kernels.column_types import Kind, from_domain
 from gpu_kernels.cuda_kernels import cuda_source
-from gpu_kernels.decoding import encoding_bound
-from gpu_kernels.encoded_block import EncodedBlock, EncodedColumn
+from gpu_kernels.encoded_block import EncodedBlock
 from gpu_kernels.encodings import BitPacked, Dictionary, Encoding, Plain, RunLength
 from gpu_kernels.expr import Call, Col, Lit, Type
 from gpu_kernels.vectors import INT64_MAX, OverflowInExpression, literal_domain
 
-MAX_GROUPS = 1024  # past this many possible groups the accumulators outgrow a CUDA block's share
-ACCUMULATOR_BYTES = 16 << 20  # at most this much for every CUDA block's slice together
+THREADS = 256  # per CUDA block
+ITEMS = 4  # rows per thread in a tile
+TILE = THREADS * ITEMS
+MAX_GRID = 4096  # CUDA blocks at most: they stride over the tiles
+MAX_GROUPS = 1024
+SHARED_BYTES = 32 << 10  # a CUDA block's accumulators in shared memory, at most
 MAX_IN_ITEMS = 32
 _C_TYPES = {
     np.dtype(np.int8): "signed char",
@@ -77,21 +85,38 @@ class Slot:
 
 
 @dataclass
+class Launch:
+    """One kernel launch: the blocks of one signature, their device block table, what to pass."""
+
+    source: str
+    name: str
+    table: np.ndarray  # int64, one row per block: rows, first tile, then the fields the kernel reads
+    tiles: int
+    buffers: list[tuple[str, str]]  # (column, buffer key) of each pointer argument, in order
+    scalars: list  # the literals (NumPy scalars), after the pointers
+    max_grid: int = MAX_GRID
+
+    @property
+    def grid(self) -> int:
+        """CUDA blocks: one per tile, up to max_grid (they stride over the rest)."""
+        return max(1, min(self.max_grid, self.tiles))
+
+
+@dataclass
 class FusedScan:
-    """A generated kernel for one block and the arguments to launch it with."""
+    """The generated kernels of a scan's partial aggregate and how to read their result."""
 
     rows: int
-    source: str
-    name: str  # the scan kernel; f"{name}_init" and f"{name}_reduce" prepare and fold the accumulators
-    arguments: list  # host arrays (copied to the device) and NumPy scalars, in the kernel's order
     groups: int
     slots: int  # accumulators per group
-    max_blocks: int  # CUDA blocks at most, so that their slices stay within ACCUMULATOR_BYTES
-    columns_read: int  # columns the predicate and the aggregates read (for the scan's statistics)
+    launches: list[Launch]
+    initial: np.ndarray  # the accumulators before any row (uint64): 0, or the extreme of a min or max
+    columns_read: int  # columns the predicate, the keys and the aggregates read (for the scan's statistics)
+    images: Mapping[str, ColumnImage]  # the launches' buffers are theirs
     _assemble: Callable[[np.ndarray], pa.RecordBatch] = field(repr=False)
 
     def assemble(self, accumulators: np.ndarray) -> pa.RecordBatch:
-        """The partial aggregate from the folded accumulators (read back to the host)."""
+        """The partial aggregate from the accumulators (read back to the host)."""
         return self._assemble(accumulators)
 
     def selected(self, accumulators: np.ndarray) -> int:
@@ -106,74 +131,107 @@ def prelude() -> str:
 
 
 class _Generator:
-    """Builds one kernel's source: parameters, per-column reads and the predicate, keys and sums."""
+    """Builds one launch's kernel for the blocks of one signature: its parameters, the fields of the
+    device block table it reads, per-column reads, the predicate, keys and updates."""
 
-    def __init__(self, block: EncodedBlock):
-        self.block = block
-        self.params: list[str] = []
-        self.arguments: list = []
+    def __init__(self, images: Mapping[str, ColumnImage], blocks: np.ndarray):
+        self.images, self.blocks = images, blocks
+        self.block = int(blocks[0])  # every block of the launch is encoded as this one
+        self.pointers: dict[tuple[str, str], str] = {}  # (column, buffer key) -> parameter name
+        self.declared: list[str] = []  # the pointer parameters' declarations
+        self.scalar_params: list[str] = []
+        self.scalars: list = []
+        self.fields: dict[tuple[str, str], int] = {}  # (column, field) -> its index in a table row
+        self.setup: dict[tuple[str, str], str] = {}  # per-tile statements: (column, path) -> a run search
         self.reads: dict[str, _Value] = {}  # column -> how it is read
 
     def param(self, declaration: str, value) -> str:
-        name = f"a{len(self.params)}"
-        self.params.append(declaration.format(name=name))
-        self.arguments.append(value)
+        name = f"s{len(self.scalar_params)}"
+        self.scalar_params.append(declaration.format(name=name))
+        self.scalars.append(value)
         return name
 
-    def array(self, values) -> str:
+    def field(self, column: str, name: str) -> str:
+        """The block's value of a field of the table (a C expression)."""
+        index = self.fields.setdefault((column, name), 2 + len(self.fields))  # after rows and first tile
+        return f"t[{index}]"
+
+    def part(self, column: str, path: str, values) -> str:
+        """A pointer to this block's part at `path` (a C expression)."""
         if not isinstance(values, np.ndarray) or values.dtype not in _C_TYPES:
             raise NotFusable("an encoding part that is not an integer array")
-        if not values.flags.c_contiguous:
-            raise NotFusable("a strided encoding part")
-        return self.param(f"const {_C_TYPES[values.dtype]}* __restrict__ {{name}}", values)
+        key = buffer_key(path, values)
+        if (column, key) not in self.pointers:
+            name = self.pointers[(column, key)] = f"p{len(self.pointers)}"
+            self.declared.append(f"const {_C_TYPES[values.dtype]}* __restrict__ {name}")
+        return f"({self.pointers[(column, key)]} + {self.field(column, key + '.at')})"
 
-    def integer_read(self, encoding: Encoding) -> str:
+    def integer_read(self, column: str, encoding: Encoding, path: str) -> str:
         """C code of the integer stored at row `r` by a plain, bit-packed or run-length encoding."""
         if isinstance(encoding, Plain):
-            return f"(long long){self.array(encoding.values)}[r]"
+            return f"(long long){self.part(column, path, encoding.values)}[r]"
         if isinstance(encoding, BitPacked):
-            packed = self.array(encoding.packed)
-            width = self.param("int {name}", np.int32(encoding.width))
-            reference = self.param("long long {name}", np.int64(encoding.reference))
-            return f"(cxg_bits({packed}, r, {width}) + {reference})"
+            packed = self.part(column, path, encoding.packed)
+            width, reference = self.field(column, f"{path}.width"), self.field(column, f"{path}.reference")
+            return f"(cxg_bits({packed}, r, (int){width}) + {reference})"
         if isinstance(encoding, RunLength):
-            return f"(long long){self.array(encoding.values)}[{self.run_read(encoding)}]"
+            run = self.run_read(column, encoding, path)
+            return f"(long long){self.part(column, path + '.values', encoding.values)}[{run}]"
         raise NotFusable(f"{encoding.kind} codes")
 
-    def run_read(self, encoding: RunLength) -> str:
-        ends = self.array(encoding.run_ends)
-        runs = self.param("long long {name}", np.int64(len(encoding.run_ends)))
-        return f"cxg_run({ends}, {runs}, r)"
+    def run_read(self, column: str, encoding: RunLength, path: str) -> str:
+        """The run holding row `r`: searched once per tile (from the thread's first row), then walked."""
+        ends = self.part(column, path + ".ends", encoding.run_ends)
+        variable = f"run_{len(self.pointers)}_{path.replace('.', '_')}"
+        if (column, path) not in self.setup:
+            runs = self.field(column, f"{path}.runs")
+            self.setup[(column, path)] = f"long long {variable} = cxg_run({ends}, {runs}, first + threadIdx.x);"
+        variable = self.setup[(column, path)].split()[2]
+        return f"cxg_walk({ends}, {variable}, r)"
+
+    def image(self, name: str) -> ColumnImage:
+        """The column's image, whose blocks here must hold no NULLs."""
+        image = self.images.get(name)
+        if image is None:
+            raise NotFusable(f"no column {name}")
+        if image.nulls[self.blocks].any():
+            raise NotFusable(f"column {name} has NULLs")
+        return image
 
     def column(self, name: str) -> _Value:
         if name not in self.reads:
-            column = self.no_nulls(name)
-            t = E.arrow_kind(column.type)
+            image = self.image(name)
+            t = E.arrow_kind(image.type)
             if t.kind not in _INTEGRAL:
                 raise NotFusable(f"a {t.kind.value} column")
-            encoding = column.encoding
+            encoding = image.encodings[self.block]
             if isinstance(encoding, Dictionary):
-                code = self.integer_read(encoding.codes)
-                read = f"(long long){self.array(encoding.dictionary)}[{code}]"
+                code = self.integer_read(name, encoding.codes, "v.codes")
+                read = f"(long long){self.part(name, 'v.dictionary', encoding.dictionary)}[{code}]"
             else:
-                read = self.integer_read(encoding)
-            self.reads[name] = _Value(read, t, encoding_bound(encoding))
+                read = self.integer_read(name, encoding, "v")
+            self.reads[name] = _Value(read, t, int(image.bounds[self.blocks].max()))
         return self.reads[name]
 
-    def key(self, key: NamedExpr) -> tuple[str, int, object]:
-        """(C code of the key's code at row r, its cardinality, codes -> the key's Arrow values)."""
+    def key(self, key: NamedExpr) -> tuple[str, int, Callable[[np.ndarray], pa.Array]]:
+        """(C code of the key's code at row r, its cardinality, codes -> the key's Arrow values): the
+        codes number the column's distinct values over every block of its image."""
         if not isinstance(key.expr, Col):
             raise NotFusable("a group key that is an expression")
-        encoding = self.no_nulls(key.expr.name).encoding
-        if isinstance(encoding, Dictionary):
-            code, values = self.integer_read(encoding.codes), encoding.dictionary
-        elif isinstance(encoding, RunLength):  # the runs' distinct values, and each run's among them
-            encoded = pc.dictionary_encode(encoding.as_arrow().values)
-            values = encoded.dictionary.to_numpy() if isinstance(encoding.values, np.ndarray) else encoded.dictionary
-            of_run = self.array(encoded.indices.to_numpy().astype(np.int32))
-            code = f"(long long){of_run}[{self.run_read(encoding)}]"
-        else:
+        name = key.expr.name
+        image = self.image(name)
+        encoding = image.encodings[self.block]
+        if not isinstance(encoding, Dictionary | RunLength):
             raise NotFusable("a group key stored neither as a dictionary nor as runs")
+        try:
+            values, codes_key = image.key_codes()
+        except ValueError as e:
+            raise NotFusable(str(e)) from None
+        of = f"({self.pointer_to(name, codes_key)} + {self.field(name, codes_key + '.at')})"
+        if isinstance(encoding, Dictionary):
+            code = f"(long long){of}[{self.integer_read(name, encoding.codes, 'v.codes')}]"
+        else:
+            code = f"(long long){of}[{self.run_read(name, encoding, 'v')}]"
 
         def key_values(codes: np.ndarray) -> pa.Array:
             if isinstance(values, np.ndarray):
@@ -182,12 +240,14 @@ class _Generator:
 
         return code, len(values), key_values
 
-    def no_nulls(self, name: str) -> EncodedColumn:
-        """The column, which must hold no NULLs."""
-        column = self.block.columns[name]
-        if column.validity is not None:
-            raise NotFusable(f"column {name} has NULLs")
-        return column
+    def pointer_to(self, column: str, key: str) -> str:
+        if (column, key) not in self.pointers:
+            name = self.pointers[(column, key)] = f"p{len(self.pointers)}"
+            self.declared.append(f"const int* __restrict__ {name}")
+        return self.pointers[(column, key)]
+
+    def no_nulls(self, name: str) -> None:
+        self.image(name)
 
     # -- expressions -----------------------------------------------------------------------------------
 
@@ -272,29 +332,77 @@ def _rescaled(v: _Value, t: Type) -> _Value:
 
 
 def plan(
-    block: EncodedBlock, predicate: E.Expr | None, keys: list[NamedExpr], aggregates: list[AggSpec]
+    images: Mapping[str, ColumnImage],
+    blocks: Sequence[int],
+    predicate: E.Expr | None,
+    keys: list[NamedExpr],
+    aggregates: list[AggSpec],
 ) -> FusedScan | None:
-    """The fused kernel of this block's partial aggregate, or None where the general kernels run."""
+    """The fused kernels of a partial aggregate over `blocks` (indices into the images' blocks), or
+    None where the general kernels run."""
     try:
-        return _plan(block, predicate, keys, aggregates)
+        return _plan(images, np.asarray(blocks, dtype=np.int64), predicate, keys, aggregates)
     except (NotFusable, E.ExprError):  # a mistyped task fails on the general kernels, with their message
         return None
 
 
-def _plan(block: EncodedBlock, predicate, keys, aggregates) -> FusedScan:
-    g = _Generator(block)
+def plan_block(
+    block: EncodedBlock, predicate: E.Expr | None, keys: list[NamedExpr], aggregates: list[AggSpec]
+) -> FusedScan | None:
+    """The fused kernel of one block's partial aggregate (its images are its own arrays, no copy)."""
+    expressions = [predicate, *(k.expr for k in keys), *(a.arg for a in aggregates)]
+    names = set().union(*(E.columns_of(e) for e in expressions if e is not None)) & set(block.columns)
+    images = {n: ColumnImage.of(n, [block.columns[n]]) for n in names}
+    return plan(images, [0], predicate, keys, aggregates)
+
+
+def _plan(images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate, keys, aggregates) -> FusedScan:
+    any_image = next(iter(images.values()), None)
+    if any_image is None:
+        raise NotFusable("a scan that reads no column")
+    blocks = blocks[any_image.rows[blocks] > 0]
+    signatures: dict[str, list[int]] = {}
+    read = [n for n in images]
+    for b in blocks:
+        signatures.setdefault("/".join(images[n].signatures[b] for n in read), []).append(int(b))
+    launches, shape = [], None
+    for members in signatures.values():
+        launch, launch_shape = _launch(images, np.array(members, dtype=np.int64), predicate, keys, aggregates)
+        if shape is not None and launch_shape[:3] != shape[:3]:
+            raise NotFusable("blocks whose keys number their groups differently")
+        launches.append(launch)
+        shape = launch_shape
+    if shape is None:  # no rows at all: the layout of any block will do
+        if not len(any_image.rows):
+            raise NotFusable("no blocks")
+        _, shape = _launch(images, np.zeros(1, dtype=np.int64), predicate, keys, aggregates)
+    groups, width, slots, key_values, columns = shape
+    initial = np.zeros(groups * width, dtype=np.uint64)
+    for s in slots.values():
+        if s.kind in ("min", "max"):
+            initial[s.index :: width] = np.int64(INT64_MAX if s.kind == "min" else -INT64_MAX - 1).view(np.uint64)
+
+    def assemble(accumulators: np.ndarray) -> pa.RecordBatch:
+        return _assemble(accumulators.reshape(groups, width), keys, key_values, aggregates, slots)
+
+    rows = int(any_image.rows[blocks].sum())
+    return FusedScan(rows, groups, width, launches, initial, columns, images, assemble)
+
+
+def _launch(images, blocks: np.ndarray, predicate, keys, aggregates) -> tuple[Launch, tuple]:
+    """The launch over `blocks` (all encoded alike) and the accumulators' shape it fills."""
+    g = _Generator(images, blocks)
     condition = g.condition(predicate) if predicate is not None else "true"
     key_reads = [g.key(k) for k in keys]
     groups = math.prod(cardinality for _, cardinality, _ in key_reads)
     if groups > MAX_GROUPS or groups == 0:
         raise NotFusable(f"{groups} possible groups")
-    cardinalities = [g.param("long long {name}", np.int64(c)) for _, c, _ in key_reads]
     group = "0"
-    for (code, _, _), cardinality in zip(key_reads, cardinalities, strict=True):
-        group = f"({group} * {cardinality} + {code})"
+    for code, cardinality, _ in key_reads:
+        group = f"({group} * {cardinality}LL + {code})"
     slots: dict[tuple[str, E.Expr | None], Slot] = {("count", None): Slot("count", None, 0)}
     width = 1
-    updates = []
+    values: list[tuple[Slot, str]] = []
     for spec in aggregates:
         wanted = {"count": [], "sum": ["sum"], "avg": ["sum"], "min": ["min"], "max": ["max"]}.get(spec.func)
         if wanted is None:
@@ -312,88 +420,115 @@ def _plan(block: EncodedBlock, predicate, keys, aggregates) -> FusedScan:
             v = g.value(spec.arg)
             if v.type.kind not in _INTEGRAL:
                 raise NotFusable(f"{kind} of a {v.type.kind.value} value")
-            slots[(kind, spec.arg)] = Slot(kind, spec.arg, width)
-            at = f"acc + {width}"
-            extreme = f"atomic{kind.capitalize()}((long long*)({at}), {v.code});"
-            updates.append(f"cxg_add({at}, {v.code});" if kind == "sum" else extreme)
+            slots[(kind, spec.arg)] = slot = Slot(kind, spec.arg, width)
+            values.append((slot, v.code))
             width += 2 if kind == "sum" else 1
-    grid_cap = max(1, ACCUMULATOR_BYTES // (8 * groups * width))
-    digest = hashlib.sha256(("|".join(g.params) + condition + group + "".join(updates)).encode()).hexdigest()[:12]
+    if groups * width * 8 > SHARED_BYTES:
+        raise NotFusable(f"{groups} groups of {width} accumulators outgrow a CUDA block's shared memory")
+    fields = 2 + len(g.fields)
+    body = _kernel_body(condition, group, values, groups, width, slots.values(), g.setup.values(), fields)
+    head = ["long long tiles", "long long blocks", "const long long* __restrict__ table"]
+    declared = ", ".join([*head, *g.declared, *g.scalar_params, "unsigned long long* __restrict__ out"])
+    digest = hashlib.sha256((declared + body).encode()).hexdigest()[:12]
     name = f"cxg_fused_{digest}"
-    source = prelude() + _kernels(name, g.params, condition, group, updates, width, slots.values())
+    source = prelude() + f'\nextern "C" __global__ void {name}({declared}) {{\n{body}}}\n'
+    table, tiles = _block_table(images, blocks, g.fields)
     columns = len(g.reads) + len(keys)
-
-    def assemble(accumulators: np.ndarray) -> pa.RecordBatch:
-        return _assemble(accumulators.reshape(groups, width), keys, key_reads, aggregates, slots)
-
-    return FusedScan(block.rows, source, name, g.arguments, groups, width, grid_cap, columns, assemble)
+    launch = Launch(source, name, table, tiles, list(g.pointers), g.scalars)
+    return launch, (groups, width, slots, [(c, k) for _, c, k in key_reads], columns)
 
 
-_GRID_STRIDE = (
-    "for (long long {i} = (long long)blockIdx.x * blockDim.x + threadIdx.x; {i} < {n}; "
-    "{i} += (long long)gridDim.x * blockDim.x)"
-)
+def _block_table(images, blocks: np.ndarray, fields: dict[tuple[str, str], int]) -> tuple[np.ndarray, int]:
+    """The device block table of `blocks`: rows, first tile, then each field the kernel reads."""
+    rows = next(iter(images.values())).rows[blocks]
+    tiles = -(-rows // TILE)
+    table = np.empty((len(blocks), 2 + len(fields)), dtype=np.int64)
+    table[:, 0] = rows
+    table[:, 1] = np.cumsum(tiles) - tiles
+    for (column, name), index in fields.items():
+        table[:, index] = images[column].fields[name][blocks]
+    return table, int(tiles.sum())
 
 
-def _kernels(name: str, params: list[str], condition: str, group: str, updates: list[str], width: int, slots) -> str:
-    """The scan kernel and its two helpers: `_init` sets every slice's accumulators (0; the extreme
-    values for minima and maxima), `_reduce` folds the CUDA blocks' slices into one."""
-    extremes = [(s.index, s.kind) for s in slots if s.kind in ("min", "max")]
-    slot = f"const long long s = i % {width};" if extremes else ""
+def _kernel_body(condition: str, group: str, values, groups: int, width: int, slots, setup, fields: int) -> str:
+    """The kernel: accumulators set, the tiles strided over, each CUDA block's accumulators added to
+    the scan's. One group accumulates in registers (one shared atomic per thread at the end), more
+    in shared memory (a shared atomic per row and accumulator)."""
+    n = groups * width
+    extremes = {s.index: s.kind for s in slots if s.kind in ("min", "max")}
     initial = "".join(
-        f"s == {index} ? {'0x7FFFFFFFFFFFFFFFULL' if kind == 'min' else '0x8000000000000000ULL'} : "
-        for index, kind in extremes
+        f"s == {i} ? {'0x7FFFFFFFFFFFFFFFULL' if kind == 'min' else '0x8000000000000000ULL'} : "
+        for i, kind in extremes.items()
     )
-    minimum = " || ".join(f"s == {i}" for i, k in extremes if k == "min") or "false"
-    maximum = " || ".join(f"s == {i}" for i, k in extremes if k == "max") or "false"
-    declared = ",\n    ".join(
-        ["long long rows", "long long groups", *params, "unsigned long long* __restrict__ accumulators"]
-    )
-    body = "\n            ".join(updates)
-    return f"""
-extern "C" __global__ void {name}_init(long long n, unsigned long long* __restrict__ accumulators) {{
-    {_GRID_STRIDE.format(i="i", n="n")} {{
-        {slot}
-        accumulators[i] = {initial}0ULL;
+    least = " || ".join(f"s == {i}" for i, k in extremes.items() if k == "min") or "false"
+    greatest = " || ".join(f"s == {i}" for i, k in extremes.items() if k == "max") or "false"
+    registers, updates, flush = [], [], []
+    if groups == 1:
+        registers.append("unsigned long long count = 0;")
+        updates.append("++count;")
+        flush.append("atomicAdd(&acc[0], count);")
+        for slot, code in values:
+            r = f"a{slot.index}"
+            if slot.kind == "sum":
+                registers.append(f"unsigned long long {r}[2] = {{0, 0}};")
+                updates.append(f"cxg_add_local({r}, {code});")
+                flush.append(f"atomicAdd(&acc[{slot.index}], {r}[0]); atomicAdd(&acc[{slot.index + 1}], {r}[1]);")
+            else:
+                start = "0x7FFFFFFFFFFFFFFFLL" if slot.kind == "min" else "(-0x7FFFFFFFFFFFFFFFLL - 1)"
+                better = "<" if slot.kind == "min" else ">"
+                registers.append(f"long long {r} = {start};")
+                updates.append(f"{{ const long long v = {code}; {r} = v {better} {r} ? v : {r}; }}")
+                flush.append(f"atomic{slot.kind.capitalize()}((long long*)&acc[{slot.index}], {r});")
+    else:
+        updates.append(f"unsigned long long* g = acc + {group} * {width};")
+        updates.append("atomicAdd(g, 1ULL);")
+        for slot, code in values:
+            at = f"g + {slot.index}"
+            extreme = f"atomic{slot.kind.capitalize()}((long long*)({at}), {code});"
+            updates.append(f"cxg_add({at}, {code});" if slot.kind == "sum" else extreme)
+    nl = "\n"
+    return f"""    __shared__ unsigned long long acc[{n}];
+    for (int i = threadIdx.x; i < {n}; i += blockDim.x) {{
+        {f"const int s = i % {width};" if extremes else ""}
+        acc[i] = {initial}0ULL;
     }}
-}}
-
-extern "C" __global__ void {name}({declared}) {{
-    unsigned long long* slice = accumulators + (long long)blockIdx.x * groups * {width};
-    {_GRID_STRIDE.format(i="r", n="rows")} {{
-        if ({condition}) {{
-            unsigned long long* acc = slice + {group} * {width};
-            atomicAdd(acc, 1ULL);
-            {body}
-        }}
-    }}
-}}
-
-extern "C" __global__ void {name}_reduce(long long blocks, long long n,
-    const unsigned long long* __restrict__ accumulators, unsigned long long* __restrict__ out) {{
-    {_GRID_STRIDE.format(i="i", n="n")} {{
-        {slot}
-        const bool least = {minimum}, greatest = {maximum};
-        unsigned long long folded = accumulators[i];
-        for (long long b = 1; b < blocks; ++b) {{
-            const unsigned long long v = accumulators[b * n + i];
-            if (least) {{
-                folded = (long long)v < (long long)folded ? v : folded;
-            }} else if (greatest) {{
-                folded = (long long)v > (long long)folded ? v : folded;
-            }} else {{
-                folded += v;
+    {nl.join("    " + r for r in registers).strip()}
+    __syncthreads();
+    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {{
+        const long long* t = table + cxg_block_of(table, blocks, {fields}, tile) * {fields};
+        const long long rows = t[0], first = (tile - t[1]) * {TILE}LL;
+        {nl.join("        " + x for x in setup).strip()}
+        for (int k = 0; k < {ITEMS}; ++k) {{
+            const long long r = first + k * {THREADS} + threadIdx.x;
+            if (r >= rows) {{
+                break;
+            }}
+            if ({condition}) {{
+                {nl.join("                " + u for u in updates).strip()}
             }}
         }}
-        out[i] = folded;
     }}
-}}
+    {nl.join("    " + f for f in flush).strip()}
+    __syncthreads();
+    for (int i = threadIdx.x; i < {n}; i += blockDim.x) {{
+        const int s = i % {width};
+        if (acc[i - s] == 0) {{
+            continue;  // no row of this CUDA block fell in the group
+        }}
+        if ({least}) {{
+            atomicMin((long long*)&out[i], (long long)acc[i]);
+        }} else if ({greatest}) {{
+            atomicMax((long long*)&out[i], (long long)acc[i]);
+        }} else {{
+            atomicAdd(&out[i], acc[i]);
+        }}
+    }}
 """
 
 
-def _assemble(accumulators: np.ndarray, keys, key_reads, aggregates, slots) -> pa.RecordBatch:
+def _assemble(accumulators: np.ndarray, keys, key_values, aggregates, slots) -> pa.RecordBatch:
     """The partial aggregate's batch (what `gpu_kernels.aggregate.partial_aggregate` makes) from the
-    folded accumulators, one row per group with rows."""
+    accumulators, one row per group with rows."""
     fields = [pa.field(k.name, k.arrow_type) for k in keys] + [f for a in aggregates for f in a.fields()]
     counts = accumulators[:, 0].astype(np.int64)
     present = np.flatnonzero(counts)
@@ -402,11 +537,11 @@ def _assemble(accumulators: np.ndarray, keys, key_reads, aggregates, slots) -> p
     columns = []
     remaining = present.copy()
     codes = []
-    for _, cardinality, _ in reversed(key_reads):
+    for cardinality, _ in reversed(key_values):
         codes.append(remaining % cardinality)
         remaining //= cardinality
-    for (_, _, key_values), key_codes in zip(key_reads, reversed(codes), strict=True):
-        columns.append(key_values(key_codes))
+    for (_, values_of), key_codes in zip(key_values, reversed(codes), strict=True):
+        columns.append(values_of(key_codes))
     rows = accumulators[present]
     count_array = pa.array(counts[present], pa.int64())
     for spec in aggregates:

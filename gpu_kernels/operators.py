@@ -56,9 +56,10 @@ def run_block(
     stats.rows_scanned += block.rows
     fused = None
     if task.aggregating and backend.fuses:
-        fused = fused_scan.plan(block, predicate, list(task.keys), list(task.aggregates))
+        fused = fused_scan.plan_block(block, predicate, list(task.keys), list(task.aggregates))
     if fused is not None:
-        accumulators = backend.fused_aggregate(fused, ev.dev)
+        images = fused.images
+        accumulators = backend.fused_aggregate(fused, lambda column, key: ev.dev(images[column].buffers[key]))
         batch = fused.assemble(accumulators)
         stats.rows_selected += fused.selected(accumulators)
         stats.values_decoded += block.rows * fused.columns_read

@@ -2,7 +2,9 @@
 
 The bucket of every row is computed on the device with the placement hash
 (`gpu_kernels.placement_hash`), then a histogram (rows per bucket), an exclusive scan (where each bucket
-starts) and a scatter (rows reordered bucket by bucket) give the partitioned result.
+starts) and a scatter (rows reordered bucket by bucket) give the partitioned result: on a GPU, two
+CUDA C kernels and a scan (`gpu_kernels/cuda/partition.cu`). Rows keep their order within a bucket
+on the CPU, not on a GPU.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import numpy as np
 
 from gpu_kernels.backend import Array, NumpyBackend
 from gpu_kernels.column_types import Kind
-from gpu_kernels.placement_hash import bucket_ids, string_hashes
+from gpu_kernels.placement_hash import string_hashes
 from gpu_kernels.vectors import Vec, compact_strings
 
 
@@ -32,6 +34,5 @@ def key_hash(backend: NumpyBackend, vec: Vec) -> Array:
 
 def partition(backend: NumpyBackend, keys: list[Vec], buckets: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(row order grouped by bucket, rows per bucket, start of each bucket), on the host."""
-    ids = bucket_ids(backend.xp, [key_hash(backend, vec) for vec in keys], buckets)
-    order, counts, offsets = backend.partition(ids, buckets)
+    order, counts, offsets = backend.partition_keys([key_hash(backend, vec) for vec in keys], buckets)
     return backend.to_host(order), backend.to_host(counts), backend.to_host(offsets)

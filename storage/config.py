@@ -98,7 +98,7 @@ class StorageConfig:
     )
     device_memory: str = field(
         default="auto",
-        metadata={"doc": "memory of each GPU a node's scans share (three areas of a third): auto (90%) or a size"},
+        metadata={"doc": "memory of each GPU a node's scans share (four areas of a fourth): auto (90%) or a size"},
     )
 
     def check(self) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -35,6 +36,7 @@ from gpu_kernels import (
     exact_fraction,
     final_aggregate,
     fold,
+    plan_resident,
 )
 from gpu_kernels import expr as E
 from storage.block import plain_block
@@ -312,6 +314,12 @@ class BlockScan:
 
     def _blocks(self, jobs: list[Job]) -> Iterator[Piece]:
         task = self.plan.task
+        fused = self.backend.keeps_columns and self.backend.fuses and task.aggregating
+        if fused and not task.partition_buckets and jobs:
+            resident = self._resident(jobs)
+            if resident is not None:
+                yield resident
+                return
         needed = self.columns_needed()
         emitted = 0
         if self.workers is not None and self.backend.name == "numpy":
@@ -330,6 +338,41 @@ class BlockScan:
                 yield Piece(batch, entry.file, partition)
             if self.plan.limit is not None and emitted >= self.plan.limit:
                 return
+
+    def _resident(self, jobs: list[Job]) -> Piece | None:
+        """The partial aggregate of every job's block at once, from the GPU's resident columns
+        (`gpu_kernels.resident`): one launch per signature, one wait. None where it cannot run so."""
+        started = time.perf_counter()
+        task, loaded = self.plan.task, self.loaded
+        position = {entry.file: i for i, (entry, _) in enumerate(loaded.blocks)}
+        table = (str(loaded.table.store.root), loaded.table.name, loaded.version, loaded.stamp)
+        prepared = plan_resident(
+            self.backend,
+            table,
+            [block for _, block in loaded.blocks],
+            [position[entry.file] for entry, _, _ in jobs],
+            task.predicate,
+            list(task.keys),
+            list(task.aggregates),
+        )
+        accumulators = prepared.run(self.backend) if prepared is not None else None
+        if accumulators is None:
+            return None
+        scan = prepared.scan
+        batch = scan.assemble(accumulators)
+        seconds = time.perf_counter() - started
+        self.stats.add(
+            ScanStats(
+                blocks=len(jobs),
+                rows_scanned=scan.rows,
+                rows_selected=scan.selected(accumulators),
+                values_decoded=scan.rows * scan.columns_read,
+                cpu_seconds=seconds,
+            )
+        )
+        for entry, _, _ in jobs:  # the time shared by the buckets as their rows
+            self.seconds_read[entry.bucket] += seconds * entry.rows / max(1, scan.rows)
+        return Piece(batch, "resident")
 
 
 def scan_table(

@@ -10,7 +10,7 @@ import threading
 import numpy as np
 import pytest
 
-from gpu_kernels import BlockPipeline, bitpack, get_backend
+from gpu_kernels import BlockPipeline, bitpack, bucket_ids, get_backend
 
 BACKENDS = [
     pytest.param("numpy"),
@@ -113,6 +113,24 @@ def test_partition_is_a_stable_scatter_by_bucket(backend_name: str) -> None:
         _check(backend, counts, expected_counts)
         _check(backend, offsets, np.cumsum(expected_counts) - expected_counts)
         _check(backend, order, np.argsort(buckets, kind="stable"))
+
+
+@pytest.mark.parametrize("backend_name", BACKENDS)
+@pytest.mark.parametrize("columns", [1, 2])
+def test_partitioning_by_the_placement_hash_places_every_row_in_its_bucket(backend_name: str, columns: int) -> None:
+    backend = get_backend(backend_name)
+    rng = np.random.default_rng(5)
+    for n in SIZES:
+        for count in (1, 7, 256, 5000):  # past the partitioning kernels' shared memory, the general path
+            inputs = [rng.integers(0, 1 << 62, n).astype(np.uint64) for _ in range(columns)]
+            order, counts, offsets = backend.partition_keys([backend.asarray(i) for i in inputs], count)
+            order, counts, offsets = (backend.to_host(a) for a in (order, counts, offsets))
+            ids = bucket_ids(np, inputs, count)
+            expected_counts = np.bincount(ids, minlength=count).astype(np.int64)
+            np.testing.assert_array_equal(counts, expected_counts)
+            np.testing.assert_array_equal(offsets, np.cumsum(expected_counts) - expected_counts)
+            assert np.array_equal(np.sort(order), np.arange(n))  # a permutation ...
+            np.testing.assert_array_equal(ids[order], np.repeat(np.arange(count), counts))  # ... bucket by bucket
 
 
 # ---- the device pipeline -----------------------------------------------------------------------------

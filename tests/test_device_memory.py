@@ -1,6 +1,7 @@
-"""Memory on the device: the scans on a GPU share a budget (`storage.device_memory`, three areas of
-a third), a table larger than it goes through block by block within it, and a scan that needs more
-than is left fails alone with `device_out_of_memory` while the node goes on."""
+"""Memory on the device: the scans on a GPU share a budget (`storage.device_memory`, four areas of a
+fourth: the block pipeline's three and the resident columns'), a table larger than it goes through
+block by block within it, and a scan that needs more than is left fails alone with
+`device_out_of_memory` while the node goes on."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from regions import load_config
 from storage import LoadOptions, Node, NodeClient, NodeError, Store, TableCache, TableSchema, load_table, scan_table
 from tests.waiting import eventually
 
-BUDGET = 3 << 20  # bytes of the device the scans may use: areas of 1 MiB
+BUDGET = 4 << 20  # bytes of the device the scans may use: areas of 1 MiB
 
 
 @pytest.fixture
@@ -68,7 +69,9 @@ def test_a_table_larger_than_the_device_budget_goes_through_block_by_block(store
             assert pc_sum(partials, "s") == pc_sum(expected, "s") and pc_sum(partials, "n") == 400_000
     if cupy_standin is not None:  # the stand-in records what each area held at most
         [areas] = [a for (_, memory), a in get_backend("cupy").areas.items() if memory == BUDGET]
-        assert 0 < max(pool.peak for pool in (areas.input, areas.decoded, areas.result)) <= areas.size == BUDGET // 3
+        assert 0 < max(pool.peak for pool in (areas.input, areas.decoded, areas.result)) <= areas.size == BUDGET // 4
+        [resident] = [a for (_, memory), a in get_backend("cupy").resident.items() if memory == BUDGET]
+        assert resident.budget == BUDGET // 4 and resident.residency.loads == 0  # no column of big fits it
 
 
 def pc_sum(table: pa.Table, column: str) -> int:
@@ -94,12 +97,12 @@ def test_a_scan_past_the_device_memory_fails_alone_and_the_node_goes_on(cupy_nod
 
 @pytest.mark.gpu
 def test_blocks_are_sized_by_the_rule_from_the_device_budget() -> None:
-    """RC = BS / RS with BS the decoded-data area (a third of the budget) over the scans sharing it."""
-    config = load_config(None, ["storage.device_memory=3GiB", "region.slots=4"])
-    assert load_options(config).block_budget == (3 << 30) // 3 // 4
+    """RC = BS / RS with BS the decoded-data area (a fourth of the budget) over the scans sharing it."""
+    config = load_config(None, ["storage.device_memory=4GiB", "region.slots=4"])
+    assert load_options(config).block_budget == (4 << 30) // 4 // 4
     import cupy
 
-    default = int(cupy.cuda.runtime.memGetInfo()[1] * 0.9) // 3 // 4
+    default = int(cupy.cuda.runtime.memGetInfo()[1] * 0.9) // 4 // 4
     assert load_options(load_config(None, ["region.slots=4"])).block_budget == default
     on_cpu = load_config(None, ["storage.backend=numpy"])
     assert load_options(on_cpu).block_budget == on_cpu.storage.block_budget == 64 << 20

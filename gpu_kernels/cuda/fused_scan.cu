@@ -1,9 +1,9 @@
 // Device functions of the fused scan kernels (gpu_kernels.fused_scan generates each kernel from a
 // scan's predicate and aggregates and appends it to this source, after bits.cuh). A column is read at
-// one row straight from its encoding: a bit-packed value from the bytes it spans (cxg_bits), a run's
-// value by a binary search of the run ends, a dictionary entry by its code.
+// one row straight from its encoding: a bit-packed value from the aligned words it spans (cxg_bits),
+// a run's value by walking the run ends from the tile's first run, a dictionary entry by its code.
 
-// The run holding `row`: the first run whose (exclusive) end is past it.
+// The run holding `row`: the first run whose (exclusive) end is past it (`runs` when none is).
 __device__ __forceinline__ long long cxg_run(const int* __restrict__ ends, long long runs, long long row) {
     long long lo = 0, hi = runs;
     while (lo < hi) {
@@ -17,9 +17,40 @@ __device__ __forceinline__ long long cxg_run(const int* __restrict__ ends, long 
     return lo;
 }
 
+// The run holding `row`, walking forward from `run` (a run at or before it): a thread's rows of a
+// tile come in order, so one search per tile (cxg_run) and a few steps per row find them all.
+__device__ __forceinline__ long long cxg_walk(const int* __restrict__ ends, long long& run, long long row) {
+    while (ends[run] <= row) {
+        ++run;
+    }
+    return run;
+}
+
+// The block of the device block table holding `tile`: the last whose first tile (the second field
+// of its row of `fields`) is at or before it.
+__device__ __forceinline__ long long cxg_block_of(const long long* __restrict__ table, long long blocks, int fields,
+                                                  long long tile) {
+    long long lo = 0, hi = blocks - 1;
+    while (lo < hi) {
+        const long long mid = (lo + hi + 1) >> 1;
+        if (table[mid * fields + 1] <= tile) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return lo;
+}
+
 // A signed value added to a sum kept as two 64-bit halves (its low 32 bits, unsigned, and its high
 // 32 bits, signed, in two's complement): exact for fewer than 2^32 rows whatever the values.
 __device__ __forceinline__ void cxg_add(unsigned long long* slot, long long value) {
     atomicAdd(slot, (unsigned long long)(value & 0xFFFFFFFFLL));
     atomicAdd(slot + 1, (unsigned long long)(value >> 32));
+}
+
+// The same into a thread's own two halves (registers): no atomics.
+__device__ __forceinline__ void cxg_add_local(unsigned long long* halves, long long value) {
+    halves[0] += (unsigned long long)(value & 0xFFFFFFFFLL);
+    halves[1] += (unsigned long long)(value >> 32);
 }

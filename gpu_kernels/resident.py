@@ -1,0 +1,162 @@
+"""Columns resident on a GPU: the encoded columns a node's scans read, kept in device memory across
+queries, so that a scan's partial aggregate is one launch per signature over all its blocks
+(`gpu_kernels.fused_scan`) with nothing copied in but its small device block table.
+
+Each device has one `ResidentArea`, a fourth of the scans' device budget (`storage.device_memory`;
+the block pipeline's three areas share the rest). A column is loaded whole on first use, as its
+image (`gpu_kernels.column_image`), and the least recently used columns are evicted to make room; a
+column larger than the whole area is never loaded, and its scans take the block pipeline instead.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpu_kernels import expr as E
+from gpu_kernels import fused_scan
+from gpu_kernels.aggregate import AggSpec, NamedExpr
+from gpu_kernels.column_image import ColumnImage
+from gpu_kernels.cupy_backend import CupyBackend
+from gpu_kernels.device_pipeline import area_size
+from gpu_kernels.encoded_block import EncodedBlock
+
+
+class TooLarge(Exception):
+    """A column that does not fit the resident area even alone."""
+
+
+@dataclass
+class ResidentColumn:
+    image: ColumnImage
+    device: dict[str, Any] = field(default_factory=dict)  # buffer key -> its device copy
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(a.nbytes) for a in self.device.values())
+
+
+@dataclass
+class Residency:
+    """What a resident area did: columns loaded, found already there, and evicted."""
+
+    loads: int = 0
+    hits: int = 0
+    evictions: int = 0
+
+
+class ResidentArea:
+    """One device's resident columns, least recently used first, within `budget` bytes."""
+
+    def __init__(self, cupy: Any, budget: int) -> None:
+        self.cupy, self.budget = cupy, budget
+        self.pool = cupy.cuda.MemoryPool()
+        self.pool.set_limit(size=budget)
+        self.columns: OrderedDict[Hashable, ResidentColumn] = OrderedDict()
+        self.residency = Residency()
+        self.lock = threading.Lock()
+
+    @property
+    def used(self) -> int:
+        return sum(c.nbytes for c in self.columns.values())
+
+    def image(self, key: Hashable, build: Callable[[], ColumnImage]) -> ColumnImage:
+        """The column's image, its buffers on the device (loaded and others evicted if needed)."""
+        with self.lock:
+            column = self.columns.get(key)
+            if column is not None:
+                self.columns.move_to_end(key)
+                self.residency.hits += 1
+                return column.image
+            image = build()
+            if image.nbytes > self.budget:
+                raise TooLarge(f"column {image.name}: {image.nbytes:,} bytes, the resident area {self.budget:,}")
+            column = self.columns[key] = ResidentColumn(image)
+            self.residency.loads += 1
+            for name in image.buffers:
+                self._upload(key, column, name)
+            return image
+
+    def buffer(self, key: Hashable, name: str) -> Any:
+        """The device copy of one buffer of a resident column (one built since it was loaded, such
+        as a key's codes, is copied now)."""
+        with self.lock:
+            column = self.columns[key]
+            if name not in column.device:
+                self._upload(key, column, name)
+            return column.device[name]
+
+    def _upload(self, key: Hashable, column: ResidentColumn, name: str) -> None:
+        host = column.image.buffers[name]
+        while self.used + host.nbytes > self.budget and len(self.columns) > 1:
+            oldest = next(k for k in self.columns if k != key)
+            del self.columns[oldest]
+            self.residency.evictions += 1
+        if self.used + host.nbytes > self.budget:
+            del self.columns[key]
+            raise TooLarge(f"column {column.image.name} with its key codes outgrows the resident area")
+        try:
+            with self.cupy.cuda.using_allocator(self.pool.malloc):
+                column.device[name] = self.cupy.asarray(host)
+        except self.cupy.cuda.memory.OutOfMemoryError as e:  # evicted columns a running scan still holds
+            del self.columns[key]
+            raise TooLarge(f"column {column.image.name}: no room left while scans hold evicted columns") from e
+
+
+def area_of(backend: CupyBackend) -> ResidentArea:
+    """The current device's resident area (a fourth of the scans' device budget)."""
+    key = (backend.xp.cuda.runtime.getDevice(), backend.device_memory)
+    with backend.areas_lock:
+        if key not in backend.resident:
+            backend.resident[key] = ResidentArea(backend.xp, area_size(backend.xp, backend.device_memory))
+        return backend.resident[key]
+
+
+@dataclass
+class ResidentScan:
+    """A fused scan over resident columns, ready to run (again and again)."""
+
+    scan: fused_scan.FusedScan
+    area: ResidentArea
+    table: Hashable
+
+    def buffer(self, column: str, key: str) -> Any:
+        return self.area.buffer((self.table, column), key)
+
+    def run(self, backend: CupyBackend) -> np.ndarray | None:
+        """The accumulators, or None if a column was evicted meanwhile by a concurrent scan's load."""
+        try:
+            return backend.fused_aggregate(self.scan, self.buffer)
+        except (TooLarge, KeyError):
+            return None
+
+
+def plan_resident(
+    backend: CupyBackend,
+    table: Hashable,
+    blocks: Sequence[EncodedBlock],
+    selected: Sequence[int],
+    predicate: E.Expr | None,
+    keys: list[NamedExpr],
+    aggregates: list[AggSpec],
+) -> ResidentScan | None:
+    """The partial aggregate over the `selected` of a table's `blocks` (all of them, in the table's
+    order: `table` names them) on the current device, its columns made resident; None where it
+    cannot run so (not fusable, or a column too large for the area)."""
+    area = area_of(backend)
+    expressions = [predicate, *(k.expr for k in keys), *(a.arg for a in aggregates)]
+    names = sorted(set().union(*(E.columns_of(e) for e in expressions if e is not None)))
+    if not names:  # COUNT(*) alone: no column to keep
+        return None
+    columns = [b.columns for b in blocks]
+    try:
+        images = {n: area.image((table, n), lambda n=n: ColumnImage.of(n, [b[n] for b in columns])) for n in names}
+    except TooLarge:
+        return None
+    scan = fused_scan.plan(images, selected, predicate, keys, aggregates)
+    return None if scan is None else ResidentScan(scan, area, table)

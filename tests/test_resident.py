@@ -1,0 +1,161 @@
+"""Columns resident on the GPU (`gpu_kernels.resident`): a scan's partial aggregate over all its
+blocks in one launch per signature and one wait, whatever the number of blocks; the columns loaded
+on first use and kept across queries, the least recently used evicted within the area's budget, a
+column larger than the area left to the block pipeline, and a table's new version never answered
+from the old one's columns. Through the strict stand-in of CuPy, answers equal to the NumPy
+backend's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from benchmarks.kernel_checks import random_block
+from gpu_kernels import ColumnImage, ResidentArea, final_aggregate, get_backend, plan_resident
+from gpu_kernels.resident import TooLarge
+from storage import LoadOptions, Store, TableCache, TableSchema, load_table, scan_table
+
+Q6_LIKE = {
+    "filter": {"op": "<", "args": [{"col": "q"}, {"lit": 24}]},
+    "aggregates": [
+        {"name": "n", "func": "count"},
+        {"name": "revenue", "func": "sum", "arg": {"op": "*", "args": [{"col": "p"}, {"col": "q"}]}},
+    ],
+}
+GROUPED = {
+    "group_by": ["flag"],
+    "aggregates": [{"name": "n", "func": "count"}, {"name": "top", "func": "max", "arg": {"col": "p"}}],
+}
+
+
+def _table(seed: int, rows: int = 40_000) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    return pa.table(
+        {
+            "q": rng.integers(1, 51, rows),
+            "p": rng.integers(-(1 << 40), 1 << 40, rows),
+            "flag": pa.array(rng.choice(["A", "N", "R"], rows).tolist()),
+        }
+    )
+
+
+def _load(store: Store, data: pa.Table) -> None:
+    load_table([store], TableSchema.from_arrow("t", data.schema), data, LoadOptions(block_budget=20_000))
+
+
+def _answer(store: Store, backend, request: dict) -> pa.Table:
+    scan = scan_table(TableCache(store), {"table": "t", **request}, backend)
+    table = pa.Table.from_batches([p.batch for p in scan.pieces()], schema=scan.plan.schema)
+    keys = request.get("group_by", [])
+    merged = final_aggregate(table, keys, list(scan.plan.task.aggregates))
+    return merged.sort_by([(k, "ascending") for k in keys]) if keys else merged
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("request_", [Q6_LIKE, GROUPED], ids=["one group", "groups"])
+def test_a_scan_is_one_launch_and_one_wait_over_its_resident_columns(tmp_path, cupy_standin, request_) -> None:
+    store = Store(tmp_path / "node")
+    _load(store, _table(1))
+    cache = TableCache(store)
+    blocks = len(cache.get("t").blocks)
+    assert blocks > 40
+    cupy = get_backend("cupy")
+    expected = _answer(store, get_backend("numpy"), request_)
+    assert _answer(store, cupy, request_).equals(expected)  # loads the columns
+    [area] = cupy.resident.values()
+    assert area.residency.loads == len({"q", "p"} if request_ is Q6_LIKE else {"flag", "p"})
+    counts = cupy_standin.counts
+    launches, waits, copied = counts.total_launches, counts.syncs, counts.to_device
+    scan = scan_table(cache, {"table": "t", **request_}, cupy)
+    pieces = list(scan.pieces())
+    assert [p.block for p in pieces] == ["resident"] and scan.stats.blocks == blocks
+    assert counts.total_launches - launches <= 2 and counts.syncs - waits == 1
+    encoded = sum(block.nbytes for _, block in cache.get("t").blocks)
+    assert counts.to_device - copied < encoded / 20  # the block table and the accumulators, not the columns
+    assert area.residency.hits >= 2 and _answer(store, cupy, request_).equals(expected)
+
+
+@pytest.mark.gpu
+def test_the_least_recently_used_columns_are_evicted_within_the_budget(cupy_standin) -> None:
+    import cupy
+
+    rng = np.random.default_rng(4)
+    blocks = [random_block(rng, 3000) for _ in range(3)]
+    images = {n: ColumnImage.of(n, [b.columns[n] for b in blocks]) for n in ("a", "p", "s")}
+    sizes = {n: image.nbytes for n, image in images.items()}
+    area = ResidentArea(cupy, sum(sizes.values()) - 1)  # two columns fit, not three
+    for name in ("a", "p"):
+        area.image(name, lambda n=name: images[n])
+    area.image("a", lambda: images["a"])  # a used last: p is the least recently used
+    area.image("s", lambda: images["s"])
+    assert list(area.columns) == ["a", "s"] and area.residency.evictions == 1
+    assert area.used <= area.budget and area.residency.loads == 3 and area.residency.hits == 1
+    assert (
+        cupy.asnumpy(area.buffer("s", next(iter(images["s"].buffers)))).tobytes()
+        == next(iter(images["s"].buffers.values())).tobytes()
+    )
+
+
+@pytest.mark.gpu
+def test_a_column_larger_than_the_area_goes_through_the_block_pipeline(tmp_path, cupy_standin) -> None:
+    store = Store(tmp_path / "node")
+    _load(store, _table(2))
+    cupy = get_backend("cupy")
+    cupy.device_memory = 4 * 50_000  # a resident area of 50 kB: no column of the table fits
+    try:
+        expected = _answer(store, get_backend("numpy"), Q6_LIKE)
+        scan = scan_table(TableCache(store), {"table": "t", **Q6_LIKE}, cupy)
+        pieces = list(scan.pieces())
+        assert len(pieces) == scan.stats.blocks > 1 and "resident" not in {p.block for p in pieces}
+        assert _answer(store, cupy, Q6_LIKE).equals(expected)
+        [area] = [a for (_, memory), a in cupy.resident.items() if memory == 4 * 50_000]
+        assert area.residency.loads == 0 and area.used == 0
+    finally:
+        del cupy.device_memory
+
+
+@pytest.mark.gpu
+def test_a_new_version_of_a_table_is_not_answered_from_the_old_ones_columns(tmp_path, cupy_standin) -> None:
+    store = Store(tmp_path / "node")
+    cupy, numpy = get_backend("cupy"), get_backend("numpy")
+    for seed in (3, 5):
+        _load(store, _table(seed, 30_000))  # replaces the table: a new version
+        assert _answer(store, cupy, GROUPED).equals(_answer(store, numpy, GROUPED))
+
+
+@pytest.mark.gpu
+def test_what_does_not_fit_is_refused_and_leaves_the_area_as_it_was(cupy_standin) -> None:
+    import cupy
+
+    rng = np.random.default_rng(6)
+    blocks = [random_block(rng, 2000) for _ in range(2)]
+    images = {n: ColumnImage.of(n, [b.columns[n] for b in blocks]) for n in ("k1", "a", "p")}
+    keyed = ResidentArea(cupy, images["k1"].nbytes)  # the key column fits, its codes then do not
+    keyed.image("k1", lambda: images["k1"])
+    _, codes = images["k1"].key_codes()
+    with pytest.raises(TooLarge):
+        keyed.buffer("k1", codes)
+    assert not keyed.columns and keyed.used == 0
+    area = ResidentArea(cupy, images["a"].nbytes + images["p"].nbytes - 1)
+    area.image("a", lambda: images["a"])
+    held = [area.buffer("a", key) for key in images["a"].buffers]  # a running scan still reads a
+    with pytest.raises(TooLarge):  # a is evicted, but its memory is not free yet
+        area.image("p", lambda: images["p"])
+    assert not area.columns and held
+
+
+@pytest.mark.gpu
+def test_a_scan_whose_columns_were_evicted_meanwhile_is_not_run(tmp_path, cupy_standin) -> None:
+    store = Store(tmp_path / "node")
+    _load(store, _table(7, 5000))
+    cupy = get_backend("cupy")
+    scan = scan_table(TableCache(store), {"table": "t", **Q6_LIKE}, cupy)
+    blocks = [block for _, block in scan.loaded.blocks]
+    task = scan.plan.task
+    prepared = plan_resident(cupy, "t", blocks, range(len(blocks)), task.predicate, [], list(task.aggregates))
+    assert prepared is not None and prepared.run(cupy) is not None
+    prepared.area.columns.clear()  # another scan's load evicted them
+    assert prepared.run(cupy) is None
+    count_only = [a for a in task.aggregates if a.arg is None]
+    assert plan_resident(cupy, "t", blocks, range(len(blocks)), None, [], count_only) is None  # no column to keep
