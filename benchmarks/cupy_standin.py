@@ -516,25 +516,29 @@ _CUDA_RUNTIME = r"""
 #include <thread>
 struct dim3 { unsigned int x, y, z; };
 thread_local dim3 blockIdx, threadIdx, blockDim, gridDim;
-// The threads of a CUDA block, kept from launch to launch (as many as the largest block yet).
-static std::mutex launching, state;
-static std::condition_variable started, finished;
-static unsigned int generation = 0, running = 0, workers = 0, grid_x = 0, block_x = 0;
-static void (*kernel_body)(void*) = nullptr;
-static void* kernel_context = nullptr;
-static std::barrier<>* block_barrier = nullptr;
-extern "C" void cxg_syncthreads() { block_barrier->arrive_and_wait(); }
+// The threads of a CUDA block, kept from launch to launch (as many as the largest block yet). Never
+// destroyed: at exit, a condition variable's destructor would wait for the threads waiting on it.
+struct Pool {
+    std::mutex launching, state;
+    std::condition_variable started, finished;
+    unsigned int generation = 0, running = 0, workers = 0, grid_x = 0, block_x = 0;
+    void (*body)(void*) = nullptr;
+    void* context = nullptr;
+    std::barrier<>* barrier = nullptr;
+};
+static Pool& pool = *new Pool;
+extern "C" void cxg_syncthreads() { pool.barrier->arrive_and_wait(); }
 static void worker(unsigned int t) {
     unsigned int seen = 0;
     while (true) {
-        std::unique_lock<std::mutex> lock(state);
-        started.wait(lock, [&] { return generation != seen; });
-        seen = generation;
-        if (t >= block_x) continue;
-        const unsigned int gx = grid_x, bx = block_x;
-        void (*body)(void*) = kernel_body;
-        void* context = kernel_context;
-        std::barrier<>* barrier = block_barrier;
+        std::unique_lock<std::mutex> lock(pool.state);
+        pool.started.wait(lock, [&] { return pool.generation != seen; });
+        seen = pool.generation;
+        if (t >= pool.block_x) continue;
+        const unsigned int gx = pool.grid_x, bx = pool.block_x;
+        void (*body)(void*) = pool.body;
+        void* context = pool.context;
+        std::barrier<>* barrier = pool.barrier;
         lock.unlock();
         gridDim = {gx, 1, 1};
         blockDim = {bx, 1, 1};
@@ -545,22 +549,22 @@ static void worker(unsigned int t) {
             barrier->arrive_and_wait();  // a block's shared memory is not reused while another reads it
         }
         lock.lock();
-        if (--running == 0) finished.notify_all();
+        if (--pool.running == 0) pool.finished.notify_all();
     }
 }
 // A grid whose CUDA blocks synchronize their threads: `bx` threads at once, each running its thread
 // of every CUDA block in turn. One launch at a time (two devices launch from two host threads):
 // shared memory is one per kernel.
 extern "C" void cxg_run_grid(unsigned int gx, unsigned int bx, void (*body)(void*), void* context) {
-    std::lock_guard<std::mutex> hold(launching);
+    std::lock_guard<std::mutex> hold(pool.launching);
     std::barrier<> barrier(bx);
-    std::unique_lock<std::mutex> lock(state);
-    for (; workers < bx; ++workers) std::thread(worker, workers).detach();
-    grid_x = gx, block_x = bx, kernel_body = body, kernel_context = context, block_barrier = &barrier;
-    running = bx;
-    ++generation;
-    started.notify_all();
-    finished.wait(lock, [] { return running == 0; });
+    std::unique_lock<std::mutex> lock(pool.state);
+    for (; pool.workers < bx; ++pool.workers) std::thread(worker, pool.workers).detach();
+    pool.grid_x = gx, pool.block_x = bx, pool.body = body, pool.context = context, pool.barrier = &barrier;
+    pool.running = bx;
+    ++pool.generation;
+    pool.started.notify_all();
+    pool.finished.wait(lock, [] { return pool.running == 0; });
 }
 """
 # What a kernel library sees of CUDA (light, so that each kernel builds fast).
