@@ -19,9 +19,8 @@ from typing import Any
 import numpy as np
 
 from gpu_kernels.backend import Array, NumpyBackend
-from gpu_kernels.cuda_kernels import KERNELS, MAX_BUCKETS, MAX_PARTITION_GRID, PARTITION_ROWS, launch_shape
-from gpu_kernels.cuda_kernels import THREADS as KERNEL_THREADS
-from gpu_kernels.fused_scan import THREADS, FusedScan
+from gpu_kernels.cuda_kernels import KERNELS, MAX_BUCKETS, MAX_PARTITION_GRID, PARTITION_ROWS, THREADS, launch_shape
+from gpu_kernels.fused_scan import FusedScan
 
 
 class CupyBackend(NumpyBackend):
@@ -88,10 +87,10 @@ class CupyBackend(NumpyBackend):
         grid = max(1, min(MAX_PARTITION_GRID, -(-n // PARTITION_ROWS)))
         shape = (np.int64(n), np.int32(len(inputs)), np.int32(count))
         counts = cupy.empty(count * grid, dtype=cupy.int64)
-        self._kernel("cxg_bucket_counts")((grid,), (KERNEL_THREADS,), (keys, *shape, counts))
+        self._kernel("cxg_bucket_counts")((grid,), (THREADS,), (keys, *shape, counts))
         starts = cupy.cumsum(counts) - counts
         order = cupy.empty(n, dtype=cupy.int64)
-        self._kernel("cxg_bucket_scatter")((grid,), (KERNEL_THREADS,), (keys, *shape, starts, order))
+        self._kernel("cxg_bucket_scatter")((grid,), (THREADS,), (keys, *shape, starts, order))
         return order, counts.reshape(count, grid).sum(axis=1), cupy.ascontiguousarray(starts[::grid])
 
     def asarray(self, host: np.ndarray) -> Array:

@@ -37,16 +37,14 @@ from gpu_kernels import expr as E
 from gpu_kernels.aggregate import AggSpec, NamedExpr
 from gpu_kernels.column_image import ColumnImage, buffer_key
 from gpu_kernels.column_types import Kind, from_domain
-from gpu_kernels.cuda_kernels import cuda_source
+from gpu_kernels.cuda_kernels import MAX_BLOCKS, THREADS, cuda_source
 from gpu_kernels.encoded_block import EncodedBlock
 from gpu_kernels.encodings import BitPacked, Dictionary, Encoding, Plain, RunLength
 from gpu_kernels.expr import Call, Col, Lit, Type
 from gpu_kernels.vectors import INT64_MAX, OverflowInExpression, literal_domain
 
-THREADS = 256  # per CUDA block
-ITEMS = 4  # rows per thread in a tile
+ITEMS = 4  # rows per thread in a tile (of THREADS x ITEMS rows)
 TILE = THREADS * ITEMS
-MAX_GRID = 4096  # CUDA blocks at most: they stride over the tiles
 MAX_GROUPS = 1024
 SHARED_BYTES = 32 << 10  # a CUDA block's accumulators in shared memory, at most
 MAX_IN_ITEMS = 32
@@ -94,7 +92,7 @@ class Launch:
     tiles: int
     buffers: list[tuple[str, str]]  # (column, buffer key) of each pointer argument, in order
     scalars: list  # the literals (NumPy scalars), after the pointers
-    max_grid: int = MAX_GRID
+    max_grid: int = MAX_BLOCKS  # CUDA blocks at most: they stride over the tiles
 
     @property
     def grid(self) -> int:
