@@ -7,14 +7,20 @@ backend's."""
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 import numpy as np
 import pyarrow as pa
 import pytest
 
+from benchmarks.compare import rows, rows_match
 from benchmarks.kernel_checks import random_block
+from gateway.background import serve
 from gpu_kernels import ColumnImage, ResidentArea, final_aggregate, get_backend, plan_resident
 from gpu_kernels.resident import TooLarge
-from storage import LoadOptions, Store, TableCache, TableSchema, load_table, scan_table
+from loadtests import query
+from loadtests.tpch_queries import SINGLE_TABLE
+from storage import LoadOptions, Node, Store, TableCache, TableSchema, load_table, scan_table
 
 Q6_LIKE = {
     "filter": {"op": "<", "args": [{"col": "q"}, {"lit": 24}]},
@@ -159,3 +165,22 @@ def test_a_scan_whose_columns_were_evicted_meanwhile_is_not_run(tmp_path, cupy_s
     assert prepared.run(cupy) is None
     count_only = [a for a in task.aggregates if a.arg is None]
     assert plan_resident(cupy, "t", blocks, range(len(blocks)), None, [], count_only) is None  # no column to keep
+
+
+@pytest.mark.gpu
+def test_tpch_single_table_queries_through_sql_on_gpu_nodes_equal_duckdbs(region_stores, spark_settings, duck) -> None:
+    """The nodes of a region on the CuPy backend answer TPC-H Q1 and Q6 from their resident
+    columns, through the gateway's SQL over HTTP, with DuckDB's answers and no Spark."""
+    from gateway.sql.engine import Engine  # pyspark: its module, never a session here
+
+    cupy = get_backend("cupy")
+    with ExitStack() as stack:
+        nodes = {s.node: stack.enter_context(serve(Node(s, cupy, slots=2).app())) for s in region_stores}
+        engine = Engine(nodes, spark_settings, lambda: pytest.fail("a single-table query started Spark"))
+        for number in SINGLE_TABLE:
+            sql = query(number)
+            result = engine.execute(sql)
+            assert result.engine == "nodes"
+            assert rows_match(rows(result.table), duck.sql(sql).fetchall(), ordered=True), number
+    areas = list(cupy.resident.values())
+    assert sum(a.residency.loads for a in areas) >= 2 * 4  # each node kept lineitem's columns it read
