@@ -44,7 +44,7 @@ from benchmarks import gpu_timing, kernel_checks
 from benchmarks.bench_scan import QUERIES, decoded_bytes
 from benchmarks.cupy_standin import installed
 from gpu_kernels import block_budget as device_rule
-from gpu_kernels import cuda_available, final_aggregate, get_backend, plan_resident
+from gpu_kernels import cuda_available, final_aggregate, get_backend
 from loadtests import console, machine, print_table, write_json
 from storage import LoadOptions, Store, TableCache, load_table, parse_size, read_parquet, scan_table, tpch
 
@@ -264,17 +264,7 @@ def _resident(cupy: Any, cache: TableCache, backend: Any, request: dict, repeat:
     """Seconds of the fused kernels over the resident columns (CUDA events around the launches and
     the read-back, the plan made once), and the bytes of the columns they read."""
     scan = scan_table(cache, {"table": "lineitem", **request}, backend)
-    loaded, task = scan.loaded, scan.plan.task
-    position = {entry.file: i for i, (entry, _) in enumerate(loaded.blocks)}
-    prepared = plan_resident(
-        backend,
-        ("bench", loaded.version),
-        [block for _, block in loaded.blocks],
-        [position[entry.file] for entry, _, _ in scan.jobs()],
-        task.predicate,
-        list(task.keys),
-        list(task.aggregates),
-    )
+    prepared = scan.resident(scan.jobs())
     if prepared is None:
         raise SystemExit(f"{request}: not fused")
     seconds = gpu_timing.event_seconds(cupy, lambda: prepared.run(backend), repeat)

@@ -123,10 +123,10 @@ class ColumnImage:
     def nbytes(self) -> int:
         return sum(b.nbytes for b in self.buffers.values())
 
-    def key_codes(self) -> tuple[Values, str]:
+    def key_codes(self) -> tuple[Values, np.ndarray]:
         """The distinct values of this column over every block (the codes of a group key), and the
-        buffer that maps each block's dictionary entry or run to its code among them (field
-        "key:<dtype>.at" says where each block's starts). Built on first use."""
+        buffer (at place "key") that maps each block's dictionary entry or run to its code among
+        them. Built on first use."""
         if self._keys is None:
             values = self.key_values
             if any(v is None for v in values):
@@ -145,7 +145,7 @@ class ColumnImage:
         union, buffer, at = self._keys
         key = buffer_key("key", buffer)
         self.buffers[key], self.fields[f"{key}.at"] = buffer, at
-        return union, key
+        return union, buffer
 
 
 def _bound(encoding: Encoding) -> int:

@@ -222,10 +222,10 @@ class _Generator:
         if not isinstance(encoding, Dictionary | RunLength):
             raise NotFusable("a group key stored neither as a dictionary nor as runs")
         try:
-            values, codes_key = image.key_codes()
+            values, codes = image.key_codes()
         except ValueError as e:
             raise NotFusable(str(e)) from None
-        of = f"({self.pointer_to(name, codes_key)} + {self.field(name, codes_key + '.at')})"
+        of = self.part(name, "key", codes)
         if isinstance(encoding, Dictionary):
             code = f"(long long){of}[{self.integer_read(name, encoding.codes, 'v.codes')}]"
         else:
@@ -237,12 +237,6 @@ class _Generator:
             return values.take(pa.array(codes)).cast(key.arrow_type)
 
         return code, len(values), key_values
-
-    def pointer_to(self, column: str, key: str) -> str:
-        if (column, key) not in self.pointers:
-            name = self.pointers[(column, key)] = f"p{len(self.pointers)}"
-            self.declared.append(f"const int* __restrict__ {name}")
-        return self.pointers[(column, key)]
 
     def no_nulls(self, name: str) -> None:
         self.image(name)
@@ -360,9 +354,8 @@ def _plan(images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate, keys
         raise NotFusable("a scan that reads no column")
     blocks = blocks[any_image.rows[blocks] > 0]
     signatures: dict[str, list[int]] = {}
-    read = [n for n in images]
     for b in blocks:
-        signatures.setdefault("/".join(images[n].signatures[b] for n in read), []).append(int(b))
+        signatures.setdefault("/".join(image.signatures[b] for image in images.values()), []).append(int(b))
     launches, shape = [], None
     for members in signatures.values():
         launch, launch_shape = _launch(images, np.array(members, dtype=np.int64), predicate, keys, aggregates)

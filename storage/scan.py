@@ -30,6 +30,7 @@ from gpu_kernels import (
     Kind,
     Lit,
     NumpyBackend,
+    ResidentScan,
     ScanStats,
     Type,
     block_parts,
@@ -339,22 +340,26 @@ class BlockScan:
             if self.plan.limit is not None and emitted >= self.plan.limit:
                 return
 
-    def _resident(self, jobs: list[Job]) -> Piece | None:
-        """The partial aggregate of every job's block at once, from the GPU's resident columns
-        (`gpu_kernels.resident`): one launch per signature, one wait. None where it cannot run so."""
-        started = time.perf_counter()
+    def resident(self, jobs: list[Job]) -> ResidentScan | None:
+        """The partial aggregate of every job's block at once over the GPU's resident columns
+        (`gpu_kernels.resident`), ready to run; None where it cannot run so."""
         task, loaded = self.plan.task, self.loaded
         position = {entry.file: i for i, (entry, _) in enumerate(loaded.blocks)}
-        table = (str(loaded.table.store.root), loaded.table.name, loaded.version, loaded.stamp)
-        prepared = plan_resident(
+        return plan_resident(
             self.backend,
-            table,
+            (str(loaded.table.store.root), loaded.table.name, loaded.version, loaded.stamp),
             [block for _, block in loaded.blocks],
             [position[entry.file] for entry, _, _ in jobs],
             task.predicate,
             list(task.keys),
             list(task.aggregates),
         )
+
+    def _resident(self, jobs: list[Job]) -> Piece | None:
+        """The partial aggregate of every job's block at once, from the GPU's resident columns:
+        one launch per signature, one wait. None where it cannot run so."""
+        started = time.perf_counter()
+        prepared = self.resident(jobs)
         accumulators = prepared.run(self.backend) if prepared is not None else None
         if accumulators is None:
             return None

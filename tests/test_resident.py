@@ -17,6 +17,7 @@ from benchmarks.compare import rows, rows_match
 from benchmarks.kernel_checks import random_block
 from gateway.background import serve
 from gpu_kernels import ColumnImage, ResidentArea, final_aggregate, get_backend, plan_resident
+from gpu_kernels.column_image import buffer_key
 from gpu_kernels.resident import TooLarge
 from loadtests import query
 from loadtests.tpch_queries import SINGLE_TABLE
@@ -141,7 +142,7 @@ def test_what_does_not_fit_is_refused_and_leaves_the_area_as_it_was(cupy_standin
     keyed.image("k1", lambda: images["k1"])
     _, codes = images["k1"].key_codes()
     with pytest.raises(TooLarge):
-        keyed.buffer("k1", codes)
+        keyed.buffer("k1", buffer_key("key", codes))
     assert not keyed.columns and keyed.used == 0
     area = ResidentArea(cupy, images["a"].nbytes + images["p"].nbytes - 1)
     area.image("a", lambda: images["a"])
