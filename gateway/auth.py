@@ -1,9 +1,13 @@
-"""Bearer tokens from the configuration, each with a limit on its queued and running queries.
-Without configured tokens the API is open (a local region). Operators' requests (draining) need
-the cluster token when one is configured, else what a query needs."""
+"""Bearer tokens from the configuration, each with a limit on its queued and running queries; a
+token is also taken as the password of HTTP Basic authentication (the user name is the client's
+to choose), as Trino's clients send it. Without configured tokens the API is open (a local
+region). Operators' requests (draining) need the cluster token when one is configured, else what a
+query needs."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hmac
 
 from aiohttp import web
@@ -27,24 +31,32 @@ class Auth:
         """The token a request carries; 401 when authentication is on and it carries none we know."""
         if not self.tokens:
             return ANONYMOUS
-        value = _bearer(request)
+        value = _credential(request)
         for token in self.tokens:
             if hmac.compare_digest(token.token.encode(), value.encode()):
                 return token
-        raise ApiError(401, "unauthorized", "unknown bearer token", "28000")
+        raise ApiError(401, "unauthorized", "unknown token", "28000")
 
     def operator(self, request: web.Request) -> None:
         """Admit an operator's request: the cluster token when one is configured (401 otherwise),
         else whatever `identify` admits."""
         if not self.cluster_token:
             self.identify(request)
-        elif not hmac.compare_digest(self.cluster_token.encode(), _bearer(request).encode()):
+        elif not hmac.compare_digest(self.cluster_token.encode(), _credential(request).encode()):
             raise ApiError(401, "unauthorized", "this needs the cluster token (gateway.cluster_token)", "28000")
 
 
-def _bearer(request: web.Request) -> str:
-    """The bearer token of a request; 401 when it carries none."""
+def _credential(request: web.Request) -> str:
+    """The token a request carries, as a bearer token or a Basic password; 401 when it carries none."""
     scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "basic" and value.strip():
+        try:
+            password = base64.b64decode(value.strip(), validate=True).decode().partition(":")[2]
+        except (binascii.Error, UnicodeDecodeError):
+            raise ApiError(401, "unauthorized", "Authorization: Basic needs base64 of user:token", "28000") from None
+        if password:
+            return password
     if scheme.lower() != "bearer" or not value.strip():
-        raise ApiError(401, "unauthorized", "missing bearer token: send Authorization: Bearer <token>", "28000")
+        message = "missing token: send Authorization: Bearer <token> (or Basic with the token as password)"
+        raise ApiError(401, "unauthorized", message, "28000")
     return value.strip()

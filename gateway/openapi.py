@@ -44,7 +44,8 @@ ERRORS = {
     "504": _error("The query ran past its timeout and was stopped"),
 }
 STATEMENT_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
-AUTH = [{"bearer": []}]
+TRINO_PAGE = {"name": "page", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 0}}
+AUTH = [{"bearer": []}, {"basic": []}]
 
 
 def document() -> dict[str, Any]:
@@ -56,7 +57,10 @@ def document() -> dict[str, Any]:
             "description": "Read-only SQL over HTTP on a compressed, GPU-accelerated analytical database.",
         },
         "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "basic": {"type": "http", "scheme": "basic", "description": "any user name, the token as password"},
+            },
             "schemas": {
                 "StatementRequest": {
                     "type": "object",
@@ -169,6 +173,38 @@ def document() -> dict[str, Any]:
                     "security": AUTH,
                     "parameters": [STATEMENT_ID],
                     "responses": {"200": {"description": "All rows kept", "content": FORMATS}, **ERRORS},
+                }
+            },
+            "/v1/statement": {
+                "post": {
+                    "summary": "Submit a query by the Trino client protocol (X-Trino-* headers; Basic or bearer auth)",
+                    "security": AUTH,
+                    "requestBody": {"required": True, "content": {"text/plain": {"schema": {"type": "string"}}}},
+                    "responses": {
+                        "200": {"description": "Trino's QueryResults: follow nextUri; a refused query carries error"},
+                        "400": ERRORS["400"],
+                        "401": ERRORS["401"],
+                    },
+                }
+            },
+            "/v1/statement/executing/{id}/{page}": {
+                "get": {
+                    "summary": "Trino protocol: the statement's state (long poll, 1 s), then its data page by page",
+                    "security": AUTH,
+                    "parameters": [STATEMENT_ID, TRINO_PAGE],
+                    "responses": {"200": {"description": "Trino's QueryResults"}, **ERRORS},
+                },
+                "delete": {
+                    "summary": "Trino protocol: cancel the statement",
+                    "security": AUTH,
+                    "parameters": [STATEMENT_ID, TRINO_PAGE],
+                    "responses": {"204": {"description": "Cancelled (or already finished)"}, **ERRORS},
+                },
+            },
+            "/v1/info": {
+                "get": {
+                    "summary": "Trino protocol: the server's version, as Trino's clients ask for it",
+                    "responses": {"200": {"description": "nodeVersion, environment, coordinator, starting"}},
                 }
             },
             "/v1/tables": {

@@ -23,6 +23,7 @@ from gateway.executors import Executor, NativeExecutor, PassThroughExecutor
 from gateway.handlers.region import RegionHandlers
 from gateway.handlers.service import ServiceHandlers
 from gateway.handlers.statements import StatementHandlers
+from gateway.handlers.trino import TrinoHandlers
 from gateway.lifecycle import StatementLifecycle
 from gateway.metrics import Metrics
 from gateway.statements import Statements
@@ -76,6 +77,7 @@ class Gateway:
         app = web.Application(middlewares=[error_middleware], client_max_size=MAX_REQUEST)
         handlers = (
             StatementHandlers(self.settings, self.auth, self.statements, self.lifecycle),
+            TrinoHandlers(self.settings, self.auth, self.statements, self.lifecycle),
             RegionHandlers(self.backend, self.auth, self.balancer, self.executor, self.statements),
             ServiceHandlers(self.balancer, self.metrics, self.executor),
         )

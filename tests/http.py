@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ def http(
     body: dict | str | None = None,
     headers: dict[str, str] | None = None,
     timeout: float = 60.0,
+    context: ssl.SSLContext | None = None,
 ) -> Reply:
     headers = dict(headers or {})
     data = None
@@ -36,7 +38,7 @@ def http(
         headers.setdefault("Content-Type", "text/plain")
     request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             return Reply(response.status, dict(response.headers), response.read())
     except urllib.error.HTTPError as e:
         return Reply(e.code, dict(e.headers), e.read())

@@ -112,18 +112,7 @@ class StatementHandlers:
         return web.json_response({"id": statement.key, "state": statement.state})
 
     def _owned(self, request: web.Request) -> Statement:
-        token = self.auth.identify(request)
-        try:
-            statement = self.statements.get(request.match_info["id"])
-        except StatementOfEarlierRun as e:
-            raise ApiError(410, "statement_lost", str(e), "08006") from None
-        if statement is None:
-            raise ApiError(
-                404, "statement_not_found", f"no statement {request.match_info['id']} (or it expired)", "42704"
-            )
-        if self.auth.enabled and statement.owner != token.name:
-            raise ApiError(403, "forbidden", f"statement {statement.key} belongs to another token", "42501")
-        return statement
+        return owned(self.statements, self.auth, request)
 
     def _answer(self, request: web.Request, statement: Statement, fmt: str, final_errors: bool) -> web.StreamResponse:
         base = _base(request)
@@ -136,6 +125,22 @@ class StatementHandlers:
         if fmt == results.JSON or statement.state != SUCCEEDED:
             return web.json_response(statement.document(base, self.settings.chunk_rows), headers=doc_headers)
         return _bytes(statement.result, fmt, statement)
+
+
+def owned(statements: Statements, auth: Auth, request: web.Request) -> Statement:
+    """The statement the request's path names, if the request's token submitted it (404 when
+    unknown or expired, 410 when of an earlier run, 403 when another token's)."""
+    token = auth.identify(request)
+    key = request.match_info["id"]
+    try:
+        statement = statements.get(key)
+    except StatementOfEarlierRun as e:
+        raise ApiError(410, "statement_lost", str(e), "08006") from None
+    if statement is None:
+        raise ApiError(404, "statement_not_found", f"no statement {key} (or it expired)", "42704")
+    if auth.enabled and statement.owner != token.name:
+        raise ApiError(403, "forbidden", f"statement {statement.key} belongs to another token", "42501")
+    return statement
 
 
 def _finished_result(statement: Statement) -> pa.Table:
