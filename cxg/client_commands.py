@@ -14,6 +14,7 @@ from rich.table import Table as RichTable
 
 from cxg.console import console
 from gateway import Client, GatewayError, json_rows
+from gateway.statements import STATES
 from regions import Config
 
 
@@ -94,7 +95,37 @@ def show_regions(config: Config, token: str | None) -> None:
     console.print(table)
 
 
+def show_statements(doc: dict) -> None:
+    """The running and recent statements, newest first, with how far the running ones are."""
+    table = RichTable("statement", "state", "token", "engine", "nodes", "progress", "rows", "ms", "sql")
+    for s in doc["statements"]:
+        p = s["progress"]
+        progress = f"{p['subqueries_done']}/{p['subqueries']} sub-queries, {p['rows_scanned']:,} rows"
+        if "spark_stages" in p:
+            progress += f", stages {p['spark_stages_done']}/{p['spark_stages']}"
+        table.add_row(
+            s["id"],
+            s["state"] + (f" ({s['error']})" if s.get("error") else ""),
+            s["token"] or "-",
+            s["engine"] or "-",
+            ",".join(s["nodes"]) or "-",
+            progress,
+            "-" if s["rows"] is None else f"{s['rows']:,}",
+            f"{s['timings_ms'].get('total', 0):,.1f}",
+            " ".join(s["sql"].split())[:40],
+        )
+    console.print(table, highlight=False)
+    console.print(f"{len(doc['statements'])} of {doc['total']} statement(s)")
+
+
 def cmd_status(args: argparse.Namespace, config: Config) -> int:
+    if args.statements:
+        doc = _client(args, config).statements(args.state)
+        if args.json:
+            print(json.dumps(doc, indent=2))
+        else:
+            show_statements(doc)
+        return 0
     doc = _client(args, config).cluster()
     if args.json:
         print(json.dumps(doc, indent=2))
@@ -161,6 +192,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     _connection(p)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--statements", action="store_true", help="the running and recent statements, with their progress")
+    p.add_argument("--state", choices=STATES, help="with --statements: only those in this state")
     p.set_defaults(func=cmd_status)
 
     for name, on, what in (("drain", True, "out of rotation"), ("undrain", False, "back into rotation")):

@@ -37,6 +37,15 @@ class Auth:
                 return token
         raise ApiError(401, "unauthorized", "unknown token", "28000")
 
+    def sees(self, request: web.Request) -> str | None:
+        """Whose statements a request may list: None for everyone's (no authentication, or the
+        cluster token), else its token's name."""
+        if not self.tokens:
+            return None
+        if self.cluster_token and hmac.compare_digest(self.cluster_token.encode(), _credential(request).encode()):
+            return None
+        return self.identify(request).name
+
     def operator(self, request: web.Request) -> None:
         """Admit an operator's request: the cluster token when one is configured (401 otherwise),
         else whatever `identify` admits."""

@@ -122,6 +122,11 @@ class Client:
     def cancel(self, statement: str) -> dict[str, Any]:
         return json.loads(self._request("DELETE", f"/v1/statements/{statement}")[2])
 
+    def statements(self, state: str | None = None, limit: int = 100) -> dict[str, Any]:
+        """Running and recent statements, newest first (`GET /v1/statements`)."""
+        query = urllib.parse.urlencode({k: v for k, v in (("state", state), ("limit", limit)) if v is not None})
+        return self.get(f"/v1/statements?{query}")
+
     def tables(self) -> dict[str, Any]:
         return self.get("/v1/tables")["tables"]
 

@@ -267,7 +267,12 @@ class NativeExecutor:
         if planned.local:
             started([])
             answer = functools.partial(
-                self.engine.answer, planned.plan, key, catalog=planned.catalog, waiting=statement.wait_for
+                self.engine.answer,
+                planned.plan,
+                key,
+                catalog=planned.catalog,
+                waiting=statement.wait_for,
+                progress=statement.progress,
             )
             try:
                 result = await in_pool(self.pool, answer)
@@ -296,6 +301,7 @@ class NativeExecutor:
                 planned.catalog,
                 waiting=statement.wait_for,
                 handed_over=lambda: loop.call_soon_threadsafe(handed.set),
+                progress=statement.progress,
             )
             work = in_pool(self.pool, answer)
             result = await self._watched(work, ticket, handed, key)

@@ -36,6 +36,19 @@ class RegionCollector:
             "Results dropped before their time to stay within gateway.result_memory",
             value=self.statements.evicted,
         )
+        known = GaugeMetricFamily(
+            "cxg_statements", "Statements the gateway knows (GET /v1/statements), by state", labels=["state"]
+        )
+        for state, count in self.statements.by_state().items():
+            known.add_metric([state], count)
+        yield known
+        work = self.statements.done_so_far()
+        yield CounterMetricFamily(
+            "cxg_subqueries_answered", "Sub-queries the nodes answered for statements", value=work["subqueries"]
+        )
+        yield CounterMetricFamily(
+            "cxg_rows_scanned", "Rows the nodes scanned for statements' sub-queries", value=work["rows_scanned"]
+        )
         yield GaugeMetricFamily("cxg_queue_length", "Queries waiting in the region's queue", value=snap["queue"])
         yield GaugeMetricFamily(
             "cxg_queries_in_flight", "Queries sent to nodes and not yet answered", value=snap["in_flight"]

@@ -6,6 +6,7 @@ from typing import Any
 
 from gateway.errors import DISPATCH_CODES
 from gateway.media import ARROW, CSV, JSON
+from gateway.statements import STATES
 
 FORMATS = {
     JSON: {"schema": {"$ref": "#/components/schemas/Statement"}},
@@ -121,6 +122,21 @@ def document() -> dict[str, Any]:
         },
         "paths": {
             "/v1/statements": {
+                "get": {
+                    "summary": "Running and recent statements, newest first (a token sees its own)",
+                    "security": AUTH,
+                    "parameters": [
+                        {"name": "state", "in": "query", "schema": {"enum": list(STATES)}},
+                        {"name": "token", "in": "query", "schema": {"type": "string"}},
+                        {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 10000}},
+                    ],
+                    "responses": {
+                        "200": {"description": "statements (their summaries) and total"},
+                        "400": ERRORS["400"],
+                        "401": ERRORS["401"],
+                        "403": _error("Another token's statements"),
+                    },
+                },
                 "post": {
                     "summary": "Submit a query",
                     "security": AUTH,
@@ -137,7 +153,7 @@ def document() -> dict[str, Any]:
                         **ERRORS,
                         "500": _error("The query failed while running"),
                     },
-                }
+                },
             },
             "/v1/statements/{id}": {
                 "get": {

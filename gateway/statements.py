@@ -19,9 +19,12 @@ import pyarrow as pa
 
 from gateway import results
 from gateway.errors import ApiError
+from gateway.sql.progress import Progress
 
 QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = "queued", "running", "succeeded", "failed", "cancelled"
 FINISHED = (SUCCEEDED, FAILED, CANCELLED)
+STATES = (QUEUED, RUNNING, *FINISHED)
+SQL_SHOWN = 200  # characters of a statement's SQL in the list of statements
 
 
 _ID = re.compile(r"[0-9a-f]+-[0-9]+")  # "<run>-<number>"
@@ -58,6 +61,7 @@ class Statement:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     run: str = ""  # the gateway run (`new_run`)
     waiting: str = ""  # what the running query waits for (a Spark cluster's executors), "" when nothing
+    progress: Progress = field(default_factory=Progress)  # how far it is (the native engine's queries)
     _clock: float = field(default_factory=time.perf_counter)
 
     @property
@@ -77,6 +81,7 @@ class Statement:
         self.waiting = what
 
     def finish(self, state: str, error: ApiError | None = None) -> None:
+        self.progress.freeze()
         self.state = state
         self.error = error
         self.finished_at = time.time()
@@ -86,6 +91,26 @@ class Statement:
     @property
     def finished(self) -> bool:
         return self.state in FINISHED
+
+    def summary(self) -> dict[str, Any]:
+        """The statement in the list of statements: who, what (the SQL's start), where, how far."""
+        doc: dict[str, Any] = {
+            "id": self.key,
+            "state": self.state,
+            "token": self.owner or None,
+            "sql": self.sql[:SQL_SHOWN],
+            "tag": self.tag or None,
+            "submitted": self.submitted,
+            "timings_ms": {k: round(v * 1000, 3) for k, v in self.timings.items()},
+            "rows": self.result.num_rows if self.result is not None else None,
+            "nodes": self.nodes,
+            "engine": self.engine or None,
+            "region": self.region or None,
+            "progress": self.progress.document(),
+        }
+        if self.error is not None:
+            doc["error"] = self.error.code
+        return doc
 
     def document(self, base: str, chunk_rows: int) -> dict[str, Any]:
         """The JSON status document; once succeeded it carries the columns and the first chunk."""
@@ -100,6 +125,7 @@ class Statement:
             "queue_length": self.queue_length,
             "region": self.region or None,
             "queues": [{"region": region, "seconds": round(seconds, 6)} for region, seconds in self.queues],
+            "progress": self.progress.document(),
         }
         if self.state in (QUEUED, RUNNING):
             doc["next"] = f"{base}/v1/statements/{self.key}"
@@ -140,6 +166,7 @@ class Statements:
         self.held = 0  # bytes of the results kept
         self.evicted = 0  # results dropped for memory, since the start
         self.totals: Counter[str] = Counter()  # finished statements by state, since the start
+        self.work: Counter[str] = Counter()  # sub-queries answered and rows scanned by finished statements
 
     def add(self, statement: Statement) -> None:
         self.expire()
@@ -154,6 +181,8 @@ class Statements:
             self._per_owner[statement.owner] -= 1
             self._finished.append(statement)
             self.totals[statement.state] += 1
+            self.work["subqueries"] += statement.progress.subqueries_done
+            self.work["rows_scanned"] += statement.progress.rows_scanned
             if statement.result is not None:
                 self._kept.append(statement)
                 self.held += statement.result.get_total_buffer_size()
@@ -196,12 +225,35 @@ class Statements:
     def running(self) -> int:
         return sum(1 for s in self._active.values() if s.state == RUNNING)
 
+    def listing(self, state: str | None = None, owner: str | None = None) -> list[Statement]:
+        """Running and recent statements, newest first, of one state and one token if given."""
+        self.expire()
+        return [
+            s
+            for s in reversed(self._items.values())
+            if (state is None or s.state == state) and (owner is None or s.owner == owner)
+        ]
+
     def recent(self, count: int) -> list[Statement]:
         """The last `count` statements to finish."""
         return list(itertools.islice(reversed(self._finished), count))
 
     def unfinished(self) -> list[Statement]:
         return list(self._active.values())
+
+    def done_so_far(self) -> Counter[str]:
+        """Sub-queries answered and rows scanned since the start, the running statements' too."""
+        work = Counter(self.work)
+        for statement in self._active.values():
+            work["subqueries"] += statement.progress.subqueries_done
+            work["rows_scanned"] += statement.progress.rows_scanned
+        return work
+
+    def by_state(self) -> Counter[str]:
+        """The statements this gateway knows (running, and finished ones not expired), by state."""
+        counts = Counter(dict.fromkeys(STATES, 0))
+        counts.update(s.state for s in self._items.values())
+        return counts
 
     def expire(self) -> None:
         cutoff = time.time() - self.ttl

@@ -185,7 +185,13 @@ def stats(statement: Statement) -> dict[str, Any]:
     end = statement.finished_at or time.time()
     queued = statement.timings.get("queue", end - statement.submitted if statement.state == QUEUED else 0.0)
     execute = statement.timings.get("execute", 0.0)
-    return _stats(_STATES[statement.state], len(statement.nodes), queued, execute, end - statement.submitted)
+    doc = _stats(_STATES[statement.state], len(statement.nodes), queued, execute, end - statement.submitted)
+    progress = statement.progress  # its sub-queries on the nodes are Trino's splits
+    sent, done = progress.subqueries, progress.subqueries_done
+    doc.update(totalSplits=sent, runningSplits=sent - done, completedSplits=done, processedRows=progress.rows_scanned)
+    if sent:
+        doc["progressPercentage"] = round(100.0 * done / sent, 1)
+    return doc
 
 
 def _stats(state: str, nodes: int, queued: float, execute: float, elapsed: float) -> dict[str, Any]:
@@ -199,9 +205,9 @@ def _stats(state: str, nodes: int, queued: float, execute: float, elapsed: float
         "queuedTimeMillis": round(queued * 1000),
         "elapsedTimeMillis": round(elapsed * 1000),
     }
-    uncounted = ("totalSplits", "queuedSplits", "runningSplits", "completedSplits", "cpuTimeMillis")
+    splits = ("totalSplits", "queuedSplits", "runningSplits", "completedSplits", "cpuTimeMillis")
     sizes = ("processedRows", "processedBytes", "physicalInputBytes", "peakMemoryBytes", "spilledBytes")
-    return counted | dict.fromkeys(uncounted + sizes, 0)
+    return counted | dict.fromkeys(splits + sizes, 0)
 
 
 def error_object(error: ApiError) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import sqlalchemy
 from sqlalchemy import create_engine, inspect, text
 
 from benchmarks.compare import rows_match
-from gateway import dbapi
+from gateway import Client, dbapi
 from loadtests import query
 
 
@@ -108,3 +108,31 @@ def test_cxg_query_prints_a_table_and_csv(native_gateway) -> None:
     assert csv.stdout.splitlines() == ['"n"', "5"]
     bad = subprocess.run([*cli, "select * from nowhere"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "cxg: error [undefined_table]: table 'nowhere' does not exist" in bad.stderr
+
+
+def test_a_statement_shows_its_progress_and_the_list_and_cxg_status_show_it(native_gateway) -> None:
+    client = Client(native_gateway.url)
+    scan = client.execute("select count(*) from lineitem where l_quantity > 10")
+    spark = client.execute(
+        "select c_mktsegment, count(*) from customer join orders on o_custkey = c_custkey "
+        "where o_orderstatus = 'F' group by 1 order by 1"
+    )
+    lineitem = client.execute("select count(*) from lineitem").table.column(0)[0].as_py()
+    listed = client.statements(limit=5)["statements"]
+    shown = {s["id"]: s for s in listed}
+    [first] = [s for s in listed if s["id"] == scan.id]
+    assert first["state"] == "succeeded" and first["rows"] == 1 and first["sql"].startswith("select count(*) from line")
+    progress = scanned = first["progress"]
+    assert progress["subqueries_done"] == progress["subqueries"] >= 1 and progress["rows_scanned"] == lineitem
+    joined = shown[spark.id]
+    assert joined["engine"] == "spark", joined
+    progress = joined["progress"]
+    assert progress["subqueries_done"] == progress["subqueries"] >= 1
+    assert progress["spark_stages"] >= progress["spark_stages_done"] >= 1
+    assert [s["id"] for s in client.statements(state="succeeded", limit=3)["statements"]][1:] == [spark.id, scan.id]
+    cli = [sys.executable, "-m", "cxg", "status", "--url", native_gateway.url, "--statements", "--state", "succeeded"]
+    printed = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+    assert printed.returncode == 0, printed.stderr
+    assert scan.id in printed.stdout, printed.stdout
+    assert f"{scanned['subqueries']}/{scanned['subqueries']} sub-queries, {lineitem:,} rows" in printed.stdout
+    assert "stages" in printed.stdout

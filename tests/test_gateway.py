@@ -19,7 +19,7 @@ from balancer.simulation import QueryType
 from gateway import Client, GatewayError
 from regions import EmbeddedRegion, load_config
 from tests.balancing import on_loop, until
-from tests.http import http
+from tests.http import Reply, http
 from tests.waiting import eventually
 
 QUERY_TYPES = {
@@ -351,3 +351,31 @@ def test_queue_length_reported_with_each_answer(region) -> None:
     doc = _post(region, {"sql": "SELECT 1", "tag": "fast"}).json()
     assert doc["queue_length"] == 0
     assert on_loop(region, lambda: len(region.gateway.balancer.queue)) == 0
+
+
+def test_statements_are_listed_newest_first_by_state_and_a_token_sees_its_own() -> None:
+    sets = (f"gateway.tokens={TOKENS}", 'gateway.cluster_token="ops-secret"')
+    with _region(*sets, nodes=1) as region:
+        slow = _post(region, {"sql": "SELECT 1", "tag": "slow", "wait": 0}, token="b-secret").json()["id"]
+        fast = _post(region, {"sql": "SELECT 2 AS two", "tag": "fast"}, token="a-secret").json()["id"]
+        until(region, lambda: _running(region) == 1, what="the slow query on its node")
+
+        def listed(token: str, query: str = "") -> Reply:
+            return http("GET", f"{region.url}/v1/statements{query}", headers={"Authorization": f"Bearer {token}"})
+
+        [alices] = listed("a-secret").json()["statements"]
+        assert alices["id"] == fast and alices["token"] == "alice" and alices["state"] == "succeeded"
+        assert alices["sql"] == "SELECT 2 AS two" and alices["rows"] == 7 and alices["nodes"] == ["n0"]
+        assert [s["id"] for s in listed("b-secret", "?state=running").json()["statements"]] == [slow]
+        assert listed("b-secret", "?state=succeeded").json() == {"statements": [], "total": 0}
+        assert listed("b-secret", "?token=alice").status == 403
+        assert [s["id"] for s in listed("ops-secret").json()["statements"]] == [fast, slow]
+        assert [s["id"] for s in listed("ops-secret", "?token=alice").json()["statements"]] == [fast]
+        assert listed("ops-secret", "?limit=1").json()["total"] == 2
+        reply = listed("ops-secret", "?state=done")
+        assert reply.status == 400 and reply.json()["error"]["code"] == "invalid_request"
+        assert http("GET", f"{region.url}/v1/statements").status == 401
+        metrics = http("GET", f"{region.url}/metrics").body.decode()
+        assert 'cxg_statements{state="running"} 1.0' in metrics and 'cxg_statements{state="succeeded"} 1.0' in metrics
+        http("DELETE", f"{region.url}/v1/statements/{slow}", headers={"Authorization": "Bearer b-secret"})
+        until(region, lambda: _running(region) == 0, what="the slot freed")

@@ -92,6 +92,9 @@ def test_a_large_result_comes_in_pages(native_gateway, duck) -> None:
         doc = http("GET", doc["nextUri"]).json()
         pages += "data" in doc
     assert doc["stats"]["state"] == "FINISHED" and pages > 2
+    stats = doc["stats"]  # the sub-queries on the nodes are Trino's splits
+    assert stats["completedSplits"] == stats["totalSplits"] >= 1 and stats["progressPercentage"] == 100.0
+    assert stats["processedRows"] == len(rows)
 
 
 def test_errors_are_trinos_error_object_with_our_code_and_sqlstate(native_gateway) -> None:

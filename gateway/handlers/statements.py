@@ -18,7 +18,9 @@ from gateway.auth import Auth
 from gateway.config import GatewayConfig
 from gateway.errors import ApiError, bad_request
 from gateway.lifecycle import StatementLifecycle
-from gateway.statements import SUCCEEDED, Statement, StatementOfEarlierRun, Statements
+from gateway.statements import STATES, SUCCEEDED, Statement, StatementOfEarlierRun, Statements
+
+LISTED, MAX_LISTED = 100, 10_000  # statements GET /v1/statements lists by default, at most
 
 
 @dataclass(eq=False)
@@ -31,6 +33,7 @@ class StatementHandlers:
     def routes(self) -> list[web.RouteDef]:
         return [
             web.post("/v1/statements", self.submit),
+            web.get("/v1/statements", self.listing),
             web.get("/v1/statements/{id}", self.status),
             web.get("/v1/statements/{id}/chunks/{n}", self.chunk),
             web.get("/v1/statements/{id}/result", self.result),
@@ -62,6 +65,20 @@ class StatementHandlers:
             await self.lifecycle.cancel(statement)
             raise
         return self._answer(request, statement, fmt, final_errors=True)
+
+    async def listing(self, request: web.Request) -> web.Response:
+        """Running and recent statements, newest first (`?state=`, `?token=`, `?limit=`); a token
+        sees its own."""
+        sees = self.auth.sees(request)
+        state = request.query.get("state")
+        if state is not None and state not in STATES:
+            raise bad_request(f"?state must be one of {', '.join(STATES)}")
+        owner = request.query.get("token")
+        if sees is not None and owner not in (None, sees):
+            raise ApiError(403, "forbidden", f"a token sees its own statements ({sees!r}), not {owner!r}'s", "42501")
+        limit = int(_query_number(request, "limit", LISTED, 1, MAX_LISTED))
+        listed = self.statements.listing(state, sees if sees is not None else owner)
+        return web.json_response({"statements": [s.summary() for s in listed[:limit]], "total": len(listed)})
 
     async def status(self, request: web.Request) -> web.StreamResponse:
         statement = self._owned(request)

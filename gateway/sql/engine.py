@@ -39,6 +39,7 @@ from gateway.sql.local import CANCELLED
 from gateway.sql.plan import Plan
 from gateway.sql.planner import Planner, plan_joins
 from gateway.sql.profile import PROFILE, Profile
+from gateway.sql.progress import PROGRESS, Progress
 from gateway.sql.result_types import stable_types
 from gateway.sql.stage import Staged, stage
 from storage import NodeEngineError, NodeError, allow_deep_expressions
@@ -169,13 +170,14 @@ class Engine:
         catalog: RegionCatalog | None = None,
         waiting: Callable[[str], None] | None = None,
         handed_over: Callable[[], None] | None = None,
+        progress: Progress | None = None,
     ) -> Result:
         """Steps 3 and 4: stage and execute `plan` (it is consumed), or describe it for EXPLAIN.
         `query_id` lets `cancel` stop it from another thread, `granted` names the nodes whose
         slots it holds (replicated tables are read there), `catalog` is the snapshot it was
         planned on (default: the region's now); `waiting` hears what a query on a Spark cluster
         waits for (executors), and "" when it waits no more; `handed_over`, once Spark holds every
-        row it needs from the nodes (from then on the query needs no node)."""
+        row it needs from the nodes (from then on the query needs no node); `progress` hears how far it is."""
         started = time.perf_counter()
         explain = (plan.written or plan.query).explain
         if explain == "plan":
@@ -189,6 +191,7 @@ class Engine:
         token = CANCELLED.set(cancelled)
         profile = Profile() if explain == "analyze" else None
         profiled = PROFILE.set(profile)
+        progressed = PROGRESS.set(progress)
         try:
             staged = stage(plan, catalog, self.exchange_options, self.joins)
             spark = functools.partial(self._spark_job, query_id, waiting, handed_over)
@@ -209,6 +212,7 @@ class Engine:
         finally:
             CANCELLED.reset(token)
             PROFILE.reset(profiled)
+            PROGRESS.reset(progressed)
             with self._lock:  # a run of the same query started since (a retry) keeps its own entry
                 if self._running.get(query_id) is cancelled:
                     del self._running[query_id]

@@ -27,6 +27,7 @@ from gateway.sql.executor_watch import ExecutorWatch
 from gateway.sql.local import CANCELLED, answer_one_table, in_threads
 from gateway.sql.plan import Plan
 from gateway.sql.profile import PROFILE, codegen_counters, node_lines, spark_lines
+from gateway.sql.progress import PROGRESS, spark_stages, subquery
 from gateway.sql.stage import Staged
 from storage import NodeClient, NodeEngineError, NodeError, OutOfMemoryError, QueryRequest, StorageError, run_sql
 
@@ -176,8 +177,9 @@ def _node_answer(catalog: RegionCatalog, node: str, asked: QueryRequest) -> tupl
     """`asked` answered by `node` (the query's cancellation reaches it: `storage.query_protocol`'s
     DELETE): its rows, what it did, and the seconds it took."""
     started = time.perf_counter()
-    with NodeClient(catalog.url(node)).query(asked, CANCELLED.get()) as stream:
+    with subquery() as answered, NodeClient(catalog.url(node)).query(asked, CANCELLED.get()) as stream:
         table = stream.read_all()
+        answered(stream.stats)
     return table, stream.stats, time.perf_counter() - started
 
 
@@ -234,6 +236,9 @@ def on_spark(staged: Staged, catalog: RegionCatalog, spark: SparkJob) -> pa.Tabl
     with POOLS.pool() as pool, watch:
         context.setJobGroup(job, staged.plan.query.text[:200], interruptOnCancel=True)
         context.setLocalProperty("spark.scheduler.pool", pool)  # this thread's jobs
+        progress = PROGRESS.get()
+        if progress is not None:
+            progress.spark_stages = spark_stages(context, job)
         exchange = Exchange(session, catalog, spark.options, spark.directory)
         try:
             profile = PROFILE.get()

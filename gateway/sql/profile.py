@@ -18,6 +18,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.sql.progress import subquery
 from storage import NodeClient, ScanRequest, ScanStream, format_size
 
 
@@ -86,11 +87,12 @@ PROFILE: ContextVar[Profile | None] = ContextVar("cxg_profile", default=None)
 
 @contextmanager
 def node_scan(client: NodeClient, request: ScanRequest, step: str) -> Iterator[ScanStream]:
-    """`client.scan(request)`, recorded in the query's profile once read to its end."""
+    """`client.scan(request)`, recorded in the query's profile and progress once read to its end."""
     profile = PROFILE.get()
     started = time.perf_counter()
-    with client.scan(request) as stream:
+    with subquery() as answered, client.scan(request) as stream:
         yield stream
+        answered(stream.stats)
     if profile is not None:
         seconds = time.perf_counter() - started
         profile.record(NodeScan(step, stream.node, stream.rows, stream.bytes, seconds, stream.stats))
