@@ -18,6 +18,8 @@ command -v java >/dev/null 2>&1 || apt_install openjdk-17-jre-headless
 # the tests start a real MariaDB server (the mysql node backend) in a temporary directory
 has_mariadb() { command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || [ -x /usr/sbin/mysqld ]; }
 case " $* " in *" dev "*) has_mariadb || apt_install mariadb-server ;; esac
+# the web console's tests drive Debian's Chromium through its ChromeDriver
+case " $* " in *" dev "*) [ -x /usr/bin/chromedriver ] || apt_install chromium chromium-driver ;; esac
 
 python=${PYTHON:-python3}
 if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
