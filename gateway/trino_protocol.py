@@ -1,7 +1,9 @@
 """The Trino client protocol's documents, written from its public description: a statement's
 `QueryResults` (id, infoUri, nextUri, columns with type signatures, data pages, stats, error),
-the client's session headers, and `EXECUTE IMMEDIATE` with its parameters, as Trino's clients send
-a query with parameters. The handlers (`gateway.handlers.trino`) serve them over the same
+the client's session headers, the statements that only change the session (USE, SET SESSION,
+RESET SESSION, PREPARE, DEALLOCATE PREPARE: answered in headers, no query runs), and parameters
+as Trino's clients send them (`EXECUTE IMMEDIATE 'sql' USING ...`, or `EXECUTE name USING ...` of
+a statement prepared earlier). The handlers (`gateway.handlers.trino`) serve them over the same
 admission, limits and statements as the service's own API.
 """
 
@@ -37,6 +39,12 @@ _PRECISION = {"s": 0, "ms": 3, "us": 6, "ns": 9}
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ns|us|ms|s|m|h|d)\s*")
 _UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _IMMEDIATE = re.compile(r"\s*EXECUTE\s+IMMEDIATE\s+'((?:[^']|'')*)'\s*(?:USING\s+(.+?))?\s*;?\s*", re.I | re.S)
+_EXECUTE = re.compile(r"\s*EXECUTE\s+(\w+)\s*(?:USING\s+(.+?))?\s*;?\s*", re.I | re.S)
+_PREPARE = re.compile(r"\s*PREPARE\s+(\w+)\s+FROM\s+(.+?)\s*;?\s*", re.I | re.S)
+_DEALLOCATE = re.compile(r"\s*DEALLOCATE\s+PREPARE\s+(\w+)\s*;?\s*", re.I)
+_USE = re.compile(r'\s*USE\s+(?:"?(\w+)"?\.)?"?(\w+)"?\s*;?\s*', re.I)
+_SET = re.compile(r"\s*SET\s+SESSION\s+(\w+)\s*=\s*'?([^';]*)'?\s*;?\s*", re.I)
+_RESET = re.compile(r"\s*RESET\s+SESSION\s+(\w+)\s*;?\s*", re.I)
 TIME_LIMITS = ("query_max_run_time", "query_max_execution_time")  # the session properties we honour
 
 
@@ -49,38 +57,82 @@ class Session:
     catalog: str = ""
     schema: str = ""
     properties: dict[str, str] = field(default_factory=dict)
+    prepared: dict[str, str] = field(default_factory=dict)  # name -> SQL, as the client keeps them
 
     @classmethod
     def of(cls, headers: Mapping[str, str]) -> Session:
-        properties = {}
-        for item in filter(None, (p.strip() for p in headers.get("X-Trino-Session", "").split(","))):
-            name, equals, value = item.partition("=")
-            if not equals:
-                raise ApiError(400, "invalid_session_property", f"X-Trino-Session: {item!r} is not name=value")
-            properties[name.strip()] = urllib.parse.unquote(value.strip())
         return cls(
             user=headers.get("X-Trino-User", ""),
             source=headers.get("X-Trino-Source", ""),
             catalog=headers.get("X-Trino-Catalog", ""),
             schema=headers.get("X-Trino-Schema", ""),
-            properties=properties,
+            properties=_pairs(headers.get("X-Trino-Session", ""), "X-Trino-Session"),
+            prepared=_pairs(headers.get("X-Trino-Prepared-Statement", ""), "X-Trino-Prepared-Statement"),
         )
 
     def time_limit(self, default: float) -> float:
         """The query's time limit: the smallest of `default` and the session's limits. A catalog,
         schema or property this service does not have is refused, as Trino refuses them."""
-        if self.catalog and self.catalog.lower() != CATALOG:
-            raise ApiError(404, "catalog_not_found", f"catalog {self.catalog!r} does not exist (it is {CATALOG})")
-        if self.schema and self.schema.lower() not in (SCHEMA, INFORMATION):
-            raise ApiError(404, "schema_not_found", f"schema {self.schema!r} does not exist (it is {SCHEMA})")
+        _known(self.catalog, self.schema)
         limit = default
         for name, value in self.properties.items():
-            if name not in TIME_LIMITS:
-                known = ", ".join(TIME_LIMITS)
-                message = f"session property {name!r} does not exist ({known} do)"
-                raise ApiError(400, "invalid_session_property", message)
-            limit = min(limit, duration(value, name))
+            limit = min(limit, _property(name, value))
         return limit
+
+    def statement(self, sql: str) -> str:
+        """The SQL to run: `EXECUTE IMMEDIATE` and `EXECUTE name` with their values bound."""
+        if m := _IMMEDIATE.fullmatch(sql):
+            return bind(m[1].replace("''", "'"), m[2])
+        if m := _EXECUTE.fullmatch(sql):
+            if m[1] not in self.prepared:
+                raise ApiError(404, "statement_not_prepared", f"no prepared statement {m[1]!r} in this session")
+            return bind(self.prepared[m[1]], m[2])
+        return sql
+
+
+def session_change(sql: str) -> tuple[str, dict[str, str]] | None:
+    """What a statement that only changes the client's session is (USE, SET SESSION, RESET
+    SESSION, PREPARE, DEALLOCATE) and the response headers that tell the client; None for any other."""
+    if m := _USE.fullmatch(sql):
+        catalog, schema = m[1] or CATALOG, m[2]
+        _known(catalog, schema)
+        return "USE", {"X-Trino-Set-Catalog": catalog.lower(), "X-Trino-Set-Schema": schema.lower()}
+    if m := _SET.fullmatch(sql):
+        _property(m[1], m[2])
+        return "SET SESSION", {"X-Trino-Set-Session": f"{m[1]}={urllib.parse.quote(m[2])}"}
+    if m := _RESET.fullmatch(sql):
+        return "RESET SESSION", {"X-Trino-Clear-Session": m[1]}
+    if m := _PREPARE.fullmatch(sql):
+        return "PREPARE", {"X-Trino-Added-Prepare": f"{m[1]}={urllib.parse.quote_plus(m[2])}"}
+    if m := _DEALLOCATE.fullmatch(sql):
+        return "DEALLOCATE", {"X-Trino-Deallocated-Prepare": m[1]}
+    return None
+
+
+def _pairs(header: str, name: str) -> dict[str, str]:
+    """name=value pairs of a session header, the values URL-encoded."""
+    pairs = {}
+    for item in filter(None, (p.strip() for p in header.split(","))):
+        key, equals, value = item.partition("=")
+        if not equals:
+            raise ApiError(400, "invalid_session_property", f"{name}: {item!r} is not name=value")
+        pairs[key.strip()] = urllib.parse.unquote_plus(value.strip())
+    return pairs
+
+
+def _known(catalog: str, schema: str) -> None:
+    if catalog and catalog.lower() != CATALOG:
+        raise ApiError(404, "catalog_not_found", f"catalog {catalog!r} does not exist (it is {CATALOG})")
+    if schema and schema.lower() not in (SCHEMA, INFORMATION):
+        raise ApiError(404, "schema_not_found", f"schema {schema!r} does not exist (it is {SCHEMA})")
+
+
+def _property(name: str, value: str) -> float:
+    """A session property's value (seconds: the only ones are time limits)."""
+    if name not in TIME_LIMITS:
+        message = f"session property {name!r} does not exist ({', '.join(TIME_LIMITS)} do)"
+        raise ApiError(400, "invalid_session_property", message)
+    return duration(value, name)
 
 
 def duration(text: str, name: str) -> float:
@@ -91,21 +143,16 @@ def duration(text: str, name: str) -> float:
     return float(m[1]) * _UNITS[m[2]]
 
 
-def immediate(sql: str) -> str:
-    """`EXECUTE IMMEDIATE 'statement' USING v1, v2` as the statement with each `?` replaced by
-    its value, in order; any other SQL as it is."""
-    m = _IMMEDIATE.fullmatch(sql)
-    if not m:
-        return sql
-    text = m[1].replace("''", "'")
+def bind(text: str, using: str | None) -> str:
+    """A statement with each `?` replaced by the value of the USING list at its place."""
     try:
-        values = sqlglot.parse_one(f"SELECT {m[2]}", read=DIALECT).expressions if m[2] else []
+        values = sqlglot.parse_one(f"SELECT {using}", read=DIALECT).expressions if using else []
         holes = [t for t in sqlglot.tokenize(text, read=DIALECT) if t.token_type == TokenType.PLACEHOLDER]
     except sqlglot.errors.SqlglotError as e:
-        raise ApiError(400, "syntax_error", f"EXECUTE IMMEDIATE: {e}", "42601") from None
+        raise ApiError(400, "syntax_error", f"EXECUTE ... USING: {e}", "42601") from None
     holes = [t for t in holes if t.text == "?"]
     if len(holes) != len(values):
-        message = f"EXECUTE IMMEDIATE: the statement has {len(holes)} parameter(s) and USING {len(values)} value(s)"
+        message = f"EXECUTE: the statement has {len(holes)} parameter(s) and USING {len(values)} value(s)"
         raise ApiError(400, "invalid_parameter", message, "22023")
     for hole, value in sorted(zip(holes, values, strict=True), key=lambda pair: -pair[0].start):
         text = text[: hole.start] + value.sql(dialect=DIALECT) + text[hole.end + 1 :]
@@ -232,6 +279,11 @@ def failed_document(key: str, error: ApiError, info_uri: str) -> dict[str, Any]:
     """The document of a query refused before it was a statement."""
     stats = _stats("FAILED", 0, 0.0, 0.0, 0.0)
     return {"id": key, "infoUri": info_uri, "stats": stats, "error": error_object(error), "warnings": []}
+
+
+def session_document(key: str, kind: str, info_uri: str) -> dict[str, Any]:
+    """The document of a statement that only changed the session (`kind`): finished, no rows."""
+    return {"id": key, "infoUri": info_uri, "stats": _stats("FINISHED", 0, 0.0, 0.0, 0.0), "updateType": kind}
 
 
 def document(statement: Statement, base: str, page: int) -> dict[str, Any]:

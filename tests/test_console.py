@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +26,19 @@ from tests.test_gateway import TOKENS, _region
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"  # Debian's packages (scripts/bootstrap.sh)
 
 
-@pytest.fixture(scope="module")
-def browser():
-    assert shutil.which(CHROMEDRIVER), "the console's tests need chromium and chromium-driver (scripts/bootstrap.sh dev)"
+def _chrome() -> WebDriver:
+    """A headless Chromium of its own (a fresh profile: no sessionStorage, no token)."""
+    assert shutil.which(CHROMEDRIVER), "the console's tests need chromium, chromium-driver: scripts/bootstrap.sh dev"
     options = Options()
     options.binary_location = CHROMIUM
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1500,1000"):
         options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_script_timeout(30)
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    driver = _chrome()
     try:
         yield driver
     finally:
@@ -152,20 +157,12 @@ def test_with_tokens_the_console_asks_for_one() -> None:
         _until(browser, lambda d: [r[2] for r in _cells(d, "statements")] == ["bob"], "bob's statement listed")
 
 
-class _browser_for:
-    """A browser of its own on `region`'s console (sessionStorage, the token, starts empty)."""
-
-    def __init__(self, region) -> None:
-        self.region = region
-
-    def __enter__(self) -> WebDriver:
-        options = Options()
-        options.binary_location = CHROMIUM
-        for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1500,1000"):
-            options.add_argument(argument)
-        self.driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-        self.driver.get(self.region.url + "/")
-        return self.driver
-
-    def __exit__(self, *exc: object) -> None:
-        self.driver.quit()
+@contextmanager
+def _browser_for(region) -> Iterator[WebDriver]:
+    """A browser of its own on `region`'s console."""
+    driver = _chrome()
+    try:
+        driver.get(region.url + "/")
+        yield driver
+    finally:
+        driver.quit()

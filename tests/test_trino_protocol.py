@@ -208,3 +208,29 @@ def test_basic_and_bearer_authentication_over_tls(tmp_path, monkeypatch) -> None
         context = ssl.create_default_context(cafile=ca)
         reply = http("GET", url, headers={"Authorization": "Bearer b-secret"}, context=context)
         assert reply.status == 403 and reply.json()["error"]["code"] == "forbidden"
+
+
+def test_session_statements_and_prepared_statements_as_older_clients_send_them(native_gateway, duck) -> None:
+    with _connect(native_gateway, legacy_prepared_statements=True, schema="information_schema") as conn:
+        cur = conn.cursor()
+        cur.execute("USE cxg.main")
+        assert cur.fetchall() == [] and conn._client_session.schema == "main"
+        cur.execute("select count(*) from nation where n_regionkey = ? and n_name > ?", [2, "C"])  # PREPARE, EXECUTE
+        assert cur.fetchall() == [
+            [duck.sql("select count(*) from nation where n_regionkey = 2 and n_name > 'C'").fetchall()[0][0]]
+        ]
+        assert conn._client_session.prepared_statements == {}  # deallocated after
+        cur.execute("SET SESSION query_max_run_time = '5m'")
+        assert conn._client_session.properties == {"query_max_run_time": "5m"}
+        cur.execute("RESET SESSION query_max_run_time")
+        assert conn._client_session.properties == {}
+        for wrong, name in (
+            ("USE hive.default", "CATALOG_NOT_FOUND"),
+            ("SET SESSION x = 1", "INVALID_SESSION_PROPERTY"),
+        ):
+            with pytest.raises(trino.exceptions.TrinoUserError) as info:
+                cur.execute(wrong)
+            assert info.value.error_name == name
+        with pytest.raises(trino.exceptions.TrinoUserError) as info:
+            cur.execute("EXECUTE nothing USING 1")
+        assert info.value.error_name == "STATEMENT_NOT_PREPARED"
