@@ -92,41 +92,39 @@ class Statement:
     def finished(self) -> bool:
         return self.state in FINISHED
 
-    def summary(self) -> dict[str, Any]:
-        """The statement in the list of statements: who, what (the SQL's start), where, how far."""
-        doc: dict[str, Any] = {
+    def _facts(self) -> dict[str, Any]:
+        """What both the list of statements and the status document say of it."""
+        return {
             "id": self.key,
             "state": self.state,
-            "token": self.owner or None,
-            "sql": self.sql[:SQL_SHOWN],
             "tag": self.tag or None,
             "submitted": self.submitted,
             "timings_ms": {k: round(v * 1000, 3) for k, v in self.timings.items()},
-            "rows": self.result.num_rows if self.result is not None else None,
-            "nodes": self.nodes,
             "engine": self.engine or None,
+            "nodes": self.nodes,
             "region": self.region or None,
             "progress": self.progress.document(),
         }
+
+    def summary(self) -> dict[str, Any]:
+        """The statement in the list of statements: who, what (the SQL's start), where, how far."""
+        doc = self._facts()
+        doc.update(
+            token=self.owner or None,
+            sql=self.sql[:SQL_SHOWN],
+            rows=self.result.num_rows if self.result is not None else None,
+        )
         if self.error is not None:
             doc["error"] = self.error.code
         return doc
 
     def document(self, base: str, chunk_rows: int) -> dict[str, Any]:
         """The JSON status document; once succeeded it carries the columns and the first chunk."""
-        doc: dict[str, Any] = {
-            "id": self.key,
-            "state": self.state,
-            "tag": self.tag or None,
-            "submitted": self.submitted,
-            "timings_ms": {k: round(v * 1000, 3) for k, v in self.timings.items()},
-            "engine": self.engine or None,
-            "nodes": self.nodes,
-            "queue_length": self.queue_length,
-            "region": self.region or None,
-            "queues": [{"region": region, "seconds": round(seconds, 6)} for region, seconds in self.queues],
-            "progress": self.progress.document(),
-        }
+        doc = self._facts()
+        doc.update(
+            queue_length=self.queue_length,
+            queues=[{"region": region, "seconds": round(seconds, 6)} for region, seconds in self.queues],
+        )
         if self.state in (QUEUED, RUNNING):
             doc["next"] = f"{base}/v1/statements/{self.key}"
         if self.state == RUNNING and self.waiting:

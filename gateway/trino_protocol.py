@@ -50,9 +50,9 @@ TIME_LIMITS = ("query_max_run_time", "query_max_execution_time")  # the session 
 
 @dataclass
 class Session:
-    """What a client's headers say about its session: who, where, and its properties."""
+    """What a client's headers say about its session: where, its properties and prepared statements
+    (X-Trino-User names the client's user, which the service does not need: the token says who it is)."""
 
-    user: str = ""
     source: str = ""
     catalog: str = ""
     schema: str = ""
@@ -62,7 +62,6 @@ class Session:
     @classmethod
     def of(cls, headers: Mapping[str, str]) -> Session:
         return cls(
-            user=headers.get("X-Trino-User", ""),
             source=headers.get("X-Trino-Source", ""),
             catalog=headers.get("X-Trino-Catalog", ""),
             schema=headers.get("X-Trino-Schema", ""),

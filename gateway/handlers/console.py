@@ -22,4 +22,3 @@ class ConsoleHandlers:
 
     async def page(self, request: web.Request) -> web.StreamResponse:
         return web.FileResponse(CONSOLE / "index.html", headers={**HEADERS, "Cache-Control": "no-cache"})
-

@@ -49,18 +49,19 @@ class TrinoHandlers:
         if not sql.strip():
             raise bad_request("the body must be the SQL statement")
         g = self.settings
-        key, info = f"{self.statements.run}-session-{uuid.uuid4().hex[:12]}", f"{_base(request)}/v1/statement"
+        info = f"{_base(request)}/v1/statement"
+        key = f"{self.statements.run}-%s-{uuid.uuid4().hex[:12]}"  # a document that is no statement
         try:
             session = protocol.Session.of(request.headers)
             changed = protocol.session_change(sql)
             if changed is not None:  # USE, SET SESSION, PREPARE ...: the client keeps its session
                 kind, headers = changed
-                return web.json_response(protocol.session_document(key, kind, info), headers=headers)
+                return web.json_response(protocol.session_document(key % "session", kind, info), headers=headers)
             limit_s = session.time_limit(g.query_timeout)
             sql = session.statement(sql)
             statement = await self.lifecycle.submit(token, sql, {}, session.source, 0, limit_s, g.max_rows)
         except ApiError as e:  # refused before it ran: answered as a failed query, as Trino does
-            return web.json_response(protocol.failed_document(key, e, info))
+            return web.json_response(protocol.failed_document(key % "refused", e, info))
         return web.json_response(protocol.document(statement, _base(request), 0))
 
     async def next(self, request: web.Request) -> web.Response:
