@@ -2,11 +2,16 @@
 # `cxg router`, `cxg balance-regions`, and jobs such as `cxg load` and `cxg redistribute`.
 # Build from the repository root: docker build -f docker/gateway.Dockerfile -t cxg-gateway:0.1.0 .
 
+# The base images, pinned; a build may name others with --build-arg (a local base made from
+# Debian's own packages, where no registry is reachable: docker/README.md).
+ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
+ARG JRE_IMAGE=eclipse-temurin:17.0.17_10-jre-noble
+
 # Spark's driver runs in this process: a Java 17 runtime, taken from Eclipse Temurin's image.
-FROM eclipse-temurin:17.0.17_10-jre-noble AS jre
+FROM ${JRE_IMAGE} AS jre
 
 # The same Python as the Spark image: executors run the driver's interpreter (spark.pyspark.python).
-FROM python:3.11.13-slim-bookworm
+FROM ${PYTHON_IMAGE}
 
 ENV JAVA_HOME=/opt/java/openjdk \
     PATH=/opt/java/openjdk/bin:$PATH \

@@ -2,7 +2,11 @@
 # Build from the repository root: docker build -f docker/node.Dockerfile -t cxg-node:0.1.0 .
 # A deployment adds --name, --advertise (the address the others reach it on) and --upstream.
 
-FROM python:3.11.13-slim-bookworm
+# The base image, pinned; a build may name another with --build-arg (a local base made from
+# Debian's own packages, where no registry is reachable: docker/README.md).
+ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
+
+FROM ${PYTHON_IMAGE}
 
 ENV PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \

@@ -3,9 +3,14 @@
 # installed with pyarrow and the rest, under the same Python as the drivers (the gateway image).
 # Build from the repository root: docker build -f docker/spark.Dockerfile -t cxg-spark:0.1.0 .
 
-FROM eclipse-temurin:17.0.17_10-jre-noble AS jre
+# The base images, pinned; a build may name others with --build-arg (a local base made from
+# Debian's own packages, where no registry is reachable: docker/README.md).
+ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
+ARG JRE_IMAGE=eclipse-temurin:17.0.17_10-jre-noble
 
-FROM python:3.11.13-slim-bookworm
+FROM ${JRE_IMAGE} AS jre
+
+FROM ${PYTHON_IMAGE}
 
 # A worker's directory for its executors out of the installed package, which the user may not write.
 ENV JAVA_HOME=/opt/java/openjdk \

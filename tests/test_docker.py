@@ -56,7 +56,9 @@ class Dockerfile:
 
     @classmethod
     def read(cls, path: Path) -> Dockerfile:
-        instructions, pending = [], ""
+        """Its instructions, the base images named by ARGs before the first FROM (their defaults:
+        what a build without --build-arg uses) written out in FROM and COPY --from."""
+        instructions, pending, defaults = [], "", {}
         for raw in path.read_text().splitlines():
             line = raw.strip()
             if not line or line.startswith("#"):
@@ -65,8 +67,13 @@ class Dockerfile:
                 pending += line[:-1] + " "
                 continue
             keyword, _, rest = (pending + line).partition(" ")
-            instructions.append((keyword.upper(), rest.strip()))
-            pending = ""
+            keyword, rest, pending = keyword.upper(), rest.strip(), ""
+            if keyword == "ARG" and not any(k == "FROM" for k, _ in instructions):
+                name, _, default = rest.partition("=")
+                defaults[name] = default
+            if keyword in ("FROM", "COPY"):
+                rest = re.sub(r"\$\{(\w+)\}", lambda m: defaults.get(m[1], m[0]), rest)
+            instructions.append((keyword, rest))
         return cls(path, tuple(instructions))
 
     def final(self, keyword: str) -> list[str]:
@@ -435,6 +442,14 @@ def test_dockerfiles_are_pinned_run_as_a_user_and_check_their_health(path: Path)
         assert re.search(r"\d+\.\d+", tag), f"{reference}: the tag names no version"
     assert image.user.split(":")[0] not in ("root", "0")
     assert image.healthcheck, f"{path.name} has no HEALTHCHECK"
+
+
+@pytest.mark.parametrize("name", ["gateway.Dockerfile", "node.Dockerfile", "spark.Dockerfile"])
+def test_the_cpu_images_take_their_bases_as_build_arguments(name: str) -> None:
+    """So that they build from a local base where no registry is reachable (docker/README.md)."""
+    froms = re.findall(r"^FROM (\S+)", (DOCKER / name).read_text(), re.MULTILINE)
+    assert froms and all(re.fullmatch(r"\$\{[A-Z_]+\}", base) for base in froms), froms
+    assert IMAGES[name].images  # each with a pinned default (test_dockerfiles_are_pinned...)
 
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
