@@ -1,5 +1,5 @@
 # The two commands of the quick start: `make demo` and `make test`; `make check` is the fast lane.
-.PHONY: demo test check check-kernels check-rest lint bench
+.PHONY: demo test check check-kernels check-rest lint bench images deploy
 
 demo:
 	scripts/bootstrap.sh
@@ -55,3 +55,16 @@ bench:
 	.venv/bin/python -m benchmarks.bench_rebalance --json docs/bench/rebalance.json
 	.venv/bin/python -m pytest tests/test_fuzz.py --long
 	.venv/bin/python -m benchmarks.bench_memory --sf 10 --json docs/bench/memory_sf10.json
+
+# The container images with podman (as root; docker/README.md): built on a base made from Debian's
+# packages, where no container registry is reachable. `make deploy` runs docker/compose.yaml with them.
+PODMAN_PACKAGES = podman runc catatonit debootstrap golang-github-containernetworking-plugin-dnsname
+
+images:
+	command -v podman >/dev/null && command -v debootstrap >/dev/null || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(PODMAN_PACKAGES))
+	docker/images.sh --local-base
+
+deploy: images
+	scripts/bootstrap.sh dev deploy
+	.venv/bin/python -m benchmarks.deploy --no-build
