@@ -61,7 +61,7 @@ bench:
 PODMAN_PACKAGES = podman runc catatonit debootstrap golang-github-containernetworking-plugin-dnsname
 
 images:
-	command -v podman >/dev/null && command -v debootstrap >/dev/null || \
+	dpkg -s $(PODMAN_PACKAGES) >/dev/null 2>&1 || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(PODMAN_PACKAGES))
 	docker/images.sh --local-base
 
