@@ -138,13 +138,19 @@ class InterRegional:
         return {name: served.get(name) for name in named}  # nodes that keep no versions
 
     async def listing(self, request: web.Request) -> web.Response:
+        """The regions, the queries moved, and each region's load now (null: it did not answer)."""
         self.gateway.auth.identify(request)
+        peers = list(self.peers.values())
+        summaries = await asyncio.gather(*(queue_of(self._session, p.url) for p in peers)) if self._session else []
+        load = {self.name: _load(self.queue.summary())}
+        load.update({peer.name: _load(summary) for peer, summary in zip(peers, summaries, strict=False)})
         return web.json_response(
             {
                 "region": self.name,
                 "method": self.config.balancing.method,
                 "moved": {"pulled": self.pulled, "handed_over": self.handed, "came_back": self.returned_home},
                 "regions": [asdict(peer) for peer in self.regions.values()],
+                "load": load,
             }
         )
 
@@ -390,6 +396,14 @@ class InterRegional:
             state.last_seen = time.monotonic()
             state.round_trip = 0.8 * state.round_trip + 0.2 * (state.last_seen - started)
         return summary
+
+
+def _load(summary: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A region's load as its queue summary tells it: queued, running, servers, room, draining."""
+    if summary is None:
+        return None
+    keys = ("running", "servers", "room", "draining")
+    return {"queued": len(summary["queue"]), **{key: summary[key] for key in keys}}
 
 
 async def queue_of(session: aiohttp.ClientSession, url: str) -> dict[str, Any] | None:

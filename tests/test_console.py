@@ -22,6 +22,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.test_gateway import TOKENS, _region
+from tests.test_regions_live import _file, _regions
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"  # Debian's packages (scripts/bootstrap.sh)
 
@@ -166,3 +167,15 @@ def _browser_for(region) -> Iterator[WebDriver]:
         yield driver
     finally:
         driver.quit()
+
+
+def test_with_several_regions_the_console_shows_each_ones_load(tmp_path: Path) -> None:
+    path = _file(tmp_path, "idle-pull", {"east": 'databases = {tpch = ["lineitem"]}', "west": 'copies_of = ["east"]'})
+    with _regions(path) as regions, _browser_for(regions["east"]) as browser:
+        _until(browser, lambda d: d.find_element(By.ID, "regions").is_displayed(), "the regions")
+        _until(browser, lambda d: len(_cells(d, "region-table")) == 2, "both regions' rows")
+        rows = {row[0]: row for row in _cells(browser, "region-table")}
+        assert set(rows) == {"east", "west"}
+        # queued, running, slots, room
+        assert all(row[2:5] == ["0", "0", "1"] and row[5].isdigit() for row in rows.values()), rows
+        assert "idle-pull" in _text(browser, "moved")

@@ -172,6 +172,9 @@ def test_each_method_moves_queries_and_the_home_gateway_answers_them(tmp_path: P
         assert east["counters"]["moved"] == len(away) and east["statements"]["succeeded"] == 8
         west = http("GET", f"{regions['west'].url}/v1/regions").json()
         assert west["method"] == method and west["moved"]["pulled"] == len(away)
+        load = west["load"]  # each region's, as its queue summary tells it
+        assert set(load) == {"east", "west"} and all(region["queued"] == 0 for region in load.values())
+        assert all(region["servers"] >= 1 and region["draining"] is False for region in load.values())
 
 
 def test_without_balancing_every_query_stays_home(tmp_path: Path) -> None:

@@ -258,8 +258,17 @@ async function showRegions() {
   body.replaceChildren();
   for (const region of doc.regions) {
     const tr = body.insertRow();
+    const load = (doc.load || {})[region.name];
     cell(tr, region.name);
     cell(tr, region.url);
+    if (!load) {
+      cell(tr, "not answering");
+      continue;
+    }
+    cell(tr, String(load.queued), "num");
+    cell(tr, String(load.running), "num");
+    cell(tr, String(load.servers), "num");
+    cell(tr, load.draining ? "draining" : String(load.room), "num");
   }
 }
 
