@@ -317,17 +317,23 @@ def test_tokens_authenticate_limit_and_own_their_statements(tmp_path, caplog) ->
     assert list(tmp_path.rglob("*.jsonl")) or list(tmp_path.rglob("*.log")), "the roles wrote no logs to check"
 
 
+def tls_settings(folder) -> list[str]:
+    """A certificate for 127.0.0.1 from a new authority (its certificate: folder/ca.pem), as the
+    gateway's TLS settings."""
+    trustme = pytest.importorskip("trustme")
+    authority = trustme.CA()
+    authority.cert_pem.write_to_path(folder / "ca.pem")
+    issued = authority.issue_cert("127.0.0.1")
+    issued.cert_chain_pems[0].write_to_path(folder / "cert.pem")
+    issued.private_key_pem.write_to_path(folder / "key.pem")
+    return [f'gateway.tls_{k}="{folder / f}"' for k, f in (("cert", "cert.pem"), ("key", "key.pem"), ("ca", "ca.pem"))]
+
+
 def test_tls_with_a_configured_certificate(tmp_path) -> None:
     """HTTPS with a certificate from the configuration: clients that trust it get answers, the
     nodes' links run over it too; a client that does not trust it, or speaks plain HTTP, gets
     nothing."""
-    trustme = pytest.importorskip("trustme")
-    authority = trustme.CA()
-    authority.cert_pem.write_to_path(tmp_path / "ca.pem")
-    issued = authority.issue_cert("127.0.0.1")
-    issued.cert_chain_pems[0].write_to_path(tmp_path / "cert.pem")
-    issued.private_key_pem.write_to_path(tmp_path / "key.pem")
-    tls = [f'gateway.tls_{k}="{tmp_path / f}"' for k, f in (("cert", "cert.pem"), ("key", "key.pem"), ("ca", "ca.pem"))]
+    tls = tls_settings(tmp_path)
     with _region(*tls) as region:
         assert region.url.startswith("https://")
         client = Client(region.url, ca=str(tmp_path / "ca.pem"))

@@ -16,7 +16,7 @@ import trino
 from sqlalchemy import create_engine, inspect
 
 from tests.http import http
-from tests.test_gateway import TOKENS, _region
+from tests.test_gateway import TOKENS, _region, tls_settings
 from tests.waiting import eventually
 
 TPCH = {"customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier"}
@@ -185,13 +185,7 @@ def test_a_cancelled_query_frees_its_slot_and_a_time_limit_is_a_session_property
 def test_basic_and_bearer_authentication_over_tls(tmp_path, monkeypatch) -> None:
     for name in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):  # requests would take them over the client's `verify`
         monkeypatch.delenv(name, raising=False)
-    trustme = pytest.importorskip("trustme")
-    authority = trustme.CA()
-    authority.cert_pem.write_to_path(tmp_path / "ca.pem")
-    issued = authority.issue_cert("127.0.0.1")
-    issued.cert_chain_pems[0].write_to_path(tmp_path / "cert.pem")
-    issued.private_key_pem.write_to_path(tmp_path / "key.pem")
-    tls = [f'gateway.tls_{k}="{tmp_path / f}"' for k, f in (("cert", "cert.pem"), ("key", "key.pem"), ("ca", "ca.pem"))]
+    tls = tls_settings(tmp_path)
     ca = str(tmp_path / "ca.pem")
     with _region(f"gateway.tokens={TOKENS}", *tls, nodes=1) as region:
         secure = {"http_scheme": "https", "verify": ca, "source": "fast"}
