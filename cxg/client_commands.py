@@ -101,8 +101,10 @@ def show_statements(doc: dict) -> None:
     for s in doc["statements"]:
         p = s["progress"]
         progress = f"{p['subqueries_done']}/{p['subqueries']} sub-queries, {p['rows_scanned']:,} rows"
+        if "node_stages" in p:
+            progress += f", node stages {p['node_stages_done']}/{p['node_stages']}"
         if "spark_stages" in p:
-            progress += f", stages {p['spark_stages_done']}/{p['spark_stages']}"
+            progress += f", Spark stages {p['spark_stages_done']}/{p['spark_stages']}"
         table.add_row(
             s["id"],
             s["state"] + (f" ({s['error']})" if s.get("error") else ""),

@@ -232,11 +232,12 @@ def stats(statement: Statement) -> dict[str, Any]:
     queued = statement.timings.get("queue", end - statement.submitted if statement.state == QUEUED else 0.0)
     execute = statement.timings.get("execute", 0.0)
     doc = _stats(_STATES[statement.state], len(statement.nodes), queued, execute, end - statement.submitted)
-    progress = statement.progress  # its sub-queries on the nodes are Trino's splits
-    sent, done = progress.subqueries, progress.subqueries_done
-    doc.update(totalSplits=sent, runningSplits=sent - done, completedSplits=done, processedRows=progress.rows_scanned)
-    if sent:
-        doc["progressPercentage"] = round(100.0 * done / sent, 1)
+    progress = statement.progress.document()  # its sub-queries on the nodes are Trino's splits
+    sent, done, rows = progress["subqueries"], progress["subqueries_done"], progress["rows_scanned"]
+    doc.update(totalSplits=sent, runningSplits=sent - done, completedSplits=done, processedRows=rows)
+    fraction = statement.progress.fraction()
+    if fraction is not None:
+        doc["progressPercentage"] = round(100.0 * fraction, 1)
     return doc
 
 

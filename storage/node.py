@@ -2,6 +2,8 @@
 
     POST /v1/query           a whole query over scans of tables held here (storage.node_query): its
                              scans, then DataFusion's joins and the rest -> Arrow IPC stream
+    GET  /v1/query/{id}      how far that whole query is while it runs (stages done, rows scanned)
+    DELETE /v1/query/{id}    stop it
     POST /v1/scan            a scan request (storage.scan_protocol) -> Arrow IPC stream, one batch per
                              block (or per hash partition of a block) as blocks finish, then an
                              empty trailer batch whose metadata holds the scan's statistics
@@ -56,7 +58,7 @@ from storage.ingest import Commit, DirectoryTarget
 from storage.manifest import MANIFEST, Sizing
 from storage.memory_budget import private_memory_limit
 from storage.node_query import NodeQuery
-from storage.query_protocol import QUERY_PATH, QueryRequest
+from storage.query_protocol import QUERY_PATH, QueryRequest, UnknownQueryError
 from storage.scan import BlockScan, TableCache, scan_table
 from storage.scan_protocol import (
     ARROW_STREAM,
@@ -301,6 +303,13 @@ class Node:
         headers = {HEADER_BACKEND: self.backend.name, HEADER_NODE: self.store.node}
         return web.Response(body=body, content_type=ARROW_STREAM, headers=headers)
 
+    async def query_progress(self, request: web.Request) -> web.Response:
+        """How far a whole query running here is (`NodeQuery.progress`); 404 once it is not running."""
+        query = self._queries.get(request.match_info["id"])
+        if query is None:
+            raise UnknownQueryError(f"no query {request.match_info['id']!r} runs on node {self.store.node}")
+        return web.json_response(query.progress())
+
     async def cancel_query(self, request: web.Request) -> web.Response:
         query = self._queries.get(request.match_info["id"])
         if query is not None:
@@ -489,6 +498,7 @@ class Node:
                 web.get("/v1/tables/{name}/versions", self.versions),
                 web.post(SCAN_PATH, self.scan),
                 web.post(QUERY_PATH, self.query),
+                web.get(QUERY_PATH + "/{id}", self.query_progress),
                 web.delete(QUERY_PATH + "/{id}", self.cancel_query),
                 web.put("/v1/tables/{name}/loads/{load}/blocks/{file}", self.put_block),
                 web.post("/v1/tables/{name}/loads/{load}/commit", self.commit_load),

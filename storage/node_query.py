@@ -48,16 +48,35 @@ class NodeQuery:
     workers: ScanWorkers | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
     stats: dict[str, Any] = field(default_factory=dict)
+    _scanned: list[dict[str, Any]] = field(default_factory=list)  # the scans done, as `stats` lists them
+    _views_done: int = 0
+    _scanning: Any = None  # the scan running now (its statistics grow block by block)
+    _answered: bool = False
+
+    @property
+    def stages(self) -> int:
+        """The query's stages: each view's scan, then the engine's (DataFusion's joins and all above)."""
+        return len(self.request.views) + 1
+
+    def progress(self) -> dict[str, Any]:
+        """How far it is, while it runs (read from another thread): stages done of `stages`, and
+        the rows the scans have visited so far."""
+        scanning = self._scanning
+        rows = sum(s["rows_scanned"] for s in self._scanned) + (scanning.stats.rows_scanned if scanning else 0)
+        done = self._views_done + self._answered
+        return {"id": self.request.id, "stages": self.stages, "stages_done": done, "rows_scanned": rows}
 
     def run(self) -> pa.Table:
         """The answer (no rows with `analyze`: the operators are in `stats`)."""
-        scans: list[dict[str, Any]] = []
-        tables = self._scans(scans)
+        tables = self._scans(self._scanned)
         request = self.request
         answer = run_sql(tables, request.sql, request.kept, request.analyze, self.memory, self.cancel)
+        self._answered = True
         if request.analyze:
             self.stats["rows"] = answer.rows
-        self.stats.update(scans=scans, engine_seconds=answer.seconds, operators=answer.operators)
+        self.stats.update(
+            scans=self._scanned, stages=self.stages, engine_seconds=answer.seconds, operators=answer.operators
+        )
         return answer.table
 
     def _scans(self, scans: list[dict[str, Any]]) -> dict[str, pa.Table]:
@@ -86,6 +105,7 @@ class NodeQuery:
                 done[key] = self._scan(request, ", ".join(twins), scans, received[view])
             table = done[key]
             tables.update(dict.fromkeys(twins, table))
+            self._views_done = len(tables)
             if request.filter is None or table.num_rows > MAX_SOURCE_ROWS:
                 continue  # all of its table's keys filter nothing; the keys of millions cost more than they save
             sent = set()  # twins share their edges' keys: each sent once
@@ -106,10 +126,13 @@ class NodeQuery:
         started = time.perf_counter()
         scan = scan_table(self.cache, request, self.backend, self.threads, self.cancel)
         scan.workers = self.workers
+        self._scanning = scan
         try:
             batches = [piece.batch for piece in scan.pieces()]  # a cancelled scan stops at its next block
         except OverflowInExpression as e:
             raise NumericOverflowError(str(e)) from None
+        finally:
+            self._scanning = None
         if self.cancel.is_set():
             raise QueryCancelledError("query cancelled")
         table = pa.Table.from_batches(batches, schema=scan.plan.schema)

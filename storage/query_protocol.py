@@ -10,6 +10,8 @@
                      -> Arrow IPC stream: the result's batches, then a trailer batch whose metadata
                         holds what the query did (`METADATA_STATS`): each view's scan (rows, blocks,
                         seconds), the engine's seconds and, with analyze, its operators' metrics
+    GET /v1/query/{id}      how far that query is while it runs: {"stages": views + 1, "stages_done",
+                            "rows_scanned"} (each view's scan, then the engine); 404 ``unknown_query``
     DELETE /v1/query/{id}   stop that query at its next block or batch (it answers ``cancelled``)
 """
 
@@ -28,6 +30,11 @@ _VIEW = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 class QueryRequestError(StorageError):
     code = "invalid_query_request"
+
+
+class UnknownQueryError(StorageError):
+    code = "unknown_query"
+    status = 404
 
 
 class NodeEngineError(StorageError):

@@ -12,6 +12,8 @@ from dataclasses import replace
 import pytest
 
 from benchmarks.compare import rows, rows_match
+from gateway import trino_protocol
+from gateway.client import Client
 from gateway.sql.catalog import Snapshot
 from gateway.sql.check import read_tables
 from gateway.sql.engine import Engine
@@ -233,7 +235,49 @@ def test_a_whole_query_cancelled_by_its_client_stops_on_the_node(whole_node) -> 
     asking = threading.Thread(target=ask)
     asking.start()
     eventually(lambda: NodeClient(url).get("/v1/node")["running"] == 1, 30, "the query running on the node")
+    scanned = sum(NodeClient(url).get(f"/v1/tables/{t}")["rows"] for t in ("lineitem", "orders"))
+    progress = eventually(  # both scans done, the engine's cross join running
+        lambda: (p := NodeClient(url).get("/v1/query/cancel-me"))["stages_done"] == 2 and p, 30, "its scans done"
+    )
+    assert progress == {"id": "cancel-me", "stages": 3, "stages_done": 2, "rows_scanned": scanned}
     cancelled.set()
     asking.join(30)
     assert not asking.is_alive() and isinstance(outcome[0], ScanCancelled)
     eventually(lambda: NodeClient(url).get("/v1/node")["running"] == 0, 30, "the node's slot free again")
+    with pytest.raises(NodeError, match="no query 'cancel-me' runs on node node-0") as gone:
+        NodeClient(url).get("/v1/query/cancel-me")
+    assert gone.value.status == 404 and gone.value.code == "unknown_query"
+
+
+def test_a_statement_shows_its_whole_query_s_stages_on_the_node_as_they_finish(whole_gateway) -> None:
+    """A whole query's stages (each view's scan, then the node's engine) in its statement's
+    progress while it runs (asked of the node), all done once it is answered."""
+    client = Client(whole_gateway.url)
+    status, _, body = client.submit("SELECT max(l_orderkey + o_orderkey) FROM lineitem CROSS JOIN orders", wait=0)
+    assert status == 202
+    key = json.loads(body)["id"]
+
+    def scans_done() -> dict | None:
+        doc = client.get(f"/v1/statements/{key}")
+        progress = doc["progress"]
+        return progress if doc["state"] == "running" and progress.get("node_stages_done") == 2 else None
+
+    progress = eventually(scans_done, 60, "both scans done on the node, its engine running")
+    counted = [client.execute(f"SELECT count(*) FROM {t}").table.column(0)[0] for t in ("lineitem", "orders")]
+    scanned = sum(n.as_py() for n in counted)
+    assert progress == {
+        "subqueries": 1,
+        "subqueries_done": 0,
+        "rows_scanned": scanned,
+        "node_stages_done": 2,
+        "node_stages": 3,
+    }
+    statement = whole_gateway.gateway.statements.get(key)
+    assert trino_protocol.stats(statement)["progressPercentage"] == 66.7  # Trino's clients: 2 stages of 3
+    [listed] = [s for s in client.statements(state="running")["statements"] if s["id"] == key]
+    assert listed["progress"]["node_stages_done"] == 2 and listed["nodes"] == ["node-0"]
+    assert client.cancel(key)["state"] == "cancelled"
+    answered = client.execute("SELECT count(*) AS n FROM region CROSS JOIN nation")
+    assert answered.table.column(0).to_pylist() == [125]
+    [done] = [s for s in client.statements(limit=5)["statements"] if s["id"] == answered.id]
+    assert done["progress"]["node_stages_done"] == done["progress"]["node_stages"] == 3

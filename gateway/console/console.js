@@ -65,6 +65,7 @@ function hideError() {
 function progressText(p) {
   if (!p || (!p.subqueries && p.spark_stages === undefined)) return ""; // nothing sent to a node yet
   let text = `${p.subqueries_done}/${p.subqueries} sub-queries, ${p.rows_scanned.toLocaleString()} rows scanned`;
+  if (p.node_stages !== undefined) text += `, node stages ${p.node_stages_done}/${p.node_stages}`;
   if (p.spark_stages !== undefined) text += `, Spark stages ${p.spark_stages_done}/${p.spark_stages}`;
   return text;
 }

@@ -18,6 +18,7 @@ from gateway.auth import Auth
 from gateway.config import GatewayConfig
 from gateway.errors import ApiError, bad_request
 from gateway.lifecycle import StatementLifecycle
+from gateway.sql.progress import heard
 from gateway.statements import STATES, SUCCEEDED, Statement, StatementOfEarlierRun, Statements
 
 LISTED, MAX_LISTED = 100, 10_000  # statements GET /v1/statements lists by default, at most
@@ -78,6 +79,7 @@ class StatementHandlers:
             raise ApiError(403, "forbidden", f"a token sees its own statements ({sees!r}), not {owner!r}'s", "42501")
         limit = int(_query_number(request, "limit", LISTED, 1, MAX_LISTED))
         listed = self.statements.listing(state, sees if sees is not None else owner)
+        await heard(s.progress for s in listed[:limit] if not s.finished)
         return web.json_response({"statements": [s.summary() for s in listed[:limit]], "total": len(listed)})
 
     async def status(self, request: web.Request) -> web.StreamResponse:
@@ -86,6 +88,8 @@ class StatementHandlers:
         wait = _query_number(request, "wait", 0.0, 0, self.settings.max_wait)
         if wait and not statement.finished:
             await self.lifecycle.wait(statement, wait)
+        if not statement.finished:
+            await heard([statement.progress])
         return self._answer(request, statement, fmt, final_errors=False)
 
     async def chunk(self, request: web.Request) -> web.StreamResponse:

@@ -20,6 +20,7 @@ from gateway.errors import ApiError, bad_request
 from gateway.handlers.region import software_versions
 from gateway.handlers.statements import owned
 from gateway.lifecycle import StatementLifecycle
+from gateway.sql.progress import heard
 from gateway.statements import Statements
 
 LONG_POLL = 1.0  # seconds a GET on nextUri waits for the statement to finish
@@ -73,6 +74,8 @@ class TrinoHandlers:
             except asyncio.CancelledError:  # the client went away: so does its query
                 await self.lifecycle.cancel(statement)
                 raise
+        if not statement.finished:
+            await heard([statement.progress])
         return web.json_response(protocol.document(statement, _base(request), page))
 
     async def cancel(self, request: web.Request) -> web.Response:

@@ -27,7 +27,7 @@ from gateway.sql.executor_watch import ExecutorWatch
 from gateway.sql.local import CANCELLED, answer_one_table, in_threads
 from gateway.sql.plan import Plan
 from gateway.sql.profile import PROFILE, codegen_counters, node_lines, spark_lines
-from gateway.sql.progress import PROGRESS, spark_stages, subquery
+from gateway.sql.progress import PROGRESS, NodeStages, spark_stages, subquery
 from gateway.sql.stage import Staged
 from storage import NodeClient, NodeEngineError, NodeError, OutOfMemoryError, QueryRequest, StorageError, run_sql
 
@@ -177,7 +177,11 @@ def _node_answer(catalog: RegionCatalog, node: str, asked: QueryRequest) -> tupl
     """`asked` answered by `node` (the query's cancellation reaches it: `storage.query_protocol`'s
     DELETE): its rows, what it did, and the seconds it took."""
     started = time.perf_counter()
-    with subquery() as answered, NodeClient(catalog.url(node)).query(asked, CANCELLED.get()) as stream:
+    url = catalog.url(node)
+    with (
+        subquery(NodeStages(url, asked.id, len(asked.views) + 1)) as answered,
+        NodeClient(url).query(asked, CANCELLED.get()) as stream,
+    ):
         table = stream.read_all()
         answered(stream.stats)
     return table, stream.stats, time.perf_counter() - started
