@@ -43,6 +43,16 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _said(process: subprocess.Popen, text: str) -> str:
+    """What `cxg up` printed up to and including its first line holding `text` (read as it comes)."""
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if text in line:
+            return "".join(lines)
+    raise AssertionError(f"cxg up ended before saying {text!r}:\n{''.join(lines)}")
+
+
 def _stop(process: subprocess.Popen, url: str, signum: int = signal.SIGINT) -> str:
     """Stop `cxg up` with `signum`; check that it and every process it started are gone."""
     children = _children(process.pid)
@@ -81,7 +91,9 @@ def test_up_starts_a_region_with_a_router_and_stops_it_on_ctrl_c() -> None:
 def test_up_with_native_nodes_answers_sql_and_stops_on_sigterm(region_stores, duck) -> None:
     data = json.dumps([str(s.root) for s in region_stores])
     process, url = _up(f"storage.data={data}", "region.slots=2")
-    try:
+    said = ""
+    try:  # the gateway answers before `cxg up` has said all it says of it: a stop then cuts it short
+        said = _said(process, "Ctrl-C stops it")
         Client(url).wait_ready(timeout=60, nodes=2)
         sql = "select l_returnflag, count(*) as n from lineitem group by l_returnflag order by l_returnflag"
         reply = http("POST", f"{url}/v1/statements", {"sql": sql})
@@ -89,7 +101,7 @@ def test_up_with_native_nodes_answers_sql_and_stops_on_sigterm(region_stores, du
         assert [tuple(r) for r in reply.json()["rows"]] == duck.sql(sql).fetchall()
         assert sorted(reply.json()["nodes"]) == ["node-0", "node-1"]
     finally:
-        output = _stop(process, url, signal.SIGTERM)
+        output = said + _stop(process, url, signal.SIGTERM)
     for i, store in enumerate(region_stores):  # what it serves, from where
         assert (
             f"node-{i} serves {store.root}: " in output
