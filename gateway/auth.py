@@ -54,6 +54,17 @@ class Auth:
         elif not hmac.compare_digest(self.cluster_token.encode(), _credential(request).encode()):
             raise ApiError(401, "unauthorized", "this needs the cluster token (gateway.cluster_token)", "28000")
 
+    def appender(self, request: web.Request, table: str) -> None:
+        """Admit an append to `table`: anyone without tokens, else the cluster token or a token
+        naming the table in its `appends` (403 otherwise)."""
+        if not self.tokens:
+            return
+        if self.cluster_token and hmac.compare_digest(self.cluster_token.encode(), _credential(request).encode()):
+            return
+        token = self.identify(request)
+        if table not in token.appends:
+            raise ApiError(403, "forbidden", f"token {token.name!r} may not append to table {table!r}", "42501")
+
 
 def _credential(request: web.Request) -> str:
     """The token a request carries, as a bearer token or a Basic password; 401 when it carries none."""

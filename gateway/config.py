@@ -157,8 +157,8 @@ class SparkSettings:
 
 @dataclass
 class TokenConfig:
-    """A bearer token of the query API, how many queries it may have queued or running, and the
-    tables it may read (empty: all)."""
+    """A bearer token of the query API, how many queries it may have queued or running, the
+    tables it may read (empty: all) and those it may append rows to (empty: none)."""
 
     name: str = field(metadata={"doc": "who the token is, in the logs and metrics", "example": "reports"})
     token: str = field(
@@ -168,6 +168,10 @@ class TokenConfig:
     tables: list[str] = field(
         default_factory=list,
         metadata={"doc": "the tables it may read (empty: all)", "example": ["orders", "lineitem"]},
+    )
+    appends: list[str] = field(
+        default_factory=list,
+        metadata={"doc": "the tables it may append rows to (empty: none)", "example": ["events"]},
     )
 
 
@@ -197,6 +201,10 @@ class GatewayConfig:
     max_rows: int = field(default=1_000_000, metadata={"doc": "rows kept of a result (more: truncated)"})
     max_bytes: Size = field(default=256 * 1024 * 1024, metadata={"doc": "bytes kept of a result (more: truncated)"})
     chunk_rows: int = field(default=10_000, metadata={"doc": "rows per result chunk"})
+    max_append_bytes: Size = field(
+        default=16 * 1024 * 1024,
+        metadata={"doc": "bytes of one append's body (POST /v1/tables/{name}/rows; more: 413 append_too_large)"},
+    )
     result_ttl: float = field(default=600.0, metadata={"doc": "seconds a finished statement stays readable"})
     result_memory: Size = field(
         default=1024 * 1024 * 1024,

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from balancer import NodeInfo, RegionBalancer, Ticket, read_payload
+from gateway.appends import append
 from gateway.config import SparkFactory, SparkSettings
 from gateway.errors import ApiError
 from gateway.spark_status import spark_status
@@ -38,6 +39,7 @@ from gateway.sql.errors import UndefinedTable
 from gateway.sql.plan import Plan
 from gateway.statements import Statement
 from storage import sql_name
+from storage.appends import Appended
 
 Started = Callable[[list[str]], None]
 log = logging.getLogger("cxg.gateway")
@@ -128,6 +130,10 @@ class Executor(Protocol):
         """The region's Spark (`gateway.spark_status`), None where queries never reach Spark."""
         ...
 
+    def append(self, table: str, body: bytes, content_type: str) -> Appended:
+        """Append the rows of `body` to `table` as its new version (blocks: a thread's work)."""
+        ...
+
     def plan(self, asked: Asked) -> Planned:
         """Check and plan a query before admission; what it reads is pinned until `Planned.close`."""
         ...
@@ -178,6 +184,9 @@ class NativeExecutor:
             }
             for name, info in self.engine.catalog.tables().items()
         }
+
+    def append(self, table: str, body: bytes, content_type: str) -> Appended:
+        return append(self.engine.catalog, table, body, content_type)
 
     def holdings(self) -> dict[str, str | None]:
         return {name: info.stamp for name, info in self.engine.catalog.tables().items() if info.available}
@@ -364,6 +373,11 @@ class PassThroughExecutor:
                 tables.setdefault(name, {"rows": rows, "placement": "replicated", "nodes": [], "columns": []})
                 tables[name]["nodes"].append(node.name)
         return tables
+
+    def append(self, table: str, body: bytes, content_type: str) -> Appended:
+        raise ApiError(
+            422, "appends_unsupported", f"a {self.backend} region takes no appends: its nodes keep their own tables"
+        )
 
     def holdings(self) -> dict[str, str | None]:
         return dict.fromkeys(self.tables())

@@ -230,6 +230,31 @@ def document() -> dict[str, Any]:
                     "responses": {"200": {"description": "Tables"}},
                 }
             },
+            "/v1/tables/{name}/rows": {
+                "post": {
+                    "summary": "Append rows to a table as its new version (refused whole when one does not fit)",
+                    "security": AUTH,
+                    "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/x-ndjson": {"schema": {"type": "string"}},
+                            ARROW: {"schema": {"type": "string", "format": "binary"}},
+                        },
+                    },
+                    "responses": {
+                        "201": {"description": "table, version, rows and blocks of the append"},
+                        "400": _error("No such table, or a row that does not fit it (its number and column named)"),
+                        "401": ERRORS["401"],
+                        "403": _error("The token may not append to this table"),
+                        "409": _error("Another append committed first: retry"),
+                        "413": _error("The body is past gateway.max_append_bytes"),
+                        "422": _error("The region takes no appends"),
+                        "503": _error("A node holding the table is not in the region: retry"),
+                        "507": _error("A node's disk is full"),
+                    },
+                }
+            },
             "/v1/cluster": {
                 "get": {
                     "summary": "Queue, nodes and slots of the region",

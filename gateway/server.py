@@ -20,6 +20,7 @@ from gateway.auth import Auth
 from gateway.config import GatewayConfig, SparkFactory, SparkSettings, SqlSettings
 from gateway.errors import error_middleware
 from gateway.executors import Executor, NativeExecutor, PassThroughExecutor
+from gateway.handlers.appends import AppendHandlers
 from gateway.handlers.console import ConsoleHandlers
 from gateway.handlers.region import RegionHandlers
 from gateway.handlers.service import ServiceHandlers
@@ -80,6 +81,7 @@ class Gateway:
             StatementHandlers(self.settings, self.auth, self.statements, self.lifecycle),
             TrinoHandlers(self.settings, self.auth, self.statements, self.lifecycle),
             ConsoleHandlers(),
+            AppendHandlers(self.settings, self.auth, self.executor),
             RegionHandlers(self.backend, self.auth, self.balancer, self.executor, self.statements),
             ServiceHandlers(self.balancer, self.metrics, self.executor),
         )

@@ -119,10 +119,11 @@ def _aborted(directory: Path, load_id: str) -> Path:
 class NodeTarget(Target):
     """A storage node reached over HTTP."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, node: str | None = None):
+        """`node`: its name when known (else asked of it)."""
         self.client = NodeClient(url)
         self.url = url
-        self.node = self.client.get("/v1/node")["node"]
+        self.node = node or self.client.get("/v1/node")["node"]
 
     def put(self, table: str, load_id: str, name: str, payload: bytes) -> None:
         self.client.put_bytes(f"/v1/tables/{table}/loads/{load_id}/blocks/{name}", payload)

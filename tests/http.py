@@ -23,7 +23,7 @@ class Reply:
 def http(
     method: str,
     url: str,
-    body: dict | str | None = None,
+    body: dict | str | bytes | None = None,
     headers: dict[str, str] | None = None,
     timeout: float = 60.0,
     context: ssl.SSLContext | None = None,
@@ -36,6 +36,8 @@ def http(
     elif isinstance(body, str):
         data = body.encode()
         headers.setdefault("Content-Type", "text/plain")
+    elif isinstance(body, bytes):
+        data = body
     request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
