@@ -417,11 +417,20 @@ def collect_garbage(directory: Path, dropped: list[Manifest] = (), retain_s: flo
         live |= {b.file for b in manifest.blocks} if manifest is not None else set()
     dead = {b.file for m in dropped for b in m.blocks} - live
     for path in directory.iterdir():
-        if path.name not in live and (path.name in dead or now - path.stat().st_mtime > ORPHAN_AGE_S):
+        if path.name not in live and (path.name in dead or _age(path, now) > ORPHAN_AGE_S):
             path.unlink(missing_ok=True)
     decoded = directory / DECODED
     if decoded.is_dir():
         for path in decoded.iterdir():
             orphan = not (directory / path.name.removesuffix(".ipc")).exists()
-            if orphan and (path.name.endswith(".ipc") or now - path.stat().st_mtime > ORPHAN_AGE_S):
+            if orphan and (path.name.endswith(".ipc") or _age(path, now) > ORPHAN_AGE_S):
                 path.unlink(missing_ok=True)
+
+
+def _age(path: Path, now: float) -> float:
+    """Seconds since `path` was written; 0 when it is gone meanwhile (a block file being written is
+    renamed from its temporary name while the directory is read: not garbage)."""
+    try:
+        return now - path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
