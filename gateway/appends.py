@@ -23,12 +23,10 @@ from gateway.errors import ApiError
 from gateway.media import ARROW
 from gateway.sql.catalog import RegionCatalog
 from gateway.sql.errors import NodeFull, NodeUnavailable
-from storage import NodeClient, NodeError, TableSchema
+from storage import NodeError, TableSchema
 from storage.appends import Appended, append_rows
 from storage.catalog import Column
 from storage.errors import DiskFullError, SchemaError
-from storage.ingest import NodeTarget
-from storage.manifest import Sizing
 
 _CONVERSION_ERRORS = (
     pa.ArrowInvalid,
@@ -155,13 +153,13 @@ def append(catalog: RegionCatalog, name: str, body: bytes, content_type: str) ->
     if down:
         gone = ", ".join(down)
         raise NodeUnavailable(f"table {name} is held by node(s) {gone}, not in the region now: retry shortly")
-    targets = {node: NodeTarget(catalog.url(node), node) for node in holding}
+    urls = {node: catalog.url(node) for node in holding}
     with _LOCKS_LOCK:
         lock = _LOCKS.setdefault(name, threading.Lock())
     try:
-        with lock:
-            described = NodeClient(catalog.url(holding[0])).get(f"/v1/tables/{name}?version={info.version}")
-            appended = append_rows(schema, Sizing(**described["sizing"]), rows, targets)
+        with lock:  # on the version the previous append made: the catalog reads the nodes after each
+            appended = append_rows(schema, rows, urls, catalog.table(name).version)
+            catalog.refresh()
     except SchemaError as e:
         raise invalid_rows(str(e)) from None
     except NodeError as e:
@@ -170,5 +168,4 @@ def append(catalog: RegionCatalog, name: str, body: bytes, content_type: str) ->
         if e.code == DiskFullError.code:
             raise NodeFull(str(e)) from None
         raise NodeUnavailable(f"appending to table {name}: {e}; retry shortly") from None
-    catalog.refresh()
     return appended

@@ -91,7 +91,7 @@ class DirectoryTarget(Target):
         writer = self.store.writer(load.schema, load.sizing, load.compression, load.mode, load.load_id)
         writer.add(entries)
         keep = load.keep.get(self.node, ())
-        return writer.commit(load.version, keep, load.base, load.data).version
+        return writer.commit(load.version, keep, load.base, load.data, load.drop).version
 
     def retire(self, table: str) -> None:
         self.store.retire(table)
@@ -147,6 +147,7 @@ class NodeTarget(Target):
             "keep": list(load.keep.get(self.node, ())),
             "base": load.base,
             "data": load.data,
+            "drop": list(load.drop),
         }
         return self.client.post(f"/v1/tables/{load.schema.name}/loads/{load.load_id}/commit", body)["version"]
 
@@ -161,7 +162,8 @@ class NodeTarget(Target):
 class Commit:
     """What one load commits on every node it wrote to: the table's new definition, sizing and
     storage, under one version number. A bucket move (`storage.redistribution`) adds, per node, the
-    buckets whose blocks it keeps from version `base`, and `data`, the identity of rows copied."""
+    buckets whose blocks it keeps from version `base`, and `data`, the identity of rows copied. An
+    append (`storage.appends`) names the blocks its own replace, merged into them, in `drop`."""
 
     schema: TableSchema
     sizing: Sizing
@@ -172,6 +174,7 @@ class Commit:
     keep: dict[str, tuple[int, ...]] = field(default_factory=dict)  # node -> buckets it keeps
     base: int | None = None
     data: str = ""
+    drop: tuple[str, ...] = ()  # an append: the blocks of the current version its blocks replace
 
 
 def commit_all(targets: list[Target], load: Commit, entries: dict[str, list[BlockEntry]]) -> int:

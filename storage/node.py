@@ -16,6 +16,7 @@
     GET  /v1/node            node name, cores, slots and free slots, backend, scan counters
     GET  /healthz            liveness
     PUT  /v1/tables/{name}/loads/{load}/blocks/{file}   upload one encoded block file
+    POST /v1/tables/{name}/appends/{load}?base=V       stage an append's rows (storage.appends)
     POST /v1/tables/{name}/loads/{load}/commit         make a load's blocks the table's new version
     DELETE /v1/tables/{name}/loads/{load}              drop a failed load's uploads
 
@@ -50,6 +51,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from gpu_kernels import NumpyBackend
+from storage.appends import APPENDS_PATH, stage
 from storage.blockfile import BlockEntry
 from storage.bucket_load import BucketWork
 from storage.catalog import TableSchema
@@ -74,7 +76,7 @@ from storage.scan_protocol import (
 )
 from storage.scan_workers import ScanWorkers
 from storage.stats import summarize
-from storage.store import Store
+from storage.store import LOAD_ID, Store
 
 log = logging.getLogger("cxg.node")
 IN_FLIGHT = 4  # chunks produced ahead of the network
@@ -429,6 +431,23 @@ class Node:
         await _on_thread(self._target.put, info["name"], info["load"], info["file"], payload)
         return web.json_response({"stored": info["file"], "bytes": len(payload)}, status=201)
 
+    async def stage_append(self, request: web.Request) -> web.Response:
+        """An append's rows for the buckets held here (an Arrow IPC stream) staged on version
+        `?base=` of the table (`storage.appends.stage`): its entries, the blocks they replace."""
+        info = request.match_info
+        if not LOAD_ID.fullmatch(info["load"]):
+            raise StorageError(f"invalid load id {info['load']!r}")
+        base = _version(request.query.get("base"))
+        if base is None:
+            raise StorageError("an append is staged on a version: ?base= is missing")
+        payload = await request.read()
+        try:
+            rows = pa.ipc.open_stream(payload).read_all()
+        except (pa.ArrowInvalid, OSError) as e:
+            raise UnreadableRequestError("invalid_append", f"the rows are not an Arrow IPC stream: {e}") from None
+        table = await _on_thread(self.store.table, info["name"])
+        return web.json_response(await _on_thread(stage, table, info["load"], rows, base), status=201)
+
     async def commit_load(self, request: web.Request) -> web.Response:
         info = request.match_info
         try:
@@ -445,6 +464,9 @@ class Node:
             data = body.get("data") or ""
             if not isinstance(data, str):
                 raise ValueError(f"data must be a load id, not {data!r}")
+            drop = body.get("drop") or []
+            if not isinstance(drop, list) or not all(isinstance(f, str) for f in drop):
+                raise ValueError(f"drop must be a list of block files, not {drop!r}")
             load = Commit(
                 schema,
                 sizing,
@@ -455,6 +477,7 @@ class Node:
                 {self.store.node: tuple(keep)},
                 base,
                 data,
+                tuple(drop),
             )
             version = await _on_thread(self._target.commit, load, entries)
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
@@ -501,6 +524,7 @@ class Node:
                 web.get(QUERY_PATH + "/{id}", self.query_progress),
                 web.delete(QUERY_PATH + "/{id}", self.cancel_query),
                 web.put("/v1/tables/{name}/loads/{load}/blocks/{file}", self.put_block),
+                web.post(APPENDS_PATH, self.stage_append),
                 web.post("/v1/tables/{name}/loads/{load}/commit", self.commit_load),
                 web.delete("/v1/tables/{name}/loads/{load}", self.abort_load),
                 web.delete("/v1/tables/{name}/versions/{version}", self.release),

@@ -149,6 +149,11 @@ class NodeClient:
                     timed_out=isinstance(e, TimeoutError),
                 ) from None
 
+    def post_bytes(self, path: str, payload: bytes) -> dict[str, Any]:
+        """POST `payload` (octet stream); the JSON answer."""
+        with self._open(path, method="POST", raw=payload) as response:
+            return json.loads(response.read())
+
     def put_bytes(self, path: str, payload: bytes) -> None:
         with self._open(path, method="PUT", raw=payload) as response:
             response.read()

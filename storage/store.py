@@ -307,7 +307,12 @@ class TableWriter:
             self.entries.extend(entries)
 
     def commit(
-        self, version: int | None = None, keep: Collection[int] = (), base: int | None = None, data: str = ""
+        self,
+        version: int | None = None,
+        keep: Collection[int] = (),
+        base: int | None = None,
+        data: str = "",
+        drop: Collection[str] = (),
     ) -> Manifest:
         """Swap in the new version atomically (as `version` when given: a region-wide number a load
         chooses for all its nodes) and keep the replaced one readable (see the module's doc).
@@ -316,7 +321,8 @@ class TableWriter:
         current version stay in the new one beside the blocks uploaded, so a node copies only the
         buckets it gains; `base`, the version it was planned on (VersionConflictError when this node
         holds another: a load committed meanwhile); and `data`, the identity of the rows when they
-        are another version's (a copy, a move), by default this load's."""
+        are another version's (a copy, a move), by default this load's. An append gives `drop`, the
+        blocks of the current version it leaves out (its own blocks hold their rows)."""
         with _locked(self.directory):
             old = read_manifest(self.directory)
             name, node = self.schema.name, self.store.node
@@ -330,7 +336,12 @@ class TableWriter:
                 doing = "keep blocks" if keep else self.mode
                 raise SchemaError(f"table {name}: cannot {doing}, the columns differ")
             if self.mode == "append" and old is not None:
-                blocks = old.blocks + blocks
+                kept = [b for b in old.blocks if b.file not in drop]
+                if len(kept) != len(old.blocks) - len(set(drop)):
+                    raise VersionConflictError(
+                        f"table {name} on node {node}: blocks to replace are not in version {old.version}"
+                    )
+                blocks = kept + blocks
             elif keep:
                 if old is None:
                     raise VersionConflictError(f"table {name} has no version on node {node} to keep buckets of")

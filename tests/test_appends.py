@@ -23,8 +23,6 @@ from gpu_kernels import get_backend
 from regions import EmbeddedRegion, load_config
 from storage import Node, NodeClient, NodeError, Placement, Store, TableSchema, load_table
 from storage.appends import append_rows
-from storage.ingest import NodeTarget
-from storage.manifest import Sizing
 from tests.http import http
 from tests.test_gateway import _region
 
@@ -205,15 +203,27 @@ def test_who_may_append_where_and_how_much(appended_region) -> None:
 
 
 def test_an_append_a_node_cannot_take_is_undone_on_every_node(appended_region) -> None:
-    """node-1 unreachable (a port nothing listens on): whatever node-0 took of the append it drops,
+    """node-1 unreachable (a port nothing listens on): what node-0 staged of the append it drops,
     and its version does not move."""
     node_0 = appended_region.node_urls["node-0"]
     held = NodeClient(node_0).get("/v1/tables/events")
-    schema, sizing = TableSchema.from_json(held), Sizing(**held["sizing"])
-    gone = NodeTarget(f"http://127.0.0.1:{free_port()}", "node-1")
-    rows = EVENTS.slice(0, 4)  # devices 1, 2, 3, 1: buckets on both nodes
+    urls = {"node-0": node_0, "node-1": f"http://127.0.0.1:{free_port()}"}
     with pytest.raises(NodeError, match="cannot reach node"):
-        append_rows(schema, sizing, rows, {"node-0": NodeTarget(node_0, "node-0"), "node-1": gone})
+        append_rows(TableSchema.from_json(held), EVENTS.slice(0, 4), urls, held["version"])
     after = NodeClient(node_0).get("/v1/tables/events")
-    assert (after["version"], after["rows"]) == (held["version"], held["rows"])
+    assert (after["version"], after["rows"], after["blocks"]) == (held["version"], held["rows"], held["blocks"])
     assert NodeClient(node_0).get("/v1/tables/events/versions")["versions"][-1] == held["version"]
+
+
+def test_appends_merge_into_a_buckets_last_block_so_blocks_do_not_pile_up(appended_region) -> None:
+    region = appended_region
+    before = {node: NodeClient(url).get("/v1/tables/events") for node, url in region.node_urls.items()}
+    for minute in range(5):
+        row = {"ts": f"2026-01-02T00:0{minute}:00", "device": 5, "amount": "1", "kind": "e"}
+        assert _append(region, "events", _lines(row)).status == 201
+    after = {node: NodeClient(url).get("/v1/tables/events") for node, url in region.node_urls.items()}
+    assert sum(a["rows"] - before[n]["rows"] for n, a in after.items()) == 5
+    assert {n: a["blocks"] for n, a in after.items()} == {n: b["blocks"] for n, b in before.items()}
+    assert _rows(region, "SELECT count(*), min(ts) FROM events WHERE device = 5") == [
+        (5, datetime.datetime(2026, 1, 2, 0, 0))
+    ]
