@@ -1,15 +1,16 @@
 """Small appends: rows added to a table as its new version, without a Spark application, many
-times a second, its blocks staying whole.
+times a second, without piling up small blocks.
 
 Two steps, as a load's. Each node holding the table *stages* the rows of the buckets it holds
 (`stage`, the node's ``POST /v1/tables/{name}/appends/{load}?base=V``): per bucket, it merges them
-with the bucket's blocks of fewer than RC rows in version V (an earlier append's), sorts them by the
-sort key, cuts blocks of at most RC rows, writes them as the load's files and answers their
+with the bucket's small blocks in version V (fewer than `TAIL_ROWS` and RC rows: an earlier
+append's; merging into larger ones would cost each append a large block's decoding), sorts them by
+the sort key, cuts blocks of at most RC rows, writes them as the load's files and answers their
 entries, the blocks they replace, the table's sizing and its newest version. Then `append_rows`
 commits on every node under one version number, mode ``append`` with the replaced blocks dropped
-(`storage.ingest.Commit.drop`): a bucket keeps at most one block that is not whole, however many
-appends came. A node that fails, or a version other than V (another append committed first),
-aborts the append on every node: nothing of it is seen.
+(`storage.ingest.Commit.drop`): appends leave a bucket at most one small block, however many came.
+A node that fails, or a version other than V (another append committed first), aborts the append
+on every node: nothing of it is seen.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from storage.store import Table
 
 APPENDS_PATH = "/v1/tables/{name}/appends/{load}"
 COMPRESSION = "zstd"
+TAIL_ROWS = 16_384  # a block is merged into by appends while it has fewer rows than this (and RC)
 _STAGING = ThreadPoolExecutor(8, thread_name_prefix="append-stage")
 
 
@@ -54,7 +56,7 @@ def stage(table: Table, load_id: str, rows: pa.Table, base: int) -> dict[str, An
         raise VersionConflictError(f"table {table.name} is at version {table.version}, not {base}: retry")
     schema, sizing = table.schema, table.manifest.sizing
     rows = conform(rows, schema)
-    small = [e for e in table.blocks if e.rows < sizing.block_rows]
+    small = [e for e in table.blocks if e.rows < min(sizing.block_rows, TAIL_ROWS)]
     buckets = set(plan_layout(rows, schema, by_sort_key=False)[1].tolist())
     merged = [e for e in small if e.bucket in buckets]
     arrow = schema.arrow_schema()
