@@ -137,13 +137,23 @@ def _bad(column: Column, row: int, value: Any) -> ApiError:
     return invalid_rows(f"row {row}, column {column.name}: {shown[:80]} is not of type {column.type}")
 
 
+Committed = Callable[[str, int, pa.Table], None]
 _LOCKS: dict[str, threading.Lock] = {}  # appends through this gateway, one table's one at a time
 _LOCKS_LOCK = threading.Lock()
 
 
-def append(catalog: RegionCatalog, name: str, body: bytes, content_type: str) -> Appended:
+def table_lock(name: str) -> threading.Lock:
+    """The lock of table `name`'s appends through this gateway (and of what must not interleave with them)."""
+    with _LOCKS_LOCK:
+        return _LOCKS.setdefault(name, threading.Lock())
+
+
+def append(
+    catalog: RegionCatalog, name: str, body: bytes, content_type: str, committed: Committed | None = None
+) -> Appended:
     """Append the rows of `body` to table `name` as its new version on every node holding it
-    (`storage.appends`); the catalog reads the nodes again, so the next query reads them."""
+    (`storage.appends`); the catalog reads the nodes again, so the next query reads them, and
+    `committed` hears the table, its new version and the rows, the table's lock still held."""
     info = catalog.table(name)
     schema = info.schema
     rows = read_rows(body, content_type, schema)
@@ -154,12 +164,12 @@ def append(catalog: RegionCatalog, name: str, body: bytes, content_type: str) ->
         gone = ", ".join(down)
         raise NodeUnavailable(f"table {name} is held by node(s) {gone}, not in the region now: retry shortly")
     urls = {node: catalog.url(node) for node in holding}
-    with _LOCKS_LOCK:
-        lock = _LOCKS.setdefault(name, threading.Lock())
     try:
-        with lock:  # on the version the previous append made: the catalog reads the nodes after each
+        with table_lock(name):  # on the version the previous append made: the catalog reads the nodes after each
             appended = append_rows(schema, rows, urls, catalog.table(name).version)
             catalog.refresh()
+            if committed is not None:
+                committed(name, appended.version, rows)
     except SchemaError as e:
         raise invalid_rows(str(e)) from None
     except NodeError as e:

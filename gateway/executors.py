@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from balancer import NodeInfo, RegionBalancer, Ticket, read_payload
-from gateway.appends import append
+from gateway.appends import append, table_lock
 from gateway.config import SparkFactory, SparkSettings
 from gateway.errors import ApiError
 from gateway.spark_status import spark_status
@@ -38,6 +38,7 @@ from gateway.sql.engine import Engine
 from gateway.sql.errors import UndefinedTable
 from gateway.sql.plan import Plan
 from gateway.statements import Statement
+from gateway.subscriptions import Subscriptions
 from storage import sql_name
 from storage.appends import Appended
 
@@ -112,6 +113,7 @@ class Executor(Protocol):
 
     backend: str
     blocking_plan: bool  # plan() may block (it then runs in a thread)
+    subscriptions: Subscriptions | None  # the standing queries (None: the region keeps none)
 
     def nodes_changed(self, nodes: list[NodeInfo]) -> None: ...
 
@@ -159,6 +161,7 @@ class NativeExecutor:
     ):
         self.balancer = balancer
         self.engine = Engine({}, settings, spark, joins)
+        self.subscriptions: Subscriptions | None = Subscriptions(self.engine, table_lock)
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="query")
         self._reviving = threading.Lock()
 
@@ -186,7 +189,7 @@ class NativeExecutor:
         }
 
     def append(self, table: str, body: bytes, content_type: str) -> Appended:
-        return append(self.engine.catalog, table, body, content_type)
+        return append(self.engine.catalog, table, body, content_type, self.subscriptions.appended)
 
     def holdings(self) -> dict[str, str | None]:
         return {name: info.stamp for name, info in self.engine.catalog.tables().items() if info.available}
@@ -358,6 +361,7 @@ class PassThroughExecutor:
     """MariaDB and simulation nodes: the query travels unchanged."""
 
     blocking_plan = False  # a parse, no I/O
+    subscriptions: Subscriptions | None = None  # standing queries need tables the gateway appends to
 
     def __init__(self, balancer: RegionBalancer, backend: str):
         self.balancer = balancer

@@ -47,6 +47,12 @@ ERRORS = {
 STATEMENT_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
 TRINO_PAGE = {"name": "page", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 0}}
 AUTH = [{"bearer": []}, {"basic": []}]
+SUBSCRIPTION_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+SUBSCRIPTION_ERRORS = {
+    "401": ERRORS["401"],
+    "404": _error("No such subscription (one registered before a restart is gone: register it again)"),
+    "422": _error("The region keeps no standing queries"),
+}
 
 
 def document() -> dict[str, Any]:
@@ -252,6 +258,77 @@ def document() -> dict[str, Any]:
                         "422": _error("The region takes no appends"),
                         "503": _error("A node holding the table is not in the region: retry"),
                         "507": _error("A node's disk is full"),
+                    },
+                }
+            },
+            "/v1/subscriptions": {
+                "get": {
+                    "summary": "Standing queries (a token sees its own)",
+                    "security": AUTH,
+                    "responses": {"200": {"description": "subscriptions"}, "401": ERRORS["401"]},
+                },
+                "post": {
+                    "summary": "Register a standing query, kept up to date as rows are appended",
+                    "security": AUTH,
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            JSON: {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["sql"],
+                                    "properties": {"sql": {"type": "string"}},
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        "201": {"description": "The subscription, its result and where its changes are pushed"},
+                        "400": ERRORS["400"],
+                        "401": ERRORS["401"],
+                        "403": _error("The token may not read the table"),
+                        "422": _error("What cannot be kept up to date from each append (named), or no tables here"),
+                        "503": ERRORS["503"],
+                    },
+                },
+            },
+            "/v1/subscriptions/{id}": {
+                "get": {
+                    "summary": "A standing query and its current result",
+                    "security": AUTH,
+                    "parameters": [SUBSCRIPTION_ID],
+                    "responses": {"200": {"description": "The subscription"}, **SUBSCRIPTION_ERRORS},
+                },
+                "delete": {
+                    "summary": "End a standing query (its streams end)",
+                    "security": AUTH,
+                    "parameters": [SUBSCRIPTION_ID],
+                    "responses": {"200": {"description": "Deleted"}, **SUBSCRIPTION_ERRORS},
+                },
+            },
+            "/v1/subscriptions/{id}/events": {
+                "get": {
+                    "summary": "Server-Sent Events: the snapshot, then each update, until deleted",
+                    "security": AUTH,
+                    "parameters": [SUBSCRIPTION_ID],
+                    "responses": {
+                        "200": {
+                            "description": "The events",
+                            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                        },
+                        **SUBSCRIPTION_ERRORS,
+                    },
+                }
+            },
+            "/v1/subscriptions/{id}/ws": {
+                "get": {
+                    "summary": "WebSocket: the snapshot, then each update, as JSON messages",
+                    "security": AUTH,
+                    "parameters": [SUBSCRIPTION_ID],
+                    "responses": {
+                        "101": {"description": "Switching to the WebSocket protocol"},
+                        "400": _error("Not a WebSocket upgrade"),
+                        **SUBSCRIPTION_ERRORS,
                     },
                 }
             },

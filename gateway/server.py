@@ -25,6 +25,7 @@ from gateway.handlers.console import ConsoleHandlers
 from gateway.handlers.region import RegionHandlers
 from gateway.handlers.service import ServiceHandlers
 from gateway.handlers.statements import StatementHandlers
+from gateway.handlers.subscriptions import SubscriptionHandlers
 from gateway.handlers.trino import TrinoHandlers
 from gateway.lifecycle import StatementLifecycle
 from gateway.metrics import Metrics
@@ -82,6 +83,7 @@ class Gateway:
             TrinoHandlers(self.settings, self.auth, self.statements, self.lifecycle),
             ConsoleHandlers(),
             AppendHandlers(self.settings, self.auth, self.executor),
+            SubscriptionHandlers(self.auth, self.executor),
             RegionHandlers(self.backend, self.auth, self.balancer, self.executor, self.statements),
             ServiceHandlers(self.balancer, self.metrics, self.executor),
         )

@@ -74,6 +74,14 @@ def _split(scope: Scope, key: set[ColumnRef]) -> Split | str:
     return _rows(select, limits, again)
 
 
+def in_parts(select: exp.Select) -> Split | str:
+    """`select`'s aggregates split into partial ones and the merge that finishes them, as over groups
+    split between nodes (a standing query's: `gateway.sql.standing`), or why they cannot be; it is
+    rewritten in place."""
+    limits = _limits(select)
+    return limits if isinstance(limits, str) else _in_parts(select, limits)
+
+
 def _limits(select: exp.Select) -> tuple[int | None, int] | str:
     """The LIMIT and OFFSET (None, 0: none), or why they are not numbers."""
     limit, offset = select.args.get("limit"), select.args.get("offset")

@@ -1,0 +1,138 @@
+"""/v1/subscriptions: standing queries (`gateway.subscriptions`) registered, read, ended, and their
+changes pushed as Server-Sent Events (`/events`) or WebSocket messages (`/ws`): first the current
+result (``snapshot``), then each ``update`` (the rows changed and the groups gone, with the
+version they cover), and ``ended`` when the subscription is deleted. A token sees its own."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from gateway.auth import Auth
+from gateway.errors import ApiError, bad_request
+from gateway.executors import Executor
+from gateway.subscriptions import Subscription, Subscriptions, queue_listener
+
+HEARTBEAT_S = 15.0  # an SSE comment line this often keeps proxies from closing an idle stream
+
+
+@dataclass(eq=False)
+class SubscriptionHandlers:
+    auth: Auth
+    executor: Executor
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.post("/v1/subscriptions", self.register),
+            web.get("/v1/subscriptions", self.listing),
+            web.get("/v1/subscriptions/{id}", self.read),
+            web.delete("/v1/subscriptions/{id}", self.delete),
+            web.get("/v1/subscriptions/{id}/events", self.events),
+            web.get("/v1/subscriptions/{id}/ws", self.websocket),
+        ]
+
+    @property
+    def _subscriptions(self) -> Subscriptions:
+        if self.executor.subscriptions is None:
+            raise ApiError(
+                422, "subscriptions_unsupported", f"a {self.executor.backend} region keeps no standing queries"
+            )
+        return self.executor.subscriptions
+
+    async def register(self, request: web.Request) -> web.Response:
+        token = self.auth.identify(request)
+        subscriptions = self._subscriptions
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise bad_request('the request needs a JSON object with "sql": the standing query') from None
+        sql = body.get("sql") if isinstance(body, dict) else None
+        if not isinstance(sql, str) or not sql.strip():
+            raise bad_request('the request needs "sql": the standing query')
+        loop = asyncio.get_running_loop()
+        subscription = await loop.run_in_executor(None, subscriptions.register, sql, token.name, tuple(token.tables))
+        return web.json_response(_document(subscription, request), status=201)
+
+    async def listing(self, request: web.Request) -> web.Response:
+        owner = self.auth.sees(request)
+        listed = self._subscriptions.listing(owner)
+        return web.json_response({"subscriptions": [_summary(s) for s in listed]})
+
+    async def read(self, request: web.Request) -> web.Response:
+        return web.json_response(_document(self._owned(request), request))
+
+    async def delete(self, request: web.Request) -> web.Response:
+        subscription = self._owned(request)
+        self._subscriptions.delete(subscription.id, self.auth.sees(request))
+        return web.json_response({"id": subscription.id, "deleted": True})
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        subscription = self._owned(request)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        async for kind, data in _pushed(subscription):
+            if kind == "heartbeat":
+                await response.write(b": heartbeat\n\n")
+            else:
+                await response.write(f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode())
+            if kind == "ended":
+                break
+        return response
+
+    async def websocket(self, request: web.Request) -> web.WebSocketResponse:
+        subscription = self._owned(request)
+        socket = web.WebSocketResponse(heartbeat=HEARTBEAT_S)
+        await socket.prepare(request)
+        async for kind, data in _pushed(subscription):
+            if socket.closed:
+                break
+            if kind != "heartbeat":
+                await socket.send_json({"event": kind, **data})
+            if kind == "ended":
+                break
+        await socket.close()
+        return socket
+
+    def _owned(self, request: web.Request) -> Subscription:
+        return self._subscriptions.get(request.match_info["id"], self.auth.sees(request))
+
+
+async def _pushed(subscription: Subscription):
+    """The events of a subscription for one listener: its snapshot, then each update as it comes
+    (a heartbeat when none came for `HEARTBEAT_S`), until it is deleted."""
+    queue: asyncio.Queue = asyncio.Queue()
+    listener = queue_listener(asyncio.get_running_loop(), queue)
+    subscription.listeners.append(listener)
+    try:
+        yield "snapshot", _snapshot(subscription)
+        while True:
+            try:
+                update = await asyncio.wait_for(queue.get(), HEARTBEAT_S)
+            except TimeoutError:
+                yield "heartbeat", {}
+                continue
+            yield ("ended" if update.get("ended") else "update"), update
+    finally:
+        with contextlib.suppress(ValueError):
+            subscription.listeners.remove(listener)
+
+
+def _snapshot(subscription: Subscription) -> dict[str, Any]:
+    doc = subscription.document()
+    return {k: doc[k] for k in ("id", "table", "version", "columns", "keys", "rows")} | {"subscription": doc["id"]}
+
+
+def _summary(subscription: Subscription) -> dict[str, Any]:
+    doc = subscription.document()
+    return {k: doc[k] for k in ("id", "sql", "table", "version", "updates", "consolidations")}
+
+
+def _document(subscription: Subscription, request: web.Request) -> dict[str, Any]:
+    base = f"{request.scheme}://{request.host}/v1/subscriptions/{subscription.id}"
+    ws = base.replace("http", "ws", 1)
+    return subscription.document() | {"events": f"{base}/events", "ws": f"{ws}/ws"}

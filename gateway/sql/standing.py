@@ -1,0 +1,121 @@
+"""A standing query: a SELECT registered once and kept up to date as rows are appended (seed 002:
+partial sub-queries per partition, then a consolidating step).
+
+Its aggregates are split as a co-located query's are (`gateway.sql.decompose`): the *partial*
+statement groups rows of its table into partial aggregates by the group keys; the state is the
+partial rows of every append so far, *compacted* into one row per group (SUM and COUNT pieces
+summed, MIN and MAX taken again); the *result* is the merge statement over the state (the final
+aggregates, HAVING, the outputs, ORDER BY and LIMIT). What cannot be kept so is refused naming it:
+an aggregate other than SUM, COUNT, MIN, MAX and AVG (a median, a DISTINCT count), a window, a
+query over several tables or a subquery, a SELECT without aggregates (it would be every row).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from gateway.sql.check import check
+from gateway.sql.decompose import PARTIALS, in_parts
+from gateway.sql.errors import UnsupportedSql
+from gateway.sql.node_dialect import node_text
+from gateway.sql.parse import DIALECT
+
+_COMPACTED = {exp.Sum: "sum", exp.Count: "sum", exp.Min: "min", exp.Max: "max"}  # a piece -> how pieces combine
+
+
+class NotIncremental(UnsupportedSql):
+    """A SELECT whose result cannot be kept up to date from each append's rows alone."""
+
+    code = "not_incremental"
+
+
+@dataclass(frozen=True)
+class StandingPlan:
+    """The statements a standing query runs (DataFusion's SQL), and the table it reads."""
+
+    table: str
+    partial: str  # over the table's rows (those of an append): partial rows
+    initial: str  # the same over the whole table, as the engine reads it
+    compact: str  # over ``partials`` (the state): one partial row per group
+    result: str  # over ``partials``: the query's rows
+    columns: tuple[str, ...]  # the result's column names (the result statement's are __o0, __o1 ...)
+    keys: tuple[str, ...]  # those that name a group (the changes pushed are keyed by them)
+
+
+def plan_standing(sql: str, schema: dict[str, dict[str, str]]) -> StandingPlan:
+    """`sql` checked against `schema` (table -> column -> type) and planned as a standing query, or
+    NotIncremental naming what keeps it from being one."""
+    checked = check(sql, schema)
+    tree, explain, names = checked.tree, checked.explain, checked.names
+    if explain or not isinstance(tree, exp.Select):
+        raise NotIncremental("a standing query is one SELECT (not EXPLAIN, not a set operation)")
+    refused = _refused(tree)
+    if refused:
+        raise NotIncremental(f"{refused} cannot be kept up to date from each append's rows: register it without")
+    tables = {t.name for t in tree.find_all(exp.Table)}
+    group = tree.args.get("group")
+    if group is not None:
+        group.set("expressions", [_grouped(g, tree) for g in group.expressions])
+    keys = tuple(
+        name
+        for name, e in zip(names, tree.expressions, strict=True)
+        if group is not None and any(e.unalias() == g for g in group.expressions)
+    )
+    split = in_parts(tree)
+    if isinstance(split, str):
+        raise NotIncremental(f"{split}: it cannot be kept up to date from each append's rows")
+    partial = split.node
+    pieces = [e for e in partial.expressions if e.alias.startswith("__p")]
+    groups = [e.alias for e in partial.expressions if e.alias.startswith("__g")]
+    compacted = [exp.column(g) for g in groups] + [
+        exp.alias_(exp.func(_COMPACTED[type(_piece(p))], exp.column(p.alias)), p.alias) for p in pieces
+    ]
+    compact = exp.select(*compacted).from_(PARTIALS)
+    if groups:
+        compact = compact.group_by(*(exp.column(g) for g in groups))
+    assert split.merge is not None  # aggregates: the coordinator's merge
+    partial_text, compact_text, result_text = (node_text(s).query for s in (partial, compact, split.merge))
+    initial = partial.sql(dialect=DIALECT)
+    return StandingPlan(tables.pop(), partial_text, initial, compact_text, result_text, tuple(names), keys)
+
+
+def _refused(select: exp.Select) -> str:
+    """What of `select` a standing query cannot keep ("" when nothing)."""
+    if select.args.get("with_") is not None or any(isinstance(s, exp.Subquery) for s in select.find_all(exp.Subquery)):
+        return "a subquery or a WITH clause"
+    if len({t.name for t in select.find_all(exp.Table)}) != 1 or select.args.get("joins"):
+        return "a query over several tables (joins come later)"
+    window = select.find(exp.Window)
+    if window is not None:
+        return f"a window function ({window.sql()[:60]})"
+    if select.args.get("distinct") is not None:
+        return "SELECT DISTINCT"
+    distinct = next((a for a in select.find_all(exp.AggFunc) if a.find(exp.Distinct)), None)
+    if distinct is not None:
+        return f"an aggregate of DISTINCT values ({distinct.sql()[:60]})"
+    known = (exp.Sum, exp.Count, exp.Min, exp.Max, exp.Avg)
+    other = next((a for a in select.find_all(exp.AggFunc) if not isinstance(a, known)), None)
+    if other is not None:
+        return f"the aggregate {other.sql()[:60]} (only SUM, COUNT, MIN, MAX and AVG are kept in parts)"
+    if select.find(exp.AggFunc) is None:
+        return "a SELECT without aggregates (its result would be every row appended)"
+    return ""
+
+
+def _grouped(key: exp.Expression, select: exp.Select) -> exp.Expression:
+    """A GROUP BY key as the expression it names: an ordinal or an output's alias read as the output."""
+    outputs = select.expressions
+    if isinstance(key, exp.Literal) and key.is_int and 1 <= int(key.this) <= len(outputs):
+        return outputs[int(key.this) - 1].unalias().copy()
+    if isinstance(key, exp.Column) and not key.table:
+        named = next((o for o in outputs if isinstance(o, exp.Alias) and o.alias == key.name), None)
+        if named is not None and not isinstance(named.this, exp.Column):
+            return named.this.copy()
+    return key
+
+
+def _piece(output: exp.Expression) -> exp.Expression:
+    inner = output.unalias()
+    return inner.this if isinstance(inner, exp.Filter) else inner

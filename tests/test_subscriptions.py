@@ -1,0 +1,215 @@
+"""Standing queries (`POST /v1/subscriptions`) over appended rows: after every append the
+subscription's result equals the one-shot SELECT over every row so far, computed by DuckDB
+(generated streams of appends with out-of-order event times); changes pushed over Server-Sent
+Events and WebSocket; a version made elsewhere consolidated; what cannot be kept refused."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import decimal
+import json
+import threading
+import urllib.request
+
+import aiohttp
+import duckdb
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway import results
+from storage import NodeClient, TableSchema
+from storage.appends import append_rows
+from tests.http import http
+from tests.test_appends import APPENDER, EVENTS, _append, _lines, appended_region  # noqa: F401 (a fixture)
+from tests.waiting import eventually
+
+READER = "reader-secret"
+PER_MINUTE = """
+    SELECT date_trunc('minute', ts) AS minute, device, count(*) AS n, sum(amount) AS total,
+           avg(amount) AS mean, min(kind) AS first_kind, max(ts) AS last
+    FROM events WHERE kind <> 'x' GROUP BY 1, 2 HAVING count(*) >= 1 ORDER BY minute, device"""
+
+
+class Rows:
+    """Every row of `events` so far, as DuckDB reads them."""
+
+    def __init__(self) -> None:
+        self.table = EVENTS
+
+    def add(self, rows: list[dict]) -> None:
+        added = pa.Table.from_pylist([_typed(r) for r in rows], schema=EVENTS.schema)
+        self.table = pa.concat_tables([self.table, added])
+
+    def answer(self, sql: str) -> list[list]:
+        con = duckdb.connect()
+        con.register("events", self.table)
+        return results.json_rows(con.sql(sql).arrow().read_all())
+
+
+def _typed(row: dict) -> dict:
+    return {
+        "ts": datetime.datetime.fromisoformat(row["ts"]),
+        "device": row["device"],
+        "amount": decimal.Decimal(row["amount"]),
+        "kind": row["kind"],
+    }
+
+
+def _subscribe(region, sql: str, token: str = APPENDER):
+    return http("POST", f"{region.url}/v1/subscriptions", {"sql": sql}, headers={"Authorization": f"Bearer {token}"})
+
+
+def _read(region, key: str, token: str = APPENDER) -> dict:
+    reply = http("GET", f"{region.url}/v1/subscriptions/{key}", headers={"Authorization": f"Bearer {token}"})
+    assert reply.status == 200, reply.body
+    return reply.json()
+
+
+def _same(rows: list[list], expected: list[list]) -> bool:
+    """Equal rows, the averages (DOUBLE) to 12 digits."""
+
+    def rounded(row: list) -> list:
+        return [round(v, 12) if isinstance(v, float) else v for v in row]
+
+    return [rounded(r) for r in rows] == [rounded(r) for r in expected]
+
+
+@pytest.fixture(scope="module")
+def standing(appended_region):  # noqa: F811 (the fixture of tests.test_appends)
+    """A subscription to PER_MINUTE over `events`, and every row appended so far."""
+    reply = _subscribe(appended_region, PER_MINUTE)
+    assert reply.status == 201, reply.body
+    return appended_region, reply.json(), Rows()
+
+
+ROW = st.fixed_dictionaries(
+    {
+        "ts": st.integers(0, 9).map(lambda m: f"2026-01-01T00:0{m}:30"),  # out of order: any minute
+        "device": st.integers(1, 4),
+        "amount": st.integers(-500, 5000).map(lambda c: str(decimal.Decimal(c) / 100)),
+        "kind": st.sampled_from(["a", "b", "x"]),
+    }
+)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(appends=st.lists(st.lists(ROW, min_size=1, max_size=6), min_size=1, max_size=3))
+def test_after_every_append_the_result_is_duckdbs_over_every_row(standing, appends) -> None:
+    region, subscription, rows = standing
+    for batch in appends:
+        reply = _append(region, "events", _lines(*batch))
+        assert reply.status == 201, reply.body
+        rows.add(batch)
+        doc = _read(region, subscription["id"])
+        assert doc["version"] == reply.json()["version"]
+        assert _same(doc["rows"], rows.answer(PER_MINUTE)), (doc["rows"], rows.answer(PER_MINUTE))
+
+
+def _events(url: str, token: str, count: int, into: list) -> threading.Thread:
+    """A thread reading `count` Server-Sent Events of `url` into `into` (kind, data)."""
+
+    def read() -> None:
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request, timeout=60) as stream:
+            kind = None
+            for raw in stream:
+                line = raw.decode().rstrip("\n")
+                if line.startswith("event: "):
+                    kind = line.removeprefix("event: ")
+                elif line.startswith("data: "):
+                    into.append((kind, json.loads(line.removeprefix("data: "))))
+                    if len(into) == count:
+                        return
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_changes_are_pushed_over_server_sent_events_and_websocket(standing) -> None:
+    region, subscription, rows = standing
+    pushed: list = []
+    reading = _events(subscription["events"], APPENDER, 2, pushed)
+    eventually(lambda: pushed, 30, "the snapshot")
+    kind, snapshot = pushed[0]
+    assert kind == "snapshot" and _same(snapshot["rows"], rows.answer(PER_MINUTE))
+
+    async def over_websocket() -> list:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.ws_connect(subscription["ws"], headers={"Authorization": f"Bearer {APPENDER}"}) as socket,
+        ):
+            first = await socket.receive_json(timeout=30)
+            await asyncio.get_running_loop().run_in_executor(None, _append_one, region, rows)
+            return [first, await socket.receive_json(timeout=30)]
+
+    first, update = asyncio.run(over_websocket())
+    reading.join(30)
+    assert first["event"] == "snapshot" and update["event"] == "update"
+    assert [k for k, _ in pushed] == ["snapshot", "update"] and pushed[1][1] == {k: update[k] for k in pushed[1][1]}
+    version = update["version"]
+    assert version == snapshot["version"] + 1 and update["removed"] == []
+    changed = [r for r in rows.answer(PER_MINUTE) if r[:2] == ["2026-01-01T00:07:00", 9]]
+    assert _same(update["changed"], changed), (update["changed"], changed)
+
+
+def _append_one(region, rows: Rows) -> None:
+    row = {"ts": "2026-01-01T00:07:10", "device": 9, "amount": "3.00", "kind": "c"}
+    assert _append(region, "events", _lines(row)).status == 201
+    rows.add([row])
+
+
+def test_a_version_made_elsewhere_is_consolidated_at_the_next_append(standing) -> None:
+    """Rows appended straight to the nodes (not through this gateway) are not folded in by the
+    subscription, which then computes its state again over the whole table."""
+    region, subscription, rows = standing
+    urls = region.node_urls
+    held = NodeClient(urls["node-0"]).get("/v1/tables/events")
+    elsewhere = [{"ts": "2026-01-01T00:01:00", "device": 2, "amount": "100.00", "kind": "z"}]
+    table = pa.Table.from_pylist([_typed(r) for r in elsewhere], schema=EVENTS.schema)
+    append_rows(TableSchema.from_json(held), table, urls, held["version"])
+    rows.add(elsewhere)
+    before = _read(region, subscription["id"])["consolidations"]
+    _append_one(region, rows)
+    doc = _read(region, subscription["id"])
+    assert doc["consolidations"] == before + 1 and doc["version"] == held["version"] + 2
+    assert _same(doc["rows"], rows.answer(PER_MINUTE))
+
+
+@pytest.mark.parametrize(
+    ("sql", "status", "code", "message"),
+    [
+        ("SELECT median(amount) FROM events", 422, "not_incremental", "the aggregate MEDIAN(events.amount)"),
+        ("SELECT count(DISTINCT kind) FROM events", 422, "not_incremental", "an aggregate of DISTINCT values"),
+        ("SELECT device, sum(amount) OVER () FROM events", 422, "not_incremental", "a window function"),
+        ("SELECT * FROM events", 422, "not_incremental", "a SELECT without aggregates"),
+        ("SELECT count(*) FROM events JOIN devices USING (device)", 422, "not_incremental", "several tables"),
+        ("SELECT count(nothing) FROM events", 400, "undefined_column", "nothing"),
+        ("SELECT count(*) FROM nowhere", 400, "undefined_table", "nowhere"),
+    ],
+)
+def test_what_cannot_be_kept_up_to_date_is_refused_naming_it(appended_region, sql, status, code, message) -> None:  # noqa: F811
+    reply = _subscribe(appended_region, sql)
+    error = reply.json()["error"]
+    assert (reply.status, error["code"]) == (status, code) and message in error["message"], error
+
+
+def test_a_token_sees_its_own_subscriptions_and_a_deleted_one_ends_its_streams(appended_region) -> None:  # noqa: F811
+    region = appended_region
+    mine = _subscribe(region, "SELECT kind, count(*) AS n FROM events GROUP BY kind", token=READER).json()
+    listed = http("GET", f"{region.url}/v1/subscriptions", headers={"Authorization": f"Bearer {READER}"}).json()
+    assert [s["id"] for s in listed["subscriptions"]] == [mine["id"]]
+    other = http("GET", f"{region.url}/v1/subscriptions/{mine['id']}", headers={"Authorization": f"Bearer {APPENDER}"})
+    assert other.status == 404 and other.json()["error"]["code"] == "subscription_not_found"
+    pushed: list = []
+    reading = _events(mine["events"], READER, 2, pushed)
+    eventually(lambda: pushed, 30, "the snapshot")
+    gone = http("DELETE", f"{region.url}/v1/subscriptions/{mine['id']}", headers={"Authorization": f"Bearer {READER}"})
+    assert gone.status == 200 and gone.json() == {"id": mine["id"], "deleted": True}
+    reading.join(30)
+    assert [k for k, _ in pushed] == ["snapshot", "ended"]
+    after = http("GET", f"{region.url}/v1/subscriptions/{mine['id']}", headers={"Authorization": f"Bearer {READER}"})
+    assert after.status == 404 and "register it again" in after.json()["error"]["message"]
