@@ -355,6 +355,7 @@ class NativeExecutor:
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.subscriptions.close()
 
 
 class PassThroughExecutor:

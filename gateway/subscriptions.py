@@ -9,6 +9,12 @@ listens, tagged with the version they cover. A version the subscription did not 
 Registration and the appends to one table take the table's lock (`gateway.appends.table_lock`),
 so each append is folded in exactly once, in version order.
 
+With an event-time column, each update also carries the *progress indicator* (seed 002): the
+latest event time folded in. Rows of an append older than it are late: they go to a partition of
+their own (its partial aggregates), are not in the result yet, and are consolidated into it at the
+subscription's next consolidation time (every `consolidate_every` seconds), never dropped; the
+result then equals the query over every row.
+
 Subscriptions live in the gateway's memory: after a restart their ids answer 404
 ``subscription_not_found`` saying so, and a client registers again.
 """
@@ -24,13 +30,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gateway import results
 from gateway.errors import ApiError
 from gateway.sql.decompose import PARTIALS
 from gateway.sql.engine import Engine
-from gateway.sql.errors import ForbiddenTable
+from gateway.sql.errors import ForbiddenTable, InvalidQuery, UndefinedColumn
 from gateway.sql.standing import StandingPlan, plan_standing
+from storage import TableSchema
 from storage.join_engine import run_sql
 
 Listener = Callable[[dict[str, Any]], None]  # called with each update, from the appending thread
@@ -42,8 +50,14 @@ class Subscription:
     sql: str
     plan: StandingPlan
     owner: str  # the token's name ("" without tokens)
+    event_time: str | None = None  # the column of the rows' event time (None: no late rows)
+    consolidate_every: float = 60.0  # seconds between consolidations of the late rows
     version: int = 0  # of its table, covered by the state
     state: pa.Table | None = None  # partial aggregates, one row per group
+    progress: Any = None  # the latest event time folded in (the progress indicator)
+    late: pa.Table | None = None  # the late rows' partial aggregates, not folded in yet
+    late_rows: int = 0
+    due: float = 0.0  # time.monotonic() of the next consolidation
     result: pa.Table | None = None  # the query's rows over the state
     updates: int = 0
     consolidations: int = 0
@@ -51,45 +65,70 @@ class Subscription:
     listeners: list[Listener] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def start(self, partials: pa.Table, version: int) -> None:
-        """The state from the partial rows of the whole table at `version`."""
+    def start(self, partials: pa.Table, version: int, progress: Any) -> None:
+        """The state from the partial rows of the whole table at `version` (`progress`: its latest event time)."""
         with self._lock:
-            self.state, self.version = None, version
-            self._fold(partials)
+            self.state, self.version, self.progress = self._folded(None, partials), version, progress
             self.result = self._result()
+            self.due = time.monotonic() + self.consolidate_every
 
     def fold(self, rows: pa.Table, version: int) -> dict[str, Any] | None:
-        """The rows of the append that made `version` folded in; the update to push (None: no row changed)."""
+        """The rows of the append that made `version` folded in (its late rows set apart); the
+        update to push (None: no row changed)."""
+        late = None
+        if self.event_time is not None and self.progress is not None:
+            times = rows.column(self.event_time)
+            behind = pc.fill_null(pc.less(times, pa.scalar(self.progress, times.type)), False)
+            late, rows = rows.filter(behind), rows.filter(pc.invert(behind))
         partials = run_sql({self.plan.table: rows}, self.plan.partial).table
+        late_partials = run_sql({self.plan.table: late}, self.plan.partial).table if late is not None else None
         with self._lock:
-            self._fold(partials)
+            self.state = self._folded(self.state, partials)
+            if late is not None and late.num_rows:
+                self.late, self.late_rows = self._folded(self.late, late_partials), self.late_rows + late.num_rows
+            if self.event_time is not None and rows.num_rows:
+                latest = pc.max(rows.column(self.event_time)).as_py()
+                self.progress = latest if self.progress is None or latest is None else max(self.progress, latest)
             before, self.result, self.version = self.result, self._result(), version
             self.updates += 1
-            return self._changes(before)
+            return self._changes(before, told=late is not None and late.num_rows > 0)
 
-    def consolidated(self, partials: pa.Table, version: int) -> dict[str, Any] | None:
-        """The state computed again over the whole table at `version`; the update (None: none)."""
+    def consolidate(self) -> dict[str, Any] | None:
+        """The late rows folded in (their consolidation time has come); the update (None: none changed)."""
+        with self._lock:
+            self.due = time.monotonic() + self.consolidate_every
+            if self.late is None:
+                return None
+            self.state, self.late, self.late_rows = self._folded(self.state, self.late), None, 0
+            before, self.result = self.result, self._result()
+            self.consolidations += 1
+            return self._changes(before, consolidated=True)
+
+    def recomputed(self, partials: pa.Table, version: int, progress: Any) -> dict[str, Any] | None:
+        """The state computed again over the whole table at `version` (late rows included); the update."""
         with self._lock:
             before = self.result
-            self.state = None
-            self._fold(partials)
-            self.result, self.version = self._result(), version
+            self.state, self.late, self.late_rows = self._folded(None, partials), None, 0
+            self.result, self.version, self.progress = self._result(), version, progress
             self.consolidations += 1
-            return self._changes(before)
+            return self._changes(before, consolidated=True)
 
-    def _fold(self, partials: pa.Table) -> None:
-        if self.state is not None:
-            partials = pa.concat_tables([self.state, partials.cast(self.state.schema)])
-        compacted = run_sql({PARTIALS: partials}, self.plan.compact).table
-        self.state = compacted.cast(partials.schema)
+    def _folded(self, state: pa.Table | None, partials: pa.Table) -> pa.Table:
+        """`partials` compacted into `state` (one row per group), in `state`'s types."""
+        if state is not None:
+            partials = pa.concat_tables([state, partials.cast(state.schema)])
+        return run_sql({PARTIALS: partials}, self.plan.compact).table.cast(partials.schema)
 
     def _result(self) -> pa.Table:
         assert self.state is not None
         rows = run_sql({PARTIALS: self.state}, self.plan.result).table
         return rows.rename_columns(list(self.plan.columns))
 
-    def _changes(self, before: pa.Table | None) -> dict[str, Any] | None:
-        """The rows now that were not before, and the groups gone (HAVING no longer holds)."""
+    def _changes(
+        self, before: pa.Table | None, consolidated: bool = False, told: bool = False
+    ) -> dict[str, Any] | None:
+        """The rows now that were not before, and the groups gone (HAVING no longer holds); None
+        when nothing changed and nothing is to be `told` (late rows set apart)."""
         assert self.result is not None
         old = [tuple(r) for r in results.json_rows(before)] if before is not None else []
         new = [tuple(r) for r in results.json_rows(self.result)]
@@ -100,15 +139,23 @@ class Subscription:
         removed = [
             dict(zip(self.plan.keys, k, strict=True)) for k in {tuple(r[i] for i in keys) for r in old} - remaining
         ]
-        if not changed and not removed:
+        if not changed and not removed and not told:
             return None
         return {
             "subscription": self.id,
             "table": self.plan.table,
             "version": self.version,
+            **self._indicator(),
+            "consolidated": consolidated,
             "changed": changed,
             "removed": removed,
         }
+
+    def _indicator(self) -> dict[str, Any]:
+        """The progress indicator and the late rows waiting for consolidation (with an event time)."""
+        if self.event_time is None:
+            return {}
+        return {"progress": results.json_value(self.progress), "late_rows": self.late_rows}
 
     def document(self) -> dict[str, Any]:
         """The subscription and its current result."""
@@ -119,6 +166,9 @@ class Subscription:
                 "sql": self.sql,
                 "table": self.plan.table,
                 "version": self.version,
+                **self._indicator(),
+                "event_time": self.event_time,
+                "consolidate_every": self.consolidate_every,
                 "updates": self.updates,
                 "consolidations": self.consolidations,
                 "columns": results.columns(table.schema) if table is not None else [],
@@ -128,41 +178,60 @@ class Subscription:
 
 
 class Subscriptions:
-    """The gateway's standing queries, by id."""
+    """The gateway's standing queries, by id, and the thread that consolidates their late rows."""
 
     def __init__(self, engine: Engine, table_lock: Callable[[str], threading.Lock]):
         self.engine = engine
         self.table_lock = table_lock
         self._all: dict[str, Subscription] = {}
         self._lock = threading.Lock()
+        self._changed = threading.Event()  # a subscription came or went: the next due time changed
+        self._stopped = False
+        self._consolidator: threading.Thread | None = None
 
-    def register(self, sql: str, owner: str, may_read: tuple[str, ...] = ()) -> Subscription:
+    def register(
+        self,
+        sql: str,
+        owner: str,
+        may_read: tuple[str, ...] = (),
+        event_time: str | None = None,
+        consolidate_every: float = 60.0,
+    ) -> Subscription:
         """Plan `sql` and compute its state over the whole table (blocks: a thread's work); `may_read`:
-        the tables the owner may read (empty: all)."""
+        the tables the owner may read (empty: all); `event_time`: the column whose late rows wait
+        for the consolidation every `consolidate_every` seconds."""
         plan = plan_standing(sql, self.engine.catalog.sql_schema())
         if may_read and plan.table not in may_read:
             raise ForbiddenTable(f"this token may not read table {plan.table!r}")
-        subscription = Subscription(uuid.uuid4().hex[:16], sql, plan, owner)
+        if event_time is not None:
+            _check_event_time(self.engine.catalog.table(plan.table).schema, event_time)
+        subscription = Subscription(uuid.uuid4().hex[:16], sql, plan, owner, event_time, consolidate_every)
         with self.table_lock(plan.table):
             self._start(subscription)
             with self._lock:
                 self._all[subscription.id] = subscription
+        self._consolidating()
         return subscription
 
     def _start(self, subscription: Subscription) -> dict[str, Any] | None:
         """The state over the whole table, as served now (the table's lock held: no append meanwhile)."""
         catalog = self.engine.catalog
         catalog.refresh()
-        version = catalog.table(subscription.plan.table).version or 0
-        partials = self.engine.execute(subscription.plan.initial).table
+        plan = subscription.plan
+        version = catalog.table(plan.table).version or 0
+        partials = self.engine.execute(plan.initial).table
+        progress = None
+        if subscription.event_time is not None:
+            latest = f'SELECT max("{subscription.event_time}") FROM "{plan.table}"'
+            progress = self.engine.execute(latest).table.column(0)[0].as_py()
         if subscription.state is None:
-            subscription.start(partials, version)
+            subscription.start(partials, version, progress)
             return None
-        return subscription.consolidated(partials, version)
+        return subscription.recomputed(partials, version, progress)
 
     def appended(self, table: str, version: int, rows: pa.Table) -> None:
         """An append through this gateway committed `version` of `table` with `rows` (the table's
-        lock held): each subscription over it folds them in, or is consolidated when it missed a
+        lock held): each subscription over it folds them in, or is computed again when it missed a
         version; the listeners hear what changed."""
         with self._lock:
             over = [s for s in self._all.values() if s.plan.table == table]
@@ -171,9 +240,37 @@ class Subscriptions:
                 update = subscription.fold(rows, version)
             else:
                 update = self._start(subscription)
-            if update is not None:
-                for listener in list(subscription.listeners):
-                    listener(update)
+            _tell(subscription, update)
+
+    def _consolidating(self) -> None:
+        """Start the consolidating thread (once), or wake it: the next due time may have changed."""
+        with self._lock:
+            if self._consolidator is None and not self._stopped:
+                self._consolidator = threading.Thread(target=self._consolidate, daemon=True, name="consolidate")
+                self._consolidator.start()
+        self._changed.set()
+
+    def _consolidate(self) -> None:
+        """Thread: each subscription's late rows folded in at its consolidation time."""
+        while not self._stopped:
+            with self._lock:
+                listed = list(self._all.values())
+            now = time.monotonic()
+            for subscription in listed:
+                if subscription.due <= now:
+                    _tell(subscription, subscription.consolidate())
+            wait = min((s.due for s in listed), default=now + 3600) - time.monotonic()
+            self._changed.wait(max(0.0, wait))
+            self._changed.clear()
+
+    def close(self) -> None:
+        """The gateway stops: the consolidating thread ends, and so does every stream of changes."""
+        self._stopped = True
+        self._changed.set()
+        with self._lock:
+            listed = list(self._all.values())
+        for subscription in listed:
+            _tell(subscription, {"subscription": subscription.id, "ended": True, "why": "the gateway stops"})
 
     def get(self, key: str, owner: str | None) -> Subscription:
         """Subscription `key` (`owner` None: anyone's); 404 when there is none or it is another token's."""
@@ -188,12 +285,26 @@ class Subscriptions:
         subscription = self.get(key, owner)
         with self._lock:
             self._all.pop(subscription.id, None)
-        for listener in list(subscription.listeners):
-            listener({"subscription": subscription.id, "ended": True})
+        _tell(subscription, {"subscription": subscription.id, "ended": True})
 
     def listing(self, owner: str | None) -> list[Subscription]:
         with self._lock:
             return [s for s in self._all.values() if owner is None or s.owner == owner]
+
+
+def _tell(subscription: Subscription, update: dict[str, Any] | None) -> None:
+    if update is not None:
+        for listener in list(subscription.listeners):
+            listener(update)
+
+
+def _check_event_time(schema: TableSchema, column: str) -> None:
+    """An event-time column is one of the table's, a timestamp, a date or a number (400 otherwise)."""
+    if column not in schema.column_names:
+        raise UndefinedColumn(f"table {schema.name} has no column {column!r} (the event_time)")
+    kind = schema.column(column).arrow_type
+    if not (pa.types.is_temporal(kind) or pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+        raise InvalidQuery(f"event_time {column!r} is a {schema.column(column).type}, not a time or a number")
 
 
 def queue_listener(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue) -> Listener:

@@ -213,3 +213,76 @@ def test_a_token_sees_its_own_subscriptions_and_a_deleted_one_ends_its_streams(a
     assert [k for k, _ in pushed] == ["snapshot", "ended"]
     after = http("GET", f"{region.url}/v1/subscriptions/{mine['id']}", headers={"Authorization": f"Bearer {READER}"})
     assert after.status == 404 and "register it again" in after.json()["error"]["message"]
+
+
+def _register(region, sql: str, **options) -> dict:
+    reply = http("POST", f"{region.url}/v1/subscriptions", {"sql": sql, **options}, headers=_auth(APPENDER))
+    assert reply.status == 201, reply.body
+    return reply.json()
+
+
+def _auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _table(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist([_typed(r) for r in rows], schema=EVENTS.schema)
+
+
+def _answer(table: pa.Table, sql: str) -> list[list]:
+    con = duckdb.connect()
+    con.register("events", table)
+    return results.json_rows(con.sql(sql).arrow().read_all())
+
+
+LATE_ROW = st.fixed_dictionaries(
+    {
+        "ts": st.integers(10, 59).map(lambda m: f"2026-01-01T00:{m}:30"),  # some on time, some late
+        "device": st.integers(1, 4),
+        "amount": st.integers(0, 900).map(lambda c: str(decimal.Decimal(c) / 100)),
+        "kind": st.sampled_from(["a", "b"]),
+    }
+)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(appends=st.lists(st.lists(LATE_ROW, min_size=1, max_size=5), min_size=1, max_size=3))
+def test_late_rows_wait_for_their_consolidation_and_on_time_rows_do_not(standing, appends) -> None:
+    """With an event time, rows older than the progress indicator (the latest event time folded
+    in) are held apart: the result is the query over every other row, the late ones counted."""
+    region, _, rows = standing
+    subscription = _register(region, PER_MINUTE, event_time="ts", consolidate_every=3600)
+    covered, late = rows.table, 0
+    progress = max(r.as_py() for r in covered.column("ts"))
+    try:
+        for batch in appends:
+            assert _append(region, "events", _lines(*batch)).status == 201
+            rows.add(batch)
+            on_time = [r for r in batch if _typed(r)["ts"] >= progress]
+            late += len(batch) - len(on_time)
+            covered = pa.concat_tables([covered, _table(on_time)])
+            progress = max([progress, *(_typed(r)["ts"] for r in on_time)])
+            doc = _read(region, subscription["id"])
+            assert doc["late_rows"] == late and doc["progress"] == progress.isoformat()
+            assert _same(doc["rows"], _answer(covered, PER_MINUTE))
+    finally:
+        http("DELETE", f"{region.url}/v1/subscriptions/{subscription['id']}", headers=_auth(APPENDER))
+
+
+def test_late_rows_are_consolidated_at_the_next_consolidation_time_never_dropped(standing) -> None:
+    region, _, rows = standing
+    subscription = _register(region, PER_MINUTE, event_time="ts", consolidate_every=0.2)
+    pushed: list = []
+    reading = _events(subscription["events"], APPENDER, 3, pushed)
+    eventually(lambda: pushed, 30, "the snapshot")
+    late = [{"ts": "2026-01-01T00:00:01", "device": 1, "amount": "50.00", "kind": "late"}]
+    assert _append(region, "events", _lines(*late)).status == 201
+    rows.add(late)
+    reading.join(30)
+    kinds = [(kind, data.get("consolidated")) for kind, data in pushed]
+    assert kinds == [("snapshot", None), ("update", False), ("update", True)], kinds
+    assert pushed[1][1]["late_rows"] == 1 and pushed[2][1]["late_rows"] == 0
+    doc = _read(region, subscription["id"])
+    assert doc["late_rows"] == 0 and doc["consolidations"] >= 1
+    assert _same(doc["rows"], rows.answer(PER_MINUTE))
+    http("DELETE", f"{region.url}/v1/subscriptions/{subscription['id']}", headers=_auth(APPENDER))

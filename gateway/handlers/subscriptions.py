@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from gateway.executors import Executor
 from gateway.subscriptions import Subscription, Subscriptions, queue_listener
 
 HEARTBEAT_S = 15.0  # an SSE comment line this often keeps proxies from closing an idle stream
+MIN_EVERY_S, MAX_EVERY_S = 0.05, 86_400.0  # the consolidation interval a subscription may ask for
 
 
 @dataclass(eq=False)
@@ -51,11 +53,17 @@ class SubscriptionHandlers:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise bad_request('the request needs a JSON object with "sql": the standing query') from None
-        sql = body.get("sql") if isinstance(body, dict) else None
+        if not isinstance(body, dict):
+            raise bad_request('the request needs a JSON object with "sql": the standing query')
+        sql, event_time, every = body.get("sql"), body.get("event_time"), body.get("consolidate_every", 60.0)
         if not isinstance(sql, str) or not sql.strip():
             raise bad_request('the request needs "sql": the standing query')
-        loop = asyncio.get_running_loop()
-        subscription = await loop.run_in_executor(None, subscriptions.register, sql, token.name, tuple(token.tables))
+        if event_time is not None and not isinstance(event_time, str):
+            raise bad_request('"event_time" is the name of the column of the rows\' event time')
+        if isinstance(every, bool) or not isinstance(every, int | float) or not MIN_EVERY_S <= every <= MAX_EVERY_S:
+            raise bad_request(f'"consolidate_every" is a number of seconds from {MIN_EVERY_S:g} to {MAX_EVERY_S:g}')
+        register = functools.partial(subscriptions.register, sql, token.name, tuple(token.tables), event_time, every)
+        subscription = await asyncio.get_running_loop().run_in_executor(None, register)
         return web.json_response(_document(subscription, request), status=201)
 
     async def listing(self, request: web.Request) -> web.Response:
