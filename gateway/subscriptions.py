@@ -91,7 +91,8 @@ class Subscription:
                 self.progress = latest if self.progress is None or latest is None else max(self.progress, latest)
             before, self.result, self.version = self.result, self._result(), version
             self.updates += 1
-            return self._changes(before, told=late is not None and late.num_rows > 0)
+            touched = self._touched(partials) if self.plan.touched_only else None
+            return self._changes(before, touched=touched, told=late is not None and late.num_rows > 0)
 
     def consolidate(self) -> dict[str, Any] | None:
         """The late rows folded in (their consolidation time has come); the update (None: none changed)."""
@@ -124,21 +125,28 @@ class Subscription:
         rows = run_sql({PARTIALS: self.state}, self.plan.result).table
         return rows.rename_columns(list(self.plan.columns))
 
+    def _touched(self, partials: pa.Table) -> pa.Table:
+        """The groups the partial rows of an append touch, by the result's key columns."""
+        keys = partials.select(list(self.plan.groups)).rename_columns(list(self.plan.keys))
+        return keys.group_by(list(self.plan.keys)).aggregate([])
+
     def _changes(
-        self, before: pa.Table | None, consolidated: bool = False, told: bool = False
+        self, before: pa.Table | None, consolidated: bool = False, touched: pa.Table | None = None, told: bool = False
     ) -> dict[str, Any] | None:
-        """The rows now that were not before, and the groups gone (HAVING no longer holds); None
-        when nothing changed and nothing is to be `told` (late rows set apart)."""
+        """The rows now that were not before, and the groups gone (HAVING no longer holds), among
+        the `touched` groups when given (else all); None when nothing changed and nothing is to be
+        `told` (late rows set apart)."""
         assert self.result is not None
+        now = self.result
+        if touched is not None and self.plan.keys:
+            now, before = _of(now, touched), _of(before, touched) if before is not None else None
         old = [tuple(r) for r in results.json_rows(before)] if before is not None else []
-        new = [tuple(r) for r in results.json_rows(self.result)]
+        new = [tuple(r) for r in results.json_rows(now)]
         seen = set(old)
         changed = [list(r) for r in new if r not in seen]
-        keys = [self.plan.columns.index(k) for k in self.plan.keys]
-        remaining = {tuple(r[i] for i in keys) for r in new}
-        removed = [
-            dict(zip(self.plan.keys, k, strict=True)) for k in {tuple(r[i] for i in keys) for r in old} - remaining
-        ]
+        at = [self.plan.columns.index(k) for k in self.plan.keys]
+        gone = {tuple(r[i] for i in at) for r in old} - {tuple(r[i] for i in at) for r in new}
+        removed = [dict(zip(self.plan.keys, key, strict=True)) for key in sorted(gone, key=str)]
         if not changed and not removed and not told:
             return None
         return {
@@ -290,6 +298,14 @@ class Subscriptions:
     def listing(self, owner: str | None) -> list[Subscription]:
         with self._lock:
             return [s for s in self._all.values() if owner is None or s.owner == owner]
+
+
+def _of(rows: pa.Table, groups: pa.Table) -> pa.Table:
+    """The rows of `rows` whose key columns (those of `groups`) are one of `groups`' rows, in order."""
+    keys = groups.column_names
+    mine = groups.cast(pa.schema([rows.schema.field(k) for k in keys]))
+    numbered = rows.append_column("__row", pa.array(range(rows.num_rows), pa.int64()))
+    return numbered.join(mine, keys, join_type="inner").sort_by("__row").select(rows.column_names)
 
 
 def _tell(subscription: Subscription, update: dict[str, Any] | None) -> None:

@@ -286,3 +286,22 @@ def test_late_rows_are_consolidated_at_the_next_consolidation_time_never_dropped
     assert doc["late_rows"] == 0 and doc["consolidations"] >= 1
     assert _same(doc["rows"], rows.answer(PER_MINUTE))
     http("DELETE", f"{region.url}/v1/subscriptions/{subscription['id']}", headers=_auth(APPENDER))
+
+
+def test_a_group_having_no_longer_holds_for_is_pushed_as_removed(standing) -> None:
+    region, _, rows = standing
+    sql = "SELECT device, sum(amount) AS total FROM events GROUP BY device HAVING sum(amount) < 100 ORDER BY device"
+    subscription = _register(region, sql)
+    pushed: list = []
+    reading = _events(subscription["events"], APPENDER, 3, pushed)
+    eventually(lambda: pushed, 30, "the snapshot")
+    for amount in ("1.00", "500.00"):
+        row = {"ts": "2026-01-01T00:00:02", "device": 77, "amount": amount, "kind": "h"}
+        assert _append(region, "events", _lines(row)).status == 201
+        rows.add([row])
+    reading.join(30)
+    (_, first), (_, second) = pushed[1:]
+    assert first["changed"] == [[77, "1.00"]] and first["removed"] == []
+    assert second["changed"] == [] and second["removed"] == [{"device": 77}]
+    assert _same(_read(region, subscription["id"])["rows"], rows.answer(sql))
+    http("DELETE", f"{region.url}/v1/subscriptions/{subscription['id']}", headers=_auth(APPENDER))

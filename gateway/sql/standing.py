@@ -42,6 +42,8 @@ class StandingPlan:
     result: str  # over ``partials``: the query's rows
     columns: tuple[str, ...]  # the result's column names (the result statement's are __o0, __o1 ...)
     keys: tuple[str, ...]  # those that name a group (the changes pushed are keyed by them)
+    groups: tuple[str, ...]  # the partial rows' column of each key (``__g0`` ...)
+    touched_only: bool  # an append changes the result's rows of the groups it touches, no other
 
 
 def plan_standing(sql: str, schema: dict[str, dict[str, str]]) -> StandingPlan:
@@ -58,11 +60,14 @@ def plan_standing(sql: str, schema: dict[str, dict[str, str]]) -> StandingPlan:
     group = tree.args.get("group")
     if group is not None:
         group.set("expressions", [_grouped(g, tree) for g in group.expressions])
-    keys = tuple(
-        name
-        for name, e in zip(names, tree.expressions, strict=True)
-        if group is not None and any(e.unalias() == g for g in group.expressions)
-    )
+    grouped = list(group.expressions) if group is not None else []
+    key_of = {}  # output name -> its group's partial column
+    for name, output in zip(names, tree.expressions, strict=True):
+        at = next((i for i, g in enumerate(grouped) if output.unalias() == g), None)
+        if at is not None and name not in key_of:
+            key_of[name] = f"__g{at}"
+    limited = tree.args.get("limit") is not None or tree.args.get("offset") is not None
+    touched_only = len(set(key_of.values())) == len(grouped) and not limited
     split = in_parts(tree)
     if isinstance(split, str):
         raise NotIncremental(f"{split}: it cannot be kept up to date from each append's rows")
@@ -78,7 +83,17 @@ def plan_standing(sql: str, schema: dict[str, dict[str, str]]) -> StandingPlan:
     assert split.merge is not None  # aggregates: the coordinator's merge
     partial_text, compact_text, result_text = (node_text(s).query for s in (partial, compact, split.merge))
     initial = partial.sql(dialect=DIALECT)
-    return StandingPlan(tables.pop(), partial_text, initial, compact_text, result_text, tuple(names), keys)
+    return StandingPlan(
+        tables.pop(),
+        partial_text,
+        initial,
+        compact_text,
+        result_text,
+        tuple(names),
+        tuple(key_of),
+        tuple(key_of.values()),
+        touched_only,
+    )
 
 
 def _refused(select: exp.Select) -> str:
