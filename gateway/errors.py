@@ -127,6 +127,8 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
         return await handler(request)
     except ApiError as e:
         return e.response()
+    except SqlError as e:  # the SQL layer's refusal (an append's or a subscription's table): no defect
+        return ApiError.of(e).response()
     except web.HTTPException as e:
         if e.status < 400:
             raise

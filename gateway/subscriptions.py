@@ -22,10 +22,12 @@ Subscriptions live in the gateway's memory: after a restart their ids answer 404
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +44,7 @@ from storage import TableSchema
 from storage.join_engine import run_sql
 
 Listener = Callable[[dict[str, Any]], None]  # called with each update, from the appending thread
+_FOLDING = ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="fold")
 
 
 @dataclass(eq=False)
@@ -63,6 +66,7 @@ class Subscription:
     consolidations: int = 0
     created: float = field(default_factory=time.time)
     listeners: list[Listener] = field(default_factory=list)
+    _compacted: int = 0  # rows of the state when it was last compacted
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def start(self, partials: pa.Table, version: int, progress: Any) -> None:
@@ -83,7 +87,7 @@ class Subscription:
         partials = run_sql({self.plan.table: rows}, self.plan.partial).table
         late_partials = run_sql({self.plan.table: late}, self.plan.partial).table if late is not None else None
         with self._lock:
-            self.state = self._folded(self.state, partials)
+            self._grow(partials)
             if late is not None and late.num_rows:
                 self.late, self.late_rows = self._folded(self.late, late_partials), self.late_rows + late.num_rows
             if self.event_time is not None and rows.num_rows:
@@ -119,6 +123,16 @@ class Subscription:
         if state is not None:
             partials = pa.concat_tables([state, partials.cast(state.schema)])
         return run_sql({PARTIALS: partials}, self.plan.compact).table.cast(partials.schema)
+
+    def _grow(self, partials: pa.Table) -> None:
+        """An append's partial rows added to the state, compacted once it has grown to twice its
+        compacted rows (the result statement aggregates partial rows again anyway)."""
+        assert self.state is not None
+        grown = pa.concat_tables([self.state, partials.cast(self.state.schema)])
+        if grown.num_rows > 2 * self._compacted + 1024:
+            grown = self._folded(None, grown)
+            self._compacted = grown.num_rows
+        self.state = grown
 
     def _result(self) -> pa.Table:
         assert self.state is not None
@@ -224,10 +238,11 @@ class Subscriptions:
     def _start(self, subscription: Subscription) -> dict[str, Any] | None:
         """The state over the whole table, as served now (the table's lock held: no append meanwhile)."""
         catalog = self.engine.catalog
-        catalog.refresh()
         plan = subscription.plan
         version = catalog.table(plan.table).version or 0
         partials = self.engine.execute(plan.initial).table
+        while (now := catalog.table(plan.table).version or 0) != version:  # a version made elsewhere meanwhile
+            version, partials = now, self.engine.execute(plan.initial).table
         progress = None
         if subscription.event_time is not None:
             latest = f'SELECT max("{subscription.event_time}") FROM "{plan.table}"'
@@ -243,12 +258,14 @@ class Subscriptions:
         version; the listeners hear what changed."""
         with self._lock:
             over = [s for s in self._all.values() if s.plan.table == table]
-        for subscription in over:
+
+        def fold(subscription: Subscription) -> None:
             if subscription.version == version - 1:
-                update = subscription.fold(rows, version)
+                _tell(subscription, subscription.fold(rows, version))
             else:
-                update = self._start(subscription)
-            _tell(subscription, update)
+                _tell(subscription, self._start(subscription))
+
+        list(_FOLDING.map(fold, over))  # DataFusion leaves the GIL: the subscriptions fold side by side
 
     def _consolidating(self) -> None:
         """Start the consolidating thread (once), or wake it: the next due time may have changed."""
