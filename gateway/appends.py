@@ -138,14 +138,15 @@ def _bad(column: Column, row: int, value: Any) -> ApiError:
 
 
 Committed = Callable[[str, int, pa.Table], None]
-_LOCKS: dict[str, threading.Lock] = {}  # appends through this gateway, one table's one at a time
+_LOCKS: dict[str, threading.RLock] = {}  # appends through this gateway, one table's one at a time
 _LOCKS_LOCK = threading.Lock()
 
 
-def table_lock(name: str) -> threading.Lock:
-    """The lock of table `name`'s appends through this gateway (and of what must not interleave with them)."""
+def table_lock(name: str) -> threading.RLock:
+    """The lock of table `name`'s appends through this gateway (and of what must not interleave with
+    them: a standing query's state computed over the table)."""
     with _LOCKS_LOCK:
-        return _LOCKS.setdefault(name, threading.Lock())
+        return _LOCKS.setdefault(name, threading.RLock())
 
 
 def append(

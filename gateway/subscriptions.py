@@ -66,6 +66,8 @@ class Subscription:
     consolidations: int = 0
     created: float = field(default_factory=time.time)
     listeners: list[Listener] = field(default_factory=list)
+    dimensions: dict[str, pa.Table] = field(default_factory=dict)  # the rows of the tables it joins
+    dimension_versions: dict[str, int | None] = field(default_factory=dict)
     _compacted: int = 0  # rows of the state when it was last compacted
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -84,8 +86,8 @@ class Subscription:
             times = rows.column(self.event_time)
             behind = pc.fill_null(pc.less(times, pa.scalar(self.progress, times.type)), False)
             late, rows = rows.filter(behind), rows.filter(pc.invert(behind))
-        partials = run_sql({self.plan.table: rows}, self.plan.partial).table
-        late_partials = run_sql({self.plan.table: late}, self.plan.partial).table if late is not None else None
+        partials = self._partials(rows)
+        late_partials = self._partials(late) if late is not None else None
         with self._lock:
             self._grow(partials)
             if late is not None and late.num_rows:
@@ -97,6 +99,10 @@ class Subscription:
             self.updates += 1
             touched = self._touched(partials) if self.plan.touched_only else None
             return self._changes(before, touched=touched, told=late is not None and late.num_rows > 0)
+
+    def _partials(self, rows: pa.Table) -> pa.Table:
+        """The partial aggregates of an append's rows (joined to the dimensions as they are)."""
+        return run_sql({self.plan.table: rows, **self.dimensions}, self.plan.partial).table
 
     def consolidate(self) -> dict[str, Any] | None:
         """The late rows folded in (their consolidation time has come); the update (None: none changed)."""
@@ -202,7 +208,7 @@ class Subscription:
 class Subscriptions:
     """The gateway's standing queries, by id, and the thread that consolidates their late rows."""
 
-    def __init__(self, engine: Engine, table_lock: Callable[[str], threading.Lock]):
+    def __init__(self, engine: Engine, table_lock: Callable[[str], threading.RLock]):
         self.engine = engine
         self.table_lock = table_lock
         self._all: dict[str, Subscription] = {}
@@ -222,13 +228,15 @@ class Subscriptions:
         """Plan `sql` and compute its state over the whole table (blocks: a thread's work); `may_read`:
         the tables the owner may read (empty: all); `event_time`: the column whose late rows wait
         for the consolidation every `consolidate_every` seconds."""
-        plan = plan_standing(sql, self.engine.catalog.sql_schema())
+        catalog = self.engine.catalog
+        replicated = {name for name, info in catalog.tables().items() if info.replicated}
+        plan = plan_standing(sql, catalog.sql_schema(), replicated)
         if may_read and plan.table not in may_read:
             raise ForbiddenTable(f"this token may not read table {plan.table!r}")
         if event_time is not None:
             _check_event_time(self.engine.catalog.table(plan.table).schema, event_time)
         subscription = Subscription(uuid.uuid4().hex[:16], sql, plan, owner, event_time, consolidate_every)
-        with self.table_lock(plan.table):
+        with self.table_lock(plan.table):  # no append between its state and its being listed
             self._start(subscription)
             with self._lock:
                 self._all[subscription.id] = subscription
@@ -236,36 +244,51 @@ class Subscriptions:
         return subscription
 
     def _start(self, subscription: Subscription) -> dict[str, Any] | None:
-        """The state over the whole table, as served now (the table's lock held: no append meanwhile)."""
+        """The state over the whole table and the dimensions' rows, as served now; its table's lock
+        is held meanwhile (no append of it is folded in while this reads)."""
         catalog = self.engine.catalog
         plan = subscription.plan
-        version = catalog.table(plan.table).version or 0
-        partials = self.engine.execute(plan.initial).table
-        while (now := catalog.table(plan.table).version or 0) != version:  # a version made elsewhere meanwhile
-            version, partials = now, self.engine.execute(plan.initial).table
-        progress = None
-        if subscription.event_time is not None:
-            latest = f'SELECT max("{subscription.event_time}") FROM "{plan.table}"'
-            progress = self.engine.execute(latest).table.column(0)[0].as_py()
-        if subscription.state is None:
-            subscription.start(partials, version, progress)
-            return None
-        return subscription.recomputed(partials, version, progress)
+        with self.table_lock(plan.table):
+            while True:  # again if a version was made elsewhere meanwhile
+                versions = {t: catalog.table(t).version for t in (plan.table, *plan.dimensions)}
+                partials = self.engine.execute(plan.initial).table
+                dimensions = {d: self.engine.execute(f'SELECT * FROM "{d}"').table for d in plan.dimensions}
+                progress = None
+                if subscription.event_time is not None:
+                    latest = f'SELECT max("{subscription.event_time}") FROM "{plan.table}"'
+                    progress = self.engine.execute(latest).table.column(0)[0].as_py()
+                if versions == {t: catalog.table(t).version for t in versions}:
+                    break
+            subscription.dimensions = dimensions
+            subscription.dimension_versions = {d: versions[d] for d in plan.dimensions}
+            version = versions[plan.table] or 0
+            if subscription.state is None:
+                subscription.start(partials, version, progress)
+                return None
+            return subscription.recomputed(partials, version, progress)
 
     def appended(self, table: str, version: int, rows: pa.Table) -> None:
         """An append through this gateway committed `version` of `table` with `rows` (the table's
         lock held): each subscription over it folds them in, or is computed again when it missed a
-        version; the listeners hear what changed."""
+        version or `table` is one of its dimensions; the listeners hear what changed."""
+        catalog = self.engine.catalog
         with self._lock:
-            over = [s for s in self._all.values() if s.plan.table == table]
+            over = [s for s in self._all.values() if table == s.plan.table or table in s.plan.dimensions]
 
-        def fold(subscription: Subscription) -> None:
-            if subscription.version == version - 1:
+        def fold(subscription: Subscription) -> bool:
+            """Fold the rows in; False when the state must be computed again instead."""
+            dimensions = {d: catalog.table(d).version for d in subscription.plan.dimensions}
+            folds = table == subscription.plan.table and subscription.version == version - 1
+            folds = folds and dimensions == subscription.dimension_versions
+            if folds:
                 _tell(subscription, subscription.fold(rows, version))
-            else:
-                _tell(subscription, self._start(subscription))
+            return folds
 
-        list(_FOLDING.map(fold, over))  # DataFusion leaves the GIL: the subscriptions fold side by side
+        # DataFusion leaves the GIL: the subscriptions fold side by side; those that missed a version
+        # or join a changed dimension are computed again here, where the table's lock is held
+        for subscription, folded in zip(over, list(_FOLDING.map(fold, over)), strict=True):
+            if not folded:
+                _tell(subscription, self._start(subscription))
 
     def _consolidating(self) -> None:
         """Start the consolidating thread (once), or wake it: the next due time may have changed."""

@@ -23,7 +23,7 @@ from gateway import results
 from storage import NodeClient, TableSchema
 from storage.appends import append_rows
 from tests.http import http
-from tests.test_appends import APPENDER, EVENTS, _append, _lines, appended_region  # noqa: F401 (a fixture)
+from tests.test_appends import APPENDER, DEVICES, EVENTS, _append, _lines, appended_region  # noqa: F401 (a fixture)
 from tests.waiting import eventually
 
 READER = "reader-secret"
@@ -186,7 +186,7 @@ def test_a_version_made_elsewhere_is_consolidated_at_the_next_append(standing) -
         ("SELECT count(DISTINCT kind) FROM events", 422, "not_incremental", "an aggregate of DISTINCT values"),
         ("SELECT device, sum(amount) OVER () FROM events", 422, "not_incremental", "a window function"),
         ("SELECT * FROM events", 422, "not_incremental", "a SELECT without aggregates"),
-        ("SELECT count(*) FROM events JOIN devices USING (device)", 422, "not_incremental", "several tables"),
+        ("SELECT count(*) FROM events a JOIN events b USING (device)", 422, "not_incremental", "read twice"),
         ("SELECT count(nothing) FROM events", 400, "undefined_column", "nothing"),
         ("SELECT count(*) FROM nowhere", 400, "undefined_table", "nowhere"),
     ],
@@ -304,4 +304,32 @@ def test_a_group_having_no_longer_holds_for_is_pushed_as_removed(standing) -> No
     assert first["changed"] == [[77, "1.00"]] and first["removed"] == []
     assert second["changed"] == [] and second["removed"] == [{"device": 77}]
     assert _same(_read(region, subscription["id"])["rows"], rows.answer(sql))
+    http("DELETE", f"{region.url}/v1/subscriptions/{subscription['id']}", headers=_auth(APPENDER))
+
+
+def test_a_join_to_a_replicated_table_is_kept_and_a_new_version_of_it_recomputed(standing) -> None:
+    region, _, rows = standing
+    sql = (
+        "SELECT d.site, count(*) AS n, sum(e.amount) AS total FROM events e JOIN devices d "
+        "ON e.device = d.device GROUP BY d.site ORDER BY d.site"
+    )
+    subscription = _register(region, sql)
+    devices = DEVICES
+
+    def expected() -> list[list]:
+        con = duckdb.connect()
+        con.register("events", rows.table)
+        con.register("devices", devices)
+        return results.json_rows(con.sql(sql).arrow().read_all())
+
+    assert subscription["rows"] == expected()
+    row = {"ts": "2026-01-01T00:00:03", "device": 2, "amount": "2.50", "kind": "j"}
+    assert _append(region, "events", _lines(row)).status == 201
+    rows.add([row])
+    doc = _read(region, subscription["id"])
+    assert doc["rows"] == expected() and doc["consolidations"] == 0
+    assert _append(region, "devices", _lines({"device": 4, "site": "x"}, {"device": 77, "site": "q"})).status == 201
+    devices = pa.concat_tables([devices, pa.table({"device": [4, 77], "site": ["x", "q"]}, schema=devices.schema)])
+    doc = _read(region, subscription["id"])
+    assert doc["rows"] == expected() and doc["consolidations"] == 1
     http("DELETE", f"{region.url}/v1/subscriptions/{subscription['id']}", headers=_auth(APPENDER))

@@ -7,7 +7,9 @@ partial rows of every append so far, *compacted* into one row per group (SUM and
 summed, MIN and MAX taken again); the *result* is the merge statement over the state (the final
 aggregates, HAVING, the outputs, ORDER BY and LIMIT). What cannot be kept so is refused naming it:
 an aggregate other than SUM, COUNT, MIN, MAX and AVG (a median, a DISTINCT count), a window, a
-query over several tables or a subquery, a SELECT without aggregates (it would be every row).
+join of two tables that are not replicated, a subquery, a SELECT without aggregates (it would be
+every row). Joins to replicated tables (dimensions) are kept: an append's rows are joined to them
+as they are; a new version of a dimension means computing the state again.
 """
 
 from __future__ import annotations
@@ -42,13 +44,15 @@ class StandingPlan:
     result: str  # over ``partials``: the query's rows
     columns: tuple[str, ...]  # the result's column names (the result statement's are __o0, __o1 ...)
     keys: tuple[str, ...]  # those that name a group (the changes pushed are keyed by them)
+    dimensions: tuple[str, ...]  # the replicated tables it joins, read whole
     groups: tuple[str, ...]  # the partial rows' column of each key (``__g0`` ...)
     touched_only: bool  # an append changes the result's rows of the groups it touches, no other
 
 
-def plan_standing(sql: str, schema: dict[str, dict[str, str]]) -> StandingPlan:
-    """`sql` checked against `schema` (table -> column -> type) and planned as a standing query, or
-    NotIncremental naming what keeps it from being one."""
+def plan_standing(sql: str, schema: dict[str, dict[str, str]], replicated: set[str] = frozenset()) -> StandingPlan:
+    """`sql` checked against `schema` (table -> column -> type) and planned as a standing query over
+    its one table that is not in `replicated` (the others its dimensions), or NotIncremental naming
+    what keeps it from being one."""
     checked = check(sql, schema)
     tree, explain, names = checked.tree, checked.explain, checked.names
     if explain or not isinstance(tree, exp.Select):
@@ -56,7 +60,17 @@ def plan_standing(sql: str, schema: dict[str, dict[str, str]]) -> StandingPlan:
     refused = _refused(tree)
     if refused:
         raise NotIncremental(f"{refused} cannot be kept up to date from each append's rows: register it without")
-    tables = {t.name for t in tree.find_all(exp.Table)}
+    tables = sorted({t.name for t in tree.find_all(exp.Table)})
+    facts = [t for t in tables if t not in replicated] or tables[:1]
+    if len(facts) > 1:
+        joined = ", ".join(facts)
+        raise NotIncremental(
+            f"a join of {joined}, none replicated: only joins to replicated tables are kept up to date"
+        )
+    read = [t.name for t in tree.find_all(exp.Table)]
+    twice = next((t for t in tables if read.count(t) > 1), None)
+    if twice is not None:
+        raise NotIncremental(f"table {twice} read twice (a self-join): an append's rows would meet only each other")
     group = tree.args.get("group")
     if group is not None:
         group.set("expressions", [_grouped(g, tree) for g in group.expressions])
@@ -84,13 +98,14 @@ def plan_standing(sql: str, schema: dict[str, dict[str, str]]) -> StandingPlan:
     partial_text, compact_text, result_text = (node_text(s).query for s in (partial, compact, split.merge))
     initial = partial.sql(dialect=DIALECT)
     return StandingPlan(
-        tables.pop(),
+        facts[0],
         partial_text,
         initial,
         compact_text,
         result_text,
         tuple(names),
         tuple(key_of),
+        tuple(t for t in tables if t != facts[0]),
         tuple(key_of.values()),
         touched_only,
     )
@@ -100,8 +115,6 @@ def _refused(select: exp.Select) -> str:
     """What of `select` a standing query cannot keep ("" when nothing)."""
     if select.args.get("with_") is not None or any(isinstance(s, exp.Subquery) for s in select.find_all(exp.Subquery)):
         return "a subquery or a WITH clause"
-    if len({t.name for t in select.find_all(exp.Table)}) != 1 or select.args.get("joins"):
-        return "a query over several tables (joins come later)"
     window = select.find(exp.Window)
     if window is not None:
         return f"a window function ({window.sql()[:60]})"
