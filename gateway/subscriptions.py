@@ -145,9 +145,12 @@ class Subscription:
         rows = run_sql({PARTIALS: self.state}, self.plan.result).table
         return rows.rename_columns(list(self.plan.columns))
 
-    def _touched(self, partials: pa.Table) -> pa.Table:
-        """The groups the partial rows of an append touch, by the result's key columns."""
+    def _touched(self, partials: pa.Table) -> pa.Table | None:
+        """The groups the partial rows of an append touch, by the result's key columns (None when
+        a key is NULL: a join does not match NULLs, so every row is compared)."""
         keys = partials.select(list(self.plan.groups)).rename_columns(list(self.plan.keys))
+        if any(column.null_count for column in keys.columns):
+            return None
         return keys.group_by(list(self.plan.keys)).aggregate([])
 
     def _changes(

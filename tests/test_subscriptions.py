@@ -333,3 +333,20 @@ def test_a_join_to_a_replicated_table_is_kept_and_a_new_version_of_it_recomputed
     doc = _read(region, subscription["id"])
     assert doc["rows"] == expected() and doc["consolidations"] == 1
     http("DELETE", f"{region.url}/v1/subscriptions/{subscription['id']}", headers=_auth(APPENDER))
+
+
+def test_a_group_whose_key_is_null_is_pushed_when_it_changes(standing) -> None:
+    region, _, rows = standing
+    sql = "SELECT device, count(*) AS n FROM events GROUP BY device ORDER BY device"
+    subscription = _register(region, sql)
+    pushed: list = []
+    reading = _events(subscription["events"], APPENDER, 2, pushed)
+    eventually(lambda: pushed, 30, "the snapshot")
+    row = {"ts": "2026-01-01T00:00:04", "device": None, "amount": "1.00", "kind": "n"}
+    assert _append(region, "events", _lines(row)).status == 201
+    rows.add([row])
+    reading.join(30)
+    nulls = rows.table.column("device").null_count
+    assert pushed[1][1]["changed"] == [[None, nulls]]
+    assert _read(region, subscription["id"])["rows"] == rows.answer(sql)
+    http("DELETE", f"{region.url}/v1/subscriptions/{subscription['id']}", headers=_auth(APPENDER))
