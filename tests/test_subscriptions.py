@@ -187,6 +187,12 @@ def test_a_version_made_elsewhere_is_consolidated_at_the_next_append(standing) -
         ("SELECT device, sum(amount) OVER () FROM events", 422, "not_incremental", "a window function"),
         ("SELECT * FROM events", 422, "not_incremental", "a SELECT without aggregates"),
         ("SELECT count(*) FROM events a JOIN events b USING (device)", 422, "not_incremental", "read twice"),
+        (
+            "SELECT d.site, count(e.device) FROM devices d LEFT JOIN events e ON e.device = d.device GROUP BY 1",
+            422,
+            "not_incremental",
+            "a LEFT JOIN that keeps rows of a dimension",
+        ),
         ("SELECT count(nothing) FROM events", 400, "undefined_column", "nothing"),
         ("SELECT count(*) FROM nowhere", 400, "undefined_table", "nowhere"),
     ],

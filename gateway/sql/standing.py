@@ -67,6 +67,12 @@ def plan_standing(sql: str, schema: dict[str, dict[str, str]], replicated: set[s
         raise NotIncremental(
             f"a join of {joined}, none replicated: only joins to replicated tables are kept up to date"
         )
+    for join in tree.args.get("joins") or []:
+        side, table = join.side.upper(), join.this
+        if side in ("RIGHT", "FULL") or (side == "LEFT" and isinstance(table, exp.Table) and table.name == facts[0]):
+            raise NotIncremental(
+                f"a {side} JOIN that keeps rows of a dimension without {facts[0]}'s: an append would add them again"
+            )
     read = [t.name for t in tree.find_all(exp.Table)]
     twice = next((t for t in tables if read.count(t) > 1), None)
     if twice is not None:
