@@ -22,6 +22,8 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from storage import stream_bytes
+
 _LENGTH = struct.Struct(">I")
 
 
@@ -194,10 +196,7 @@ def decode(message: bytes) -> Packet:
 
 def arrow_payload(table: pa.Table) -> bytes:
     """An answer's payload: the result as an Arrow IPC stream."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    return stream_bytes(table)
 
 
 def read_payload(payload: bytes) -> pa.Table:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import lazy_loader
 
 _FACE: dict[str, tuple[str, ...]] = {
-    "block": ("block_to_ipc", "plain_block"),
+    "block": ("block_to_ipc", "plain_block", "stream_bytes"),
     "blockfile": ("ZSTD_LEVEL",),
     "bucket_balance": ("BucketMove", "balance", "spread"),
     "bucket_load": ("BucketWork", "costs", "row_costs"),

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from storage.block import conform, encode_block
+from storage.block import conform, encode_block, stream_bytes
 from storage.blockfile import BlockEntry, serialize_block, write_file
 from storage.catalog import TableSchema
 from storage.encoding_choice import EncodingOptions
@@ -87,7 +87,7 @@ def append_rows(schema: TableSchema, rows: pa.Table, urls: Mapping[str, str], ba
     path = APPENDS_PATH.format(name=schema.name, load=load_id) + f"?base={base}"
 
     def staged(node: str) -> dict[str, Any]:
-        return NodeClient(urls[node]).post_bytes(path, _ipc(parts[node]))
+        return NodeClient(urls[node]).post_bytes(path, stream_bytes(parts[node]))
 
     try:
         answers = dict(zip(parts, _STAGING.map(staged, parts), strict=True))
@@ -113,10 +113,3 @@ def _parts(schema: TableSchema, rows: pa.Table, nodes: list[str]) -> dict[str, p
         mine = np.array([node in placement.holders(b) for b in range(placement.buckets)])
         parts[node] = rows.take(pa.array(order[mine[buckets]]))
     return parts
-
-
-def _ipc(rows: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, rows.schema) as writer:
-        writer.write_table(rows)
-    return sink.getvalue().to_pybytes()

@@ -42,6 +42,14 @@ class ChosenColumn(EncodedColumn):
     stats: ColumnStats
 
 
+def stream_bytes(table: pa.Table) -> bytes:
+    """`table` as one Arrow IPC stream (what travels between the parts: answers, an append's rows)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
 def block_to_ipc(block: EncodedBlock) -> pa.Buffer:
     """The block file's bytes (before any compression)."""
     fields, arrays, described = [], [], []

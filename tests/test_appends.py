@@ -21,7 +21,7 @@ from gateway.client import Client
 from gateway.media import ARROW
 from gpu_kernels import get_backend
 from regions import EmbeddedRegion, load_config
-from storage import Node, NodeClient, NodeError, Placement, Store, TableSchema, load_table
+from storage import Node, NodeClient, NodeError, Placement, Store, TableSchema, load_table, stream_bytes
 from storage.appends import append_rows
 from tests.http import http
 from tests.test_gateway import _region
@@ -119,11 +119,8 @@ def test_appended_rows_are_the_next_querys_on_every_node_in_json_lines_and_arrow
     assert tables["events"]["version"] == before + 1 and sorted(tables["events"]["nodes"]) == ["node-0", "node-1"]
 
     more = EVENTS.slice(0, 2)  # Arrow IPC, columns in another order
-    sink = pa.BufferOutputStream()
     reordered = more.select(["kind", "amount", "device", "ts"])
-    with pa.ipc.new_stream(sink, reordered.schema) as writer:
-        writer.write_table(reordered)
-    reply = _append(region, "events", sink.getvalue().to_pybytes(), ARROW)
+    reply = _append(region, "events", stream_bytes(reordered), ARROW)
     assert reply.status == 201 and reply.json()["version"] == before + 2, reply.body
     assert _rows(region, TOTALS) == _as_duckdb(pa.concat_tables([expected, more]), TOTALS)
 
@@ -176,10 +173,7 @@ def test_bad_rows_are_refused_whole_naming_the_row_and_column(appended_region, b
 def test_arrow_rows_that_do_not_fit_are_refused_whole(appended_region) -> None:
     region = appended_region
     rows = pa.table({"device": pa.array(["1", "x"]), "kind": pa.array(["a", "b"])})
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, rows.schema) as writer:
-        writer.write_table(rows)
-    reply = _append(region, "events", sink.getvalue().to_pybytes(), ARROW)
+    reply = _append(region, "events", stream_bytes(rows), ARROW)
     assert reply.status == 400 and "row 2, column device: 'x' is not of type int64" in reply.json()["error"]["message"]
     reply = _append(region, "events", b"not arrow", ARROW)
     assert reply.status == 400 and "not an Arrow IPC stream" in reply.json()["error"]["message"]
