@@ -241,6 +241,15 @@ def _answer(table: pa.Table, sql: str) -> list[list]:
     return results.json_rows(con.sql(sql).arrow().read_all())
 
 
+def _listened(region, events: int, sql: str, **options) -> tuple[dict, list, threading.Thread]:
+    """A subscription registered, and a listener reading its first `events` events (the snapshot read)."""
+    subscription = _register(region, sql, **options)
+    pushed: list = []
+    reading = _events(subscription["events"], APPENDER, events, pushed)
+    eventually(lambda: pushed, 30, "the snapshot")
+    return subscription, pushed, reading
+
+
 LATE_ROW = st.fixed_dictionaries(
     {
         "ts": st.integers(10, 59).map(lambda m: f"2026-01-01T00:{m}:30"),  # some on time, some late
@@ -277,10 +286,7 @@ def test_late_rows_wait_for_their_consolidation_and_on_time_rows_do_not(standing
 
 def test_late_rows_are_consolidated_at_the_next_consolidation_time_never_dropped(standing) -> None:
     region, _, rows = standing
-    subscription = _register(region, PER_MINUTE, event_time="ts", consolidate_every=0.2)
-    pushed: list = []
-    reading = _events(subscription["events"], APPENDER, 3, pushed)
-    eventually(lambda: pushed, 30, "the snapshot")
+    subscription, pushed, reading = _listened(region, 3, PER_MINUTE, event_time="ts", consolidate_every=0.2)
     late = [{"ts": "2026-01-01T00:00:01", "device": 1, "amount": "50.00", "kind": "late"}]
     assert _append(region, "events", _lines(*late)).status == 201
     rows.add(late)
@@ -297,10 +303,7 @@ def test_late_rows_are_consolidated_at_the_next_consolidation_time_never_dropped
 def test_a_group_having_no_longer_holds_for_is_pushed_as_removed(standing) -> None:
     region, _, rows = standing
     sql = "SELECT device, sum(amount) AS total FROM events GROUP BY device HAVING sum(amount) < 100 ORDER BY device"
-    subscription = _register(region, sql)
-    pushed: list = []
-    reading = _events(subscription["events"], APPENDER, 3, pushed)
-    eventually(lambda: pushed, 30, "the snapshot")
+    subscription, pushed, reading = _listened(region, 3, sql)
     for amount in ("1.00", "500.00"):
         row = {"ts": "2026-01-01T00:00:02", "device": 77, "amount": amount, "kind": "h"}
         assert _append(region, "events", _lines(row)).status == 201
@@ -344,10 +347,7 @@ def test_a_join_to_a_replicated_table_is_kept_and_a_new_version_of_it_recomputed
 def test_a_group_whose_key_is_null_is_pushed_when_it_changes(standing) -> None:
     region, _, rows = standing
     sql = "SELECT device, count(*) AS n FROM events GROUP BY device ORDER BY device"
-    subscription = _register(region, sql)
-    pushed: list = []
-    reading = _events(subscription["events"], APPENDER, 2, pushed)
-    eventually(lambda: pushed, 30, "the snapshot")
+    subscription, pushed, reading = _listened(region, 2, sql)
     row = {"ts": "2026-01-01T00:00:04", "device": None, "amount": "1.00", "kind": "n"}
     assert _append(region, "events", _lines(row)).status == 201
     rows.add([row])
