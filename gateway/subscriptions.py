@@ -69,13 +69,20 @@ class Subscription:
     dimensions: dict[str, pa.Table] = field(default_factory=dict)  # the rows of the tables it joins
     dimension_versions: dict[str, int | None] = field(default_factory=dict)
     _compacted: int = 0  # rows of the state when it was last compacted
+    _shown: dict[tuple, tuple] = field(default_factory=dict)  # the result's rows (JSON values), by `_slot`
+    _keys: pa.Schema = field(default_factory=lambda: pa.schema([]))  # the result's key columns
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def _at(self) -> list[int]:
+        """The positions of the result's key columns."""
+        return [self.plan.columns.index(k) for k in self.plan.keys]
 
     def start(self, partials: pa.Table, version: int, progress: Any) -> None:
         """The state from the partial rows of the whole table at `version` (`progress`: its latest event time)."""
         with self._lock:
             self.state, self.version, self.progress = self._folded(None, partials), version, progress
-            self.result = self._result()
+            self._refresh()
             self.due = time.monotonic() + self.consolidate_every
 
     def fold(self, rows: pa.Table, version: int) -> dict[str, Any] | None:
@@ -86,19 +93,33 @@ class Subscription:
             times = rows.column(self.event_time)
             behind = pc.fill_null(pc.less(times, pa.scalar(self.progress, times.type)), False)
             late, rows = rows.filter(behind), rows.filter(pc.invert(behind))
+            late = late if late.num_rows else None
         partials = self._partials(rows)
         late_partials = self._partials(late) if late is not None else None
         with self._lock:
+            assert self.state is not None
+            partials = partials.cast(self.state.schema)
             self._grow(partials)
-            if late is not None and late.num_rows:
+            if late is not None:
                 self.late, self.late_rows = self._folded(self.late, late_partials), self.late_rows + late.num_rows
             if self.event_time is not None and rows.num_rows:
                 latest = pc.max(rows.column(self.event_time)).as_py()
                 self.progress = latest if self.progress is None or latest is None else max(self.progress, latest)
-            before, self.result, self.version = self.result, self._result(), version
+            self.version = version
             self.updates += 1
             touched = self._touched(partials) if self.plan.touched_only else None
-            return self._changes(before, touched=touched, told=late is not None and late.num_rows > 0)
+            if touched is None:
+                return self._changes(*self._refresh(), told=late is not None)
+            # only the touched groups' rows can change: the result statement over their state rows
+            of_touched = self.state.join(touched, list(self.plan.groups), join_type="left semi")
+            now = _tuples(self._result(of_touched))
+            keys = {self._slot(row) for row in now} | set(
+                _tuples(touched.rename_columns(self._keys.names).cast(self._keys))
+            )
+            before = [self._shown.pop(key) for key in keys if key in self._shown]
+            self._shown.update((self._slot(row), row) for row in now)
+            self.result = None  # the whole result is computed again when asked for
+            return self._changes(before, now, told=late is not None)
 
     def _partials(self, rows: pa.Table) -> pa.Table:
         """The partial aggregates of an append's rows (joined to the dimensions as they are)."""
@@ -111,18 +132,16 @@ class Subscription:
             if self.late is None:
                 return None
             self.state, self.late, self.late_rows = self._folded(self.state, self.late), None, 0
-            before, self.result = self.result, self._result()
             self.consolidations += 1
-            return self._changes(before, consolidated=True)
+            return self._changes(*self._refresh(), consolidated=True)
 
     def recomputed(self, partials: pa.Table, version: int, progress: Any) -> dict[str, Any] | None:
         """The state computed again over the whole table at `version` (late rows included); the update."""
         with self._lock:
-            before = self.result
             self.state, self.late, self.late_rows = self._folded(None, partials), None, 0
-            self.result, self.version, self.progress = self._result(), version, progress
+            self.version, self.progress = version, progress
             self.consolidations += 1
-            return self._changes(before, consolidated=True)
+            return self._changes(*self._refresh(), consolidated=True)
 
     def _folded(self, state: pa.Table | None, partials: pa.Table) -> pa.Table:
         """`partials` compacted into `state` (one row per group), in `state`'s types."""
@@ -131,44 +150,50 @@ class Subscription:
         return run_sql({PARTIALS: partials}, self.plan.compact).table.cast(partials.schema)
 
     def _grow(self, partials: pa.Table) -> None:
-        """An append's partial rows added to the state, compacted once it has grown to twice its
+        """An append's partial rows (in the state's types) added to the state, compacted once it has grown to twice its
         compacted rows (the result statement aggregates partial rows again anyway)."""
         assert self.state is not None
-        grown = pa.concat_tables([self.state, partials.cast(self.state.schema)])
+        grown = pa.concat_tables([self.state, partials])
         if grown.num_rows > 2 * self._compacted + 1024:
             grown = self._folded(None, grown)
             self._compacted = grown.num_rows
         self.state = grown
 
-    def _result(self) -> pa.Table:
-        assert self.state is not None
-        rows = run_sql({PARTIALS: self.state}, self.plan.result).table
+    def _result(self, state: pa.Table) -> pa.Table:
+        """The query's rows over partial rows `state`."""
+        rows = run_sql({PARTIALS: state}, self.plan.result).table
         return rows.rename_columns(list(self.plan.columns))
 
+    def _refresh(self) -> tuple[list[tuple], list[tuple]]:
+        """The whole result computed again over the state: the rows shown before and now."""
+        assert self.state is not None
+        before = list(self._shown.values())
+        self.result = self._result(self.state)
+        self._keys = pa.schema([self.result.schema.field(k) for k in self.plan.keys])
+        now = _tuples(self.result)
+        self._shown = {self._slot(row): row for row in now}
+        return before, now
+
+    def _slot(self, row: tuple) -> tuple:
+        """What identifies a result row among the shown: its keys when each names one group, else all of it."""
+        return tuple(row[i] for i in self._at) if self.plan.touched_only else row
+
     def _touched(self, partials: pa.Table) -> pa.Table | None:
-        """The groups the partial rows of an append touch, by the result's key columns (None when
-        a key is NULL: a join does not match NULLs, so every row is compared)."""
-        keys = partials.select(list(self.plan.groups)).rename_columns(list(self.plan.keys))
-        if any(column.null_count for column in keys.columns):
+        """The groups the partial rows of an append touch, by their group columns (None when a key
+        is NULL: a join does not match NULLs, so every row is compared)."""
+        groups = partials.select(list(self.plan.groups))
+        if any(column.null_count for column in groups.columns):
             return None
-        return keys.group_by(list(self.plan.keys)).aggregate([])
+        return groups.group_by(list(self.plan.groups)).aggregate([])
 
     def _changes(
-        self, before: pa.Table | None, consolidated: bool = False, touched: pa.Table | None = None, told: bool = False
+        self, before: list[tuple], now: list[tuple], consolidated: bool = False, told: bool = False
     ) -> dict[str, Any] | None:
-        """The rows now that were not before, and the groups gone (HAVING no longer holds), among
-        the `touched` groups when given (else all); None when nothing changed and nothing is to be
-        `told` (late rows set apart)."""
-        assert self.result is not None
-        now = self.result
-        if touched is not None and self.plan.keys:
-            now, before = _of(now, touched), _of(before, touched) if before is not None else None
-        old = [tuple(r) for r in results.json_rows(before)] if before is not None else []
-        new = [tuple(r) for r in results.json_rows(now)]
-        seen = set(old)
-        changed = [list(r) for r in new if r not in seen]
-        at = [self.plan.columns.index(k) for k in self.plan.keys]
-        gone = {tuple(r[i] for i in at) for r in old} - {tuple(r[i] for i in at) for r in new}
+        """The rows `now` that were not `before`, and the groups gone (HAVING no longer holds); None
+        when nothing changed and nothing is to be `told` (late rows set apart)."""
+        seen = set(before)
+        changed = [list(r) for r in now if r not in seen]
+        gone = {tuple(r[i] for i in self._at) for r in before} - {tuple(r[i] for i in self._at) for r in now}
         removed = [dict(zip(self.plan.keys, key, strict=True)) for key in sorted(gone, key=str)]
         if not changed and not removed and not told:
             return None
@@ -191,6 +216,8 @@ class Subscription:
     def document(self) -> dict[str, Any]:
         """The subscription and its current result."""
         with self._lock:
+            if self.result is None and self.state is not None:
+                self.result = self._result(self.state)
             table = self.result
             return {
                 "id": self.id,
@@ -343,12 +370,9 @@ class Subscriptions:
             return [s for s in self._all.values() if owner is None or s.owner == owner]
 
 
-def _of(rows: pa.Table, groups: pa.Table) -> pa.Table:
-    """The rows of `rows` whose key columns (those of `groups`) are one of `groups`' rows, in order."""
-    keys = groups.column_names
-    mine = groups.cast(pa.schema([rows.schema.field(k) for k in keys]))
-    numbered = rows.append_column("__row", pa.array(range(rows.num_rows), pa.int64()))
-    return numbered.join(mine, keys, join_type="inner").sort_by("__row").select(rows.column_names)
+def _tuples(table: pa.Table) -> list[tuple]:
+    """The rows of `table` as tuples of JSON values."""
+    return [tuple(row) for row in results.json_rows(table)]
 
 
 def _tell(subscription: Subscription, update: dict[str, Any] | None) -> None:
