@@ -18,11 +18,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(app: web.Application) -> Iterator[str]:
-    """Serve `app` on 127.0.0.1 in a background thread; yields its base URL."""
+def serve(app: web.Application, port: int | None = None) -> Iterator[str]:
+    """Serve `app` on 127.0.0.1 (on `port`, or a free one) in a background thread; yields its base URL."""
     loop = asyncio.new_event_loop()
     runner = web.AppRunner(app)
-    port = free_port()
+    port = port or free_port()
     started = threading.Event()
 
     def run() -> None:

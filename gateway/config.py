@@ -218,6 +218,13 @@ class GatewayConfig:
         default="",
         metadata={"doc": "where every role writes its logs: general, per-query CSV, queue CSV (empty: no files)"},
     )
+    subscriptions_file: str = field(
+        default="",
+        metadata={
+            "doc": "where standing queries are kept so that they survive a restart, computed again from the"
+            " tables when first asked for (empty: in memory; after a restart their ids answer 404)"
+        },
+    )
     log_format: str = field(
         default="json",
         metadata={"doc": "every role's log lines: json (an object per line, with the query's id) or text"},

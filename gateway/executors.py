@@ -158,10 +158,11 @@ class NativeExecutor:
         spark: SparkFactory | None,
         threads: int = 64,
         joins: str = "node",
+        kept: str | None = None,
     ):
         self.balancer = balancer
         self.engine = Engine({}, settings, spark, joins)
-        self.subscriptions: Subscriptions | None = Subscriptions(self.engine, table_lock)
+        self.subscriptions: Subscriptions | None = Subscriptions(self.engine, table_lock, kept)
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="query")
         self._reviving = threading.Lock()
 

@@ -66,7 +66,9 @@ class Gateway:
         self.executor: Executor
         if backend == "native":
             joins = (sql or SqlSettings()).joins
-            self.executor = NativeExecutor(self.balancer, spark_settings, spark, joins=joins)
+            self.executor = NativeExecutor(
+                self.balancer, spark_settings, spark, joins=joins, kept=g.subscriptions_file or None
+            )
         else:
             self.executor = PassThroughExecutor(self.balancer, backend)
         self.auth = Auth(g.tokens, g.cluster_token)

@@ -15,13 +15,18 @@ their own (its partial aggregates), are not in the result yet, and are consolida
 subscription's next consolidation time (every `consolidate_every` seconds), never dropped; the
 result then equals the query over every row.
 
-Subscriptions live in the gateway's memory: after a restart their ids answer 404
-``subscription_not_found`` saying so, and a client registers again.
+With `gateway.subscriptions_file`, the registrations are kept in that file: after a restart a
+subscription is computed again over its table when first asked for (or appended to), under its id,
+and its streams can be listened to again. Without it subscriptions live in the gateway's memory:
+after a restart their ids answer 404 ``subscription_not_found`` saying so, and a client registers
+again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import os
 import threading
 import time
@@ -29,6 +34,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -38,11 +44,12 @@ from gateway import results
 from gateway.errors import ApiError
 from gateway.sql.decompose import PARTIALS
 from gateway.sql.engine import Engine
-from gateway.sql.errors import ForbiddenTable, InvalidQuery, UndefinedColumn
+from gateway.sql.errors import ForbiddenTable, InvalidQuery, SqlError, UndefinedColumn
 from gateway.sql.standing import StandingPlan, plan_standing
 from storage import TableSchema
 from storage.join_engine import run_sql
 
+log = logging.getLogger("cxg.gateway")
 Listener = Callable[[dict[str, Any]], None]  # called with each update, from the appending thread
 _FOLDING = ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="fold")
 
@@ -53,6 +60,7 @@ class Subscription:
     sql: str
     plan: StandingPlan
     owner: str  # the token's name ("" without tokens)
+    may_read: tuple[str, ...] = ()  # the tables the owner may read (empty: all)
     event_time: str | None = None  # the column of the rows' event time (None: no late rows)
     consolidate_every: float = 60.0  # seconds between consolidations of the late rows
     version: int = 0  # of its table, covered by the state
@@ -236,12 +244,15 @@ class Subscription:
 
 
 class Subscriptions:
-    """The gateway's standing queries, by id, and the thread that consolidates their late rows."""
+    """The gateway's standing queries, by id, and the thread that consolidates their late rows;
+    `kept`: the file their registrations are kept in across restarts (None: none)."""
 
-    def __init__(self, engine: Engine, table_lock: Callable[[str], threading.RLock]):
+    def __init__(self, engine: Engine, table_lock: Callable[[str], threading.RLock], kept: str | None = None):
         self.engine = engine
         self.table_lock = table_lock
         self._all: dict[str, Subscription] = {}
+        self._kept = Path(kept) if kept else None
+        self._restoring = _registrations(self._kept)  # kept ones not computed again yet, by id
         self._lock = threading.Lock()
         self._changed = threading.Event()  # a subscription came or went: the next due time changed
         self._stopped = False
@@ -254,10 +265,11 @@ class Subscriptions:
         may_read: tuple[str, ...] = (),
         event_time: str | None = None,
         consolidate_every: float = 60.0,
+        key: str | None = None,
     ) -> Subscription:
         """Plan `sql` and compute its state over the whole table (blocks: a thread's work); `may_read`:
         the tables the owner may read (empty: all); `event_time`: the column whose late rows wait
-        for the consolidation every `consolidate_every` seconds."""
+        for the consolidation every `consolidate_every` seconds; `key`: its id (a kept one's)."""
         catalog = self.engine.catalog
         replicated = {name for name, info in catalog.tables().items() if info.replicated}
         plan = plan_standing(sql, catalog.sql_schema(), replicated)
@@ -265,13 +277,67 @@ class Subscriptions:
             raise ForbiddenTable(f"this token may not read table {plan.table!r}")
         if event_time is not None:
             _check_event_time(self.engine.catalog.table(plan.table).schema, event_time)
-        subscription = Subscription(uuid.uuid4().hex[:16], sql, plan, owner, event_time, consolidate_every)
+        key = key or uuid.uuid4().hex[:16]
+        subscription = Subscription(key, sql, plan, owner, may_read, event_time, consolidate_every)
         with self.table_lock(plan.table):  # no append between its state and its being listed
+            with self._lock:
+                restored = self._all.get(key)
+            if restored is not None:  # a kept one, computed again meanwhile
+                return restored
             self._start(subscription)
             with self._lock:
                 self._all[subscription.id] = subscription
+                self._restoring.pop(key, None)
+                self._keep()
         self._consolidating()
         return subscription
+
+    def _restore(self, keys: list[str]) -> dict[str, SqlError]:
+        """The kept subscriptions `keys` computed again and listed; why each that could not be was not."""
+        failed = {}
+        for key in keys:
+            with self._lock:
+                kept = self._restoring.get(key)
+            if kept is None:
+                continue
+            try:
+                self.register(
+                    kept["sql"],
+                    kept["owner"],
+                    tuple(kept["may_read"]),
+                    kept["event_time"],
+                    kept["consolidate_every"],
+                    key,
+                )
+            except SqlError as e:  # its table is not served yet (or no longer is)
+                failed[key] = e
+        return failed
+
+    def _keep(self) -> None:
+        """Write the registrations to the kept file, whole (a new file moved over the old one); the lock held."""
+        if self._kept is None:
+            return
+        kept = dict(self._restoring)
+        kept.update(
+            (
+                s.id,
+                {
+                    "sql": s.sql,
+                    "table": s.plan.table,
+                    "owner": s.owner,
+                    "may_read": list(s.may_read),
+                    "event_time": s.event_time,
+                    "consolidate_every": s.consolidate_every,
+                },
+            )
+            for s in self._all.values()
+        )
+        written = self._kept.with_name(self._kept.name + ".new")
+        try:
+            written.write_text(json.dumps({"subscriptions": kept}, indent=1))
+            os.replace(written, self._kept)
+        except OSError as e:  # served from memory still; the file keeps what it had
+            log.warning("standing queries not kept in %s: %s", self._kept, e)
 
     def _start(self, subscription: Subscription) -> dict[str, Any] | None:
         """The state over the whole table and the dimensions' rows, as served now; its table's lock
@@ -303,13 +369,18 @@ class Subscriptions:
         version or `table` is one of its dimensions; the listeners hear what changed."""
         catalog = self.engine.catalog
         with self._lock:
+            kept = [key for key, r in self._restoring.items() if r["table"] == table]
+        self._restore(kept)  # computed at this version: nothing to fold in
+        with self._lock:
             over = [s for s in self._all.values() if table == s.plan.table or table in s.plan.dimensions]
 
         def fold(subscription: Subscription) -> bool:
             """Fold the rows in; False when the state must be computed again instead."""
             dimensions = {d: catalog.table(d).version for d in subscription.plan.dimensions}
-            folds = table == subscription.plan.table and subscription.version == version - 1
-            folds = folds and dimensions == subscription.dimension_versions
+            seen = dimensions == subscription.dimension_versions
+            if seen and (table != subscription.plan.table or subscription.version >= version):
+                return True  # computed since: it covers this version already
+            folds = seen and table == subscription.plan.table and subscription.version == version - 1
             if folds:
                 _tell(subscription, subscription.fold(rows, version))
             return folds
@@ -351,23 +422,54 @@ class Subscriptions:
             _tell(subscription, {"subscription": subscription.id, "ended": True, "why": "the gateway stops"})
 
     def get(self, key: str, owner: str | None) -> Subscription:
-        """Subscription `key` (`owner` None: anyone's); 404 when there is none or it is another token's."""
+        """Subscription `key` (`owner` None: anyone's), a kept one computed again first; 404 when
+        there is none or it is another token's, 503 when a kept one's table is not served yet."""
+        with self._lock:
+            kept = self._restoring.get(key)
+        if kept is not None and (owner is None or kept["owner"] == owner):
+            failed = self._restore([key]).get(key)
+            if failed is not None:
+                message = f"subscription {key!r} is kept but cannot be computed again yet ({failed}): retry"
+                raise ApiError(503, "subscription_restoring", message, "57P03", retry_after=1)
         with self._lock:
             subscription = self._all.get(key)
         if subscription is None or (owner is not None and subscription.owner != owner):
-            message = f"no subscription {key!r} (one registered before the gateway restarted: register it again)"
-            raise ApiError(404, "subscription_not_found", message, "42704")
+            again = (
+                "" if self._kept is not None else " (one registered before the gateway restarted: register it again)"
+            )
+            raise ApiError(404, "subscription_not_found", f"no subscription {key!r}{again}", "42704")
         return subscription
 
     def delete(self, key: str, owner: str | None) -> None:
+        with self._lock:
+            kept = self._restoring.get(key)
+            if kept is not None and (owner is None or kept["owner"] == owner):
+                del self._restoring[key]  # not computed again: nobody listens
+                self._keep()
+                return
         subscription = self.get(key, owner)
         with self._lock:
             self._all.pop(subscription.id, None)
+            self._keep()
         _tell(subscription, {"subscription": subscription.id, "ended": True})
 
     def listing(self, owner: str | None) -> list[Subscription]:
+        """The subscriptions (`owner` None: anyone's), the kept ones whose tables are served computed again."""
+        with self._lock:
+            kept = [key for key, r in self._restoring.items() if owner is None or r["owner"] == owner]
+        self._restore(kept)
         with self._lock:
             return [s for s in self._all.values() if owner is None or s.owner == owner]
+
+
+def _registrations(kept: Path | None) -> dict[str, dict[str, Any]]:
+    """The registrations kept in file `kept`, by id (none when there is no file yet)."""
+    if kept is None or not kept.exists():
+        return {}
+    try:
+        return json.loads(kept.read_text())["subscriptions"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"gateway.subscriptions_file {kept}: not a file of standing queries ({e})") from None
 
 
 def _tuples(table: pa.Table) -> list[tuple]:
