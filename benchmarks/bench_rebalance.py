@@ -214,8 +214,8 @@ def _rebalance(url: str, expected: dict, args: Any, nodes: dict[str, int]) -> di
         planned, moves = plan_rebalance(view, table_costs, threshold=0.05)
         started = time.perf_counter()
         for move in planned:
-            run_move(spark, move, view, view, LoadOptions())
-            wait_served(view, move)
+            ran = run_move(spark, move, view, view, LoadOptions())
+            wait_served(view, ran)
         seconds = time.perf_counter() - started
     finally:
         done.set()

@@ -359,8 +359,8 @@ def copy_tables(regions: Regions) -> list[str]:
             if target.served(table) and target.served(table)["stamp"] == home.table(table).stamp:
                 continue  # copied by an earlier run
             move = plan_copy(home, target, table)
-            run_move(spark, move, home, target, LoadOptions())
-            wait_served(target, move)
+            ran = run_move(spark, move, home, target, LoadOptions())
+            wait_served(target, ran)
             done.append(f"{table} -> {name}")
     return done
 

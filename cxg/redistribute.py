@@ -103,8 +103,8 @@ def cmd_redistribute(args: argparse.Namespace, config: Config) -> int:
             task = progress.add_task(move.table, total=None)
             started = time.perf_counter()
             with spark_tasks(spark, progress, task):
-                run_move(spark, move, home, target, options)
-            served = wait_served(target, move)
+                ran = run_move(spark, move, home, target, options)
+            served = wait_served(target, ran)
             progress.console.print(
                 f"{move.table}: version {served['version']} served by region {target.name} on "
                 f"{', '.join(served['nodes'])} ({served['rows']:,} rows, {move.copied} bucket copies, "

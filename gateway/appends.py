@@ -176,6 +176,8 @@ def append(
     except NodeError as e:
         if e.code == "version_conflict":
             raise ApiError(409, e.code, f"appending to table {name}: {e}; retry", "40001", 1) from None
+        if e.code == "table_moving":  # its buckets move (`cxg redistribute`): for seconds
+            raise ApiError(409, e.code, f"appending to table {name}: {e}", "40001", 1) from None
         if e.code == DiskFullError.code:
             raise NodeFull(str(e)) from None
         raise NodeUnavailable(f"appending to table {name}: {e}; retry shortly") from None

@@ -11,10 +11,12 @@ nodes keep, so they answer the same before, during and after the move.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway import Client, RegionCatalog, SqlError, TableInfo
@@ -37,6 +39,7 @@ from storage import (
     spread,
 )
 
+HOLD_S = 60.0  # a move's hold on its table's appends lapses this long after its last refresh
 SERVED_TIMEOUT_S = 60.0  # how long a move waits for its region's gateway to serve the new version
 
 
@@ -248,10 +251,68 @@ def plan_copy(source: RegionView, target: RegionView, table: str) -> TableMove:
     return plan_move(info.schema, info.version, info.data, info.nodes, placement, nodes, False, holding)
 
 
-def run_move(spark: Any, move: TableMove, source: RegionView, target: RegionView, options: LoadOptions) -> None:
-    """Run one planned move (a Spark job), with the source's sizing for the blocks it writes."""
-    sizing = Sizing(**source.described(source.table(move.table))["sizing"])
-    spark_move(spark, move, source.nodes, target.nodes, sizing, options)
+def run_move(spark: Any, move: TableMove, source: RegionView, target: RegionView, options: LoadOptions) -> TableMove:
+    """Run one planned move (a Spark job), with the source's sizing for the blocks it writes and
+    its table's appends held meanwhile; the move as run (on the version the appends were held at)."""
+    with appends_held(source, move) as held:
+        sizing = Sizing(**source.described(source.table(held.table))["sizing"])
+        spark_move(spark, held, source.nodes, target.nodes, sizing, options)
+    return held
+
+
+@contextmanager
+def appends_held(view: RegionView, move: TableMove, attempts: int = 20) -> Iterator[TableMove]:
+    """Hold the appends to the table of `move` on the nodes of `view` holding it (`storage.holds`),
+    at the version they hold now (read again when an append commits meanwhile), refreshed while the
+    move runs and released at its end; the move rebased on that version: appends change neither
+    the placement nor the nodes, so the plan stands (RedistributionError when the table was placed
+    otherwise since it was planned)."""
+    for _ in range(attempts):
+        view.catalog.refresh()
+        info = view.table(move.table)
+        if (move.origin is not None and info.schema.placement != move.origin) or not set(move.reads) <= set(info.nodes):
+            raise RedistributionError(
+                f"table {move.table} was placed otherwise since the move was planned: plan it again"
+            )
+        urls = [view.nodes[node] for node in info.nodes]
+        path = f"/v1/tables/{move.table}/hold?version={info.version}&seconds={HOLD_S:g}"
+        held: list[str] = []
+        try:
+            for url in urls:
+                NodeClient(url).put_bytes(path, b"")
+                held.append(url)
+        except NodeError as e:
+            _release(move.table, held)
+            if e.code != "version_conflict":
+                raise RedistributionError(f"region {view.name}: holding the appends to {move.table}: {e}") from None
+            continue  # an append committed meanwhile: hold the version it made
+        stop = threading.Event()
+        refresher = threading.Thread(target=_refresh_holds, args=(path, urls, stop), daemon=True, name="holds")
+        refresher.start()
+        try:
+            yield replace(move, base=info.version, data=info.data)
+        finally:
+            stop.set()
+            refresher.join()
+            _release(move.table, urls)
+        return
+    raise RedistributionError(f"table {move.table}: appends kept committing; its appends could not be held")
+
+
+def _refresh_holds(path: str, urls: list[str], stop: threading.Event) -> None:
+    """Thread: the holds placed again every third of their time, until `stop` (a node that
+    misses one still refuses the move's commit if an append came: the move checks its base)."""
+    while not stop.wait(HOLD_S / 3):
+        for url in urls:
+            with suppress(NodeError):
+                NodeClient(url).put_bytes(path, b"")
+
+
+def _release(table: str, urls: list[str]) -> None:
+    """End the holds on `table` (a node that cannot be reached lets its hold lapse)."""
+    for url in urls:
+        with suppress(NodeError):
+            NodeClient(url).delete(f"/v1/tables/{table}/hold")
 
 
 def wait_served(target: RegionView, move: TableMove, timeout: float = SERVED_TIMEOUT_S) -> dict[str, Any]:

@@ -18,6 +18,8 @@
     PUT  /v1/tables/{name}/loads/{load}/blocks/{file}   upload one encoded block file
     POST /v1/tables/{name}/appends/{load}?base=V       stage an append's rows (storage.appends)
     POST /v1/tables/{name}/loads/{load}/commit         make a load's blocks the table's new version
+    PUT  /v1/tables/{name}/hold?version=V&seconds=S    hold its appends while its buckets move
+    DELETE /v1/tables/{name}/hold                      end the hold (storage.holds)
     DELETE /v1/tables/{name}/loads/{load}              drop a failed load's uploads
 
 Each scan holds one of the node's K slots (K = cores unless configured) while it runs; its
@@ -56,6 +58,7 @@ from storage.blockfile import BlockEntry
 from storage.bucket_load import BucketWork
 from storage.catalog import TableSchema
 from storage.errors import OutOfMemoryError, StorageError, TableNotFoundError, UnreadableRequestError
+from storage.holds import AppendHolds
 from storage.ingest import Commit, DirectoryTarget
 from storage.manifest import MANIFEST, Sizing
 from storage.memory_budget import private_memory_limit
@@ -160,6 +163,7 @@ class Node:
         self._slots = asyncio.Semaphore(self.slots)
         self._executor = ThreadPoolExecutor(self.slots, thread_name_prefix=f"{store.node}-scan")
         self._target = DirectoryTarget(store)
+        self.holds = AppendHolds()  # the tables whose buckets a move reads: their appends wait
         self.on_commit: list[Callable[[], Awaitable[None]]] = []  # told when a table changed
         self._queries: dict[str, NodeQuery] = {}  # whole queries running, by the id a DELETE names
         self._listing: dict[str, tuple[tuple[int, ...], dict]] = {}  # each table's listed row, by its stamp
@@ -445,6 +449,7 @@ class Node:
             rows = pa.ipc.open_stream(payload).read_all()
         except (pa.ArrowInvalid, OSError) as e:
             raise UnreadableRequestError("invalid_append", f"the rows are not an Arrow IPC stream: {e}") from None
+        self.holds.check(info["name"])
         table = await _on_thread(self.store.table, info["name"])
         return web.json_response(await _on_thread(stage, table, info["load"], rows, base), status=201)
 
@@ -479,12 +484,40 @@ class Node:
                 data,
                 tuple(drop),
             )
-            version = await _on_thread(self._target.commit, load, entries)
+            version = await _on_thread(self._commit, load, entries)
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             raise UnreadableRequestError("invalid_commit", f"malformed commit request: {e}") from None
         for listener in self.on_commit:
             await listener()
         return web.json_response({"table": schema.name, "version": version, "blocks": len(entries)})
+
+    def _commit(self, load: Commit, entries: list[BlockEntry]) -> int:
+        """Commit a load; an append's only while its table is not held (`storage.holds`)."""
+        if load.mode != "append":
+            return self._target.commit(load, entries)
+        with self.holds.committing(load.schema.name):
+            return self._target.commit(load, entries)
+
+    async def hold(self, request: web.Request) -> web.Response:
+        """Hold a table's appends at `?version=` (its current one) for `?seconds=` (a move reads it)."""
+        name = request.match_info["name"]
+        version = _version(request.query.get("version"))
+        if version is None:
+            raise StorageError("a hold names the version held: ?version= is missing")
+        try:
+            seconds = float(request.query.get("seconds", "60"))
+        except ValueError:
+            raise StorageError(f"seconds is a number, not {request.query['seconds']!r}") from None
+
+        def current() -> int:
+            return self.store.table(name).version
+
+        held = await _on_thread(self.holds.hold, name, version, seconds, current)
+        return web.json_response({"table": name, "held": version, "seconds": held})
+
+    async def release_hold(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        return web.json_response({"table": name, "released": self.holds.release(name)})
 
     async def versions(self, request: web.Request) -> web.Response:
         """The versions of a table kept here (a retired table's too) and the current one (null when
@@ -526,6 +559,8 @@ class Node:
                 web.put("/v1/tables/{name}/loads/{load}/blocks/{file}", self.put_block),
                 web.post(APPENDS_PATH, self.stage_append),
                 web.post("/v1/tables/{name}/loads/{load}/commit", self.commit_load),
+                web.put("/v1/tables/{name}/hold", self.hold),
+                web.delete("/v1/tables/{name}/hold", self.release_hold),
                 web.delete("/v1/tables/{name}/loads/{load}", self.abort_load),
                 web.delete("/v1/tables/{name}/versions/{version}", self.release),
             ]

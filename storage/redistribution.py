@@ -35,6 +35,7 @@ class TableMove:
     gains: dict[str, tuple[int, ...]]  # node -> the buckets written to it
     retire: tuple[str, ...]  # nodes that hold the table and will hold none of it
     local: bool = True  # within the region it is on (the nodes check `base`), or a copy to another
+    origin: Placement | None = None  # the placement it was planned from
 
     @property
     def table(self) -> str:
@@ -108,6 +109,7 @@ def plan_move(
         {n: tuple(gains.get(n, ())) for n in nodes},
         tuple(sorted(retire)),
         same_region,
+        before_placement,
     )
 
 

@@ -221,3 +221,28 @@ def test_appends_merge_into_a_buckets_last_block_so_blocks_do_not_pile_up(append
     assert _rows(region, "SELECT count(*), min(ts) FROM events WHERE device = 5") == [
         (5, datetime.datetime(2026, 1, 2, 0, 0))
     ]
+
+
+def test_appends_wait_while_a_move_holds_the_table_and_go_on_once_it_ends(appended_region) -> None:
+    """A move holds `events` at its version on every node (`storage.holds`): an append is refused
+    whole (409 `table_moving`, retry) with nothing committed; a hold of another version is refused;
+    one that lapses or is released holds nothing."""
+    region, urls = appended_region, appended_region.node_urls
+    version = NodeClient(urls["node-0"]).get("/v1/tables/events")["version"]
+    with pytest.raises(NodeError, match=f"at version {version}, not {version + 7}") as refused:
+        NodeClient(urls["node-0"]).put_bytes(f"/v1/tables/events/hold?version={version + 7}", b"")
+    assert refused.value.code == "version_conflict"
+    for url in urls.values():
+        NodeClient(url).put_bytes(f"/v1/tables/events/hold?version={version}&seconds=600", b"")
+    row = {"ts": "2026-01-03T00:00:00", "device": 2, "amount": "1", "kind": "h"}
+    try:
+        reply = _append(region, "events", _lines(row))
+        assert reply.status == 409 and reply.json()["error"]["code"] == "table_moving", reply.body
+        assert "being moved" in reply.json()["error"]["message"] and reply.headers["Retry-After"] == "1"
+        assert {NodeClient(u).get("/v1/tables/events")["version"] for u in urls.values()} == {version}
+    finally:
+        for url in urls.values():
+            NodeClient(url).delete("/v1/tables/events/hold")
+    NodeClient(urls["node-1"]).put_bytes(f"/v1/tables/events/hold?version={version}&seconds=0", b"")  # lapsed
+    reply = _append(region, "events", _lines(row))
+    assert reply.status == 201 and reply.json()["version"] == version + 1, reply.body

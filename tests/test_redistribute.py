@@ -6,9 +6,12 @@ before, during and after each move."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,6 +39,7 @@ from storage import (
     spread,
 )
 from storage.errors import VersionConflictError
+from tests.http import http
 from tests.waiting import eventually
 
 # ---- the Balance policy ---------------------------------------------------------------------------
@@ -220,8 +224,8 @@ def _moving(live: FaultRegion, expected: dict, spark, planned, names=NODE_QUERIE
     try:
         view = RegionView.of(Client(live.url))
         for move in planned(view):
-            run_move(spark, move, view, view, LoadOptions())
-            wait_served(view, move)
+            ran = run_move(spark, move, view, view, LoadOptions())
+            wait_served(view, ran)
     finally:
         done.set()
         watcher.join()
@@ -294,3 +298,83 @@ def test_a_table_is_replicated_and_hash_placed_again_while_clients_query(live, e
     orders = Client(live.url).tables()["orders"]
     assert orders["placement"] == "hash(o_orderkey) x8" and set(orders["nodes"]) <= set(nodes)
     assert live.expected() == expected
+
+
+# ---- live: a standing query while its table's buckets move ------------------------------------------
+
+STANDING = "SELECT device % 3 AS g, count(*) AS n, sum(amount) AS total, max(seq) AS last FROM moving GROUP BY 1"
+
+
+def _moving_rows(first: int, count: int) -> pa.Table:
+    seq = list(range(first, first + count))
+    return pa.table(
+        {
+            "seq": pa.array(seq, pa.int64()),
+            "device": pa.array([s * 7 % 23 for s in seq], pa.int64()),
+            "amount": pa.array([s % 11 for s in seq], pa.int64()),
+        }
+    )
+
+
+def test_a_standing_query_loses_no_row_and_counts_none_twice_while_its_buckets_move(live, spark) -> None:
+    """`moving` re-owned by node-0 alone, then spread over node-0 and node-1 again (Spark moving
+    the buckets), while rows are appended before, during and after each move: an append that
+    meets a move is refused whole (409 `table_moving`, or 409/503 while the gateway learns the new
+    placement) and the move runs on the version the appends were held at. After each move the
+    subscription's result equals DuckDB's over every row committed."""
+    import duckdb  # the reference: loaded only where it is compared
+
+    first = _moving_rows(0, 200)
+    load_table(
+        live.stores, TableSchema.from_arrow("moving", first.schema, placement=Placement.parse("hash(device)", 8)), first
+    )
+    eventually(lambda: "moving" in Client(live.url).tables(), 10, "moving is served")
+    registered = http("POST", f"{live.url}/v1/subscriptions", {"sql": STANDING})
+    assert registered.status == 201, registered.body
+    subscription = registered.json()
+    committed = [first]
+    seq = [200]
+
+    def append() -> bool:
+        """Five rows appended: True when committed."""
+        rows = _moving_rows(seq[0], 5)
+        seq[0] += 5
+        body = "\n".join(json.dumps(r) for r in rows.to_pylist()).encode()
+        request = urllib.request.Request(
+            f"{live.url}/v1/tables/moving/rows", body, {"Content-Type": "application/x-ndjson"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60):
+                committed.append(rows)
+                return True
+        except urllib.error.HTTPError as e:  # the move holds appends, or the gateway is learning its placement
+            assert e.code in (409, 503), e.read()
+            return False
+
+    def answer() -> list:
+        con = duckdb.connect()
+        con.register("moving", pa.concat_tables(committed))
+        return sorted(con.sql(STANDING).fetchall())
+
+    for nodes in (["node-0"], ["node-0", "node-1"]):
+        append()
+        stop = threading.Event()
+        appending = threading.Thread(target=_until, args=(stop, append))  # as fast as they go
+        appending.start()
+        try:  # the move holds the appends at the version they are at when it starts, and runs on it
+            view = RegionView.of(Client(live.url))
+            run_move(spark, plan_nodes(view, "moving", nodes), view, view, LoadOptions())
+        finally:
+            stop.set()
+            appending.join()
+        eventually(lambda on=nodes: Client(live.url).tables()["moving"]["nodes"] == on, 30, f"moving on {nodes}")
+        eventually(append, 30, "an append after the move")  # the subscription computes its state again
+        doc = Client(live.url).get(f"/v1/subscriptions/{subscription['id']}")
+        assert sorted(tuple(r) for r in doc["rows"]) == [tuple(r) for r in answer()], nodes
+        once = Client(live.url).execute(STANDING).table  # and the table itself: no row lost, none twice
+        assert sorted(tuple(r.values()) for r in once.to_pylist()) == answer(), nodes
+
+
+def _until(stop: threading.Event, work) -> None:
+    while not stop.is_set():
+        work()
