@@ -137,7 +137,7 @@ def _bad(column: Column, row: int, value: Any) -> ApiError:
     return invalid_rows(f"row {row}, column {column.name}: {shown[:80]} is not of type {column.type}")
 
 
-Committed = Callable[[str, int, pa.Table], None]
+Committed = Callable[[str, int, pa.Table, str | None], None]  # table, version, rows, the stamp appended to
 _LOCKS: dict[str, threading.RLock] = {}  # appends through this gateway, one table's one at a time
 _LOCKS_LOCK = threading.Lock()
 
@@ -154,7 +154,8 @@ def append(
 ) -> Appended:
     """Append the rows of `body` to table `name` as its new version on every node holding it
     (`storage.appends`); the catalog reads the nodes again, so the next query reads them, and
-    `committed` hears the table, its new version and the rows, the table's lock still held."""
+    `committed` hears the table, its new version, the rows and the stamp of the version they were
+    appended to, the table's lock still held."""
     info = catalog.table(name)
     schema = info.schema
     rows = read_rows(body, content_type, schema)
@@ -167,10 +168,11 @@ def append(
     urls = {node: catalog.url(node) for node in holding}
     try:
         with table_lock(name):  # on the version the previous append made: the catalog reads the nodes after each
-            appended = append_rows(schema, rows, urls, catalog.table(name).version)
+            base = catalog.table(name)
+            appended = append_rows(schema, rows, urls, base.version)
             catalog.refresh()
             if committed is not None:
-                committed(name, appended.version, rows)
+                committed(name, appended.version, rows, base.stamp)
     except SchemaError as e:
         raise invalid_rows(str(e)) from None
     except NodeError as e:

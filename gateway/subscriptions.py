@@ -4,8 +4,11 @@ A subscription holds its state, the partial aggregates of every row of its table
 version it covers, one row per group. Registering computes it once over the whole table (the
 engine's partial statement); each append through this gateway then folds in the partial aggregates
 of its own rows only (DataFusion over them), and the changed result rows are pushed to whoever
-listens, tagged with the version they cover. A version the subscription did not see appended
-(a load, another gateway's append) is consolidated: the state computed again over the whole table.
+listens, tagged with the version they cover. The state is keyed by group, not by node: a version
+that moved buckets between nodes (`cxg redistribute`) keeps the rows' identity (the table's stamp),
+so the state stands and the next append folds into it. A version with other rows that the
+subscription did not see appended (a load, another gateway's append) is consolidated: the state
+computed again over the whole table.
 Registration and the appends to one table take the table's lock (`gateway.appends.table_lock`),
 so each append is folded in exactly once, in version order.
 
@@ -64,6 +67,7 @@ class Subscription:
     event_time: str | None = None  # the column of the rows' event time (None: no late rows)
     consolidate_every: float = 60.0  # seconds between consolidations of the late rows
     version: int = 0  # of its table, covered by the state
+    stamp: str | None = None  # the identity of that version's rows (a bucket move keeps it)
     state: pa.Table | None = None  # partial aggregates, one row per group
     progress: Any = None  # the latest event time folded in (the progress indicator)
     late: pa.Table | None = None  # the late rows' partial aggregates, not folded in yet
@@ -75,7 +79,7 @@ class Subscription:
     created: float = field(default_factory=time.time)
     listeners: list[Listener] = field(default_factory=list)
     dimensions: dict[str, pa.Table] = field(default_factory=dict)  # the rows of the tables it joins
-    dimension_versions: dict[str, int | None] = field(default_factory=dict)
+    dimension_stamps: dict[str, str | None] = field(default_factory=dict)  # the rows' identity of each
     _compacted: int = 0  # rows of the state when it was last compacted
     _shown: dict[tuple, tuple] = field(default_factory=dict)  # the result's rows (JSON values), by `_slot`
     _keys: pa.Schema = field(default_factory=lambda: pa.schema([]))  # the result's key columns
@@ -93,9 +97,9 @@ class Subscription:
             self._refresh()
             self.due = time.monotonic() + self.consolidate_every
 
-    def fold(self, rows: pa.Table, version: int) -> dict[str, Any] | None:
-        """The rows of the append that made `version` folded in (its late rows set apart); the
-        update to push (None: no row changed)."""
+    def fold(self, rows: pa.Table, version: int, stamp: str | None) -> dict[str, Any] | None:
+        """The rows of the append that made `version` (whose rows' identity is `stamp`) folded in,
+        its late rows set apart; the update to push (None: no row changed)."""
         late = None
         if self.event_time is not None and self.progress is not None:
             times = rows.column(self.event_time)
@@ -113,7 +117,7 @@ class Subscription:
             if self.event_time is not None and rows.num_rows:
                 latest = pc.max(rows.column(self.event_time)).as_py()
                 self.progress = latest if self.progress is None or latest is None else max(self.progress, latest)
-            self.version = version
+            self.version, self.stamp = version, stamp
             self.updates += 1
             touched = self._touched(partials) if self.plan.touched_only else None
             if touched is None:
@@ -346,27 +350,29 @@ class Subscriptions:
         plan = subscription.plan
         with self.table_lock(plan.table):
             while True:  # again if a version was made elsewhere meanwhile
-                versions = {t: catalog.table(t).version for t in (plan.table, *plan.dimensions)}
+                version = catalog.table(plan.table).version or 0
+                stamps = {t: catalog.table(t).stamp for t in (plan.table, *plan.dimensions)}
                 partials = self.engine.execute(plan.initial).table
                 dimensions = {d: self.engine.execute(f'SELECT * FROM "{d}"').table for d in plan.dimensions}
                 progress = None
                 if subscription.event_time is not None:
                     latest = f'SELECT max("{subscription.event_time}") FROM "{plan.table}"'
                     progress = self.engine.execute(latest).table.column(0)[0].as_py()
-                if versions == {t: catalog.table(t).version for t in versions}:
+                if stamps == {t: catalog.table(t).stamp for t in stamps}:
                     break
-            subscription.dimensions = dimensions
-            subscription.dimension_versions = {d: versions[d] for d in plan.dimensions}
-            version = versions[plan.table] or 0
+            subscription.dimensions, subscription.stamp = dimensions, stamps[plan.table]
+            subscription.dimension_stamps = {d: stamps[d] for d in plan.dimensions}
             if subscription.state is None:
                 subscription.start(partials, version, progress)
                 return None
             return subscription.recomputed(partials, version, progress)
 
-    def appended(self, table: str, version: int, rows: pa.Table) -> None:
-        """An append through this gateway committed `version` of `table` with `rows` (the table's
-        lock held): each subscription over it folds them in, or is computed again when it missed a
-        version or `table` is one of its dimensions; the listeners hear what changed."""
+    def appended(self, table: str, version: int, rows: pa.Table, base: str | None) -> None:
+        """An append through this gateway committed `version` of `table` with `rows`, appended to
+        the version whose rows' identity is `base` (the table's lock held): each subscription over
+        it folds them in; one that covers other rows (a load, another gateway's append: not a
+        bucket move, which keeps the identity) or joins `table` as a dimension is computed again;
+        the listeners hear what changed."""
         catalog = self.engine.catalog
         with self._lock:
             kept = [key for key, r in self._restoring.items() if r["table"] == table]
@@ -376,16 +382,17 @@ class Subscriptions:
 
         def fold(subscription: Subscription) -> bool:
             """Fold the rows in; False when the state must be computed again instead."""
-            dimensions = {d: catalog.table(d).version for d in subscription.plan.dimensions}
-            seen = dimensions == subscription.dimension_versions
-            if seen and (table != subscription.plan.table or subscription.version >= version):
+            plan = subscription.plan
+            seen = {d: catalog.table(d).stamp for d in plan.dimensions} == subscription.dimension_stamps
+            now = catalog.table(plan.table).stamp
+            if seen and subscription.stamp == now:
                 return True  # computed since: it covers this version already
-            folds = seen and table == subscription.plan.table and subscription.version == version - 1
+            folds = seen and table == plan.table and subscription.stamp == base
             if folds:
-                _tell(subscription, subscription.fold(rows, version))
+                _tell(subscription, subscription.fold(rows, version, now))
             return folds
 
-        # DataFusion leaves the GIL: the subscriptions fold side by side; those that missed a version
+        # DataFusion leaves the GIL: the subscriptions fold side by side; those that cover other rows
         # or join a changed dimension are computed again here, where the table's lock is held
         for subscription, folded in zip(over, list(_FOLDING.map(fold, over)), strict=True):
             if not folded:
