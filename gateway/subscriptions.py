@@ -28,6 +28,7 @@ again.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -122,9 +123,10 @@ class Subscription:
             touched = self._touched(partials) if self.plan.touched_only else None
             if touched is None:
                 return self._changes(*self._refresh(), told=late is not None)
-            # only the touched groups' rows can change: the result statement over their state rows
-            of_touched = self.state.join(touched, list(self.plan.groups), join_type="left semi")
-            now = _tuples(self._result(of_touched))
+            # only the touched groups' rows can change: the result statement over the state rows of
+            # groups whose every key is one of theirs (those groups and maybe a few more, unchanged)
+            near = [pc.is_in(self.state[g], touched[g]) for g in self.plan.groups]
+            now = _tuples(self._result(self.state.filter(functools.reduce(pc.and_, near)) if near else self.state))
             keys = {self._slot(row) for row in now} | set(
                 _tuples(touched.rename_columns(self._keys.names).cast(self._keys))
             )
@@ -191,12 +193,10 @@ class Subscription:
         return tuple(row[i] for i in self._at) if self.plan.touched_only else row
 
     def _touched(self, partials: pa.Table) -> pa.Table | None:
-        """The groups the partial rows of an append touch, by their group columns (None when a key
-        is NULL: a join does not match NULLs, so every row is compared)."""
+        """The groups the partial rows of an append touch (one row each), by their group columns
+        (None when a key is NULL: NULL matches no key, so every row is compared)."""
         groups = partials.select(list(self.plan.groups))
-        if any(column.null_count for column in groups.columns):
-            return None
-        return groups.group_by(list(self.plan.groups)).aggregate([])
+        return None if any(column.null_count for column in groups.columns) else groups
 
     def _changes(
         self, before: list[tuple], now: list[tuple], consolidated: bool = False, told: bool = False
