@@ -35,8 +35,9 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ from gateway import results
 from gateway.errors import ApiError
 from gateway.sql.decompose import PARTIALS
 from gateway.sql.engine import Engine
-from gateway.sql.errors import ForbiddenTable, InvalidQuery, SqlError, UndefinedColumn
+from gateway.sql.errors import ForbiddenTable, InvalidQuery, UndefinedColumn
 from gateway.sql.standing import StandingPlan, plan_standing
 from storage import TableSchema
 from storage.join_engine import run_sql
@@ -77,6 +78,7 @@ class Subscription:
     result: pa.Table | None = None  # the query's rows over the state
     updates: int = 0
     consolidations: int = 0
+    failed: str | None = None  # why the last append could not be folded in (None: it was)
     created: float = field(default_factory=time.time)
     listeners: list[Listener] = field(default_factory=list)
     dimensions: dict[str, pa.Table] = field(default_factory=dict)  # the rows of the tables it joins
@@ -241,6 +243,7 @@ class Subscription:
                 "consolidate_every": self.consolidate_every,
                 "updates": self.updates,
                 "consolidations": self.consolidations,
+                "failed": self.failed,
                 "columns": results.columns(table.schema) if table is not None else [],
                 "keys": list(self.plan.keys),
                 "rows": results.json_rows(table) if table is not None else [],
@@ -296,7 +299,7 @@ class Subscriptions:
         self._consolidating()
         return subscription
 
-    def _restore(self, keys: list[str]) -> dict[str, SqlError]:
+    def _restore(self, keys: list[str]) -> dict[str, Exception]:
         """The kept subscriptions `keys` computed again and listed; why each that could not be was not."""
         failed = {}
         for key in keys:
@@ -313,7 +316,7 @@ class Subscriptions:
                     kept["consolidate_every"],
                     key,
                 )
-            except SqlError as e:  # its table is not served yet (or no longer is)
+            except Exception as e:  # its table is not served yet (or no longer is), a node is down
                 failed[key] = e
         return failed
 
@@ -382,6 +385,11 @@ class Subscriptions:
 
         def fold(subscription: Subscription) -> bool:
             """Fold the rows in; False when the state must be computed again instead."""
+            with _failing(subscription):
+                return folded(subscription)
+            return True  # failed: computed again at the next append
+
+        def folded(subscription: Subscription) -> bool:
             plan = subscription.plan
             seen = {d: catalog.table(d).stamp for d in plan.dimensions} == subscription.dimension_stamps
             now = catalog.table(plan.table).stamp
@@ -394,9 +402,10 @@ class Subscriptions:
 
         # DataFusion leaves the GIL: the subscriptions fold side by side; those that cover other rows
         # or join a changed dimension are computed again here, where the table's lock is held
-        for subscription, folded in zip(over, list(_FOLDING.map(fold, over)), strict=True):
-            if not folded:
-                _tell(subscription, self._start(subscription))
+        for subscription, done in zip(over, list(_FOLDING.map(fold, over)), strict=True):
+            if not done:
+                with _failing(subscription):
+                    _tell(subscription, self._start(subscription))
 
     def _consolidating(self) -> None:
         """Start the consolidating thread (once), or wake it: the next due time may have changed."""
@@ -414,7 +423,8 @@ class Subscriptions:
             now = time.monotonic()
             for subscription in listed:
                 if subscription.due <= now:
-                    _tell(subscription, subscription.consolidate())
+                    with _failing(subscription):
+                        _tell(subscription, subscription.consolidate())
             wait = min((s.due for s in listed), default=now + 3600) - time.monotonic()
             self._changed.wait(max(0.0, wait))
             self._changed.clear()
@@ -482,6 +492,19 @@ def _registrations(kept: Path | None) -> dict[str, dict[str, Any]]:
 def _tuples(table: pa.Table) -> list[tuple]:
     """The rows of `table` as tuples of JSON values."""
     return [tuple(row) for row in results.json_rows(table)]
+
+
+@contextmanager
+def _failing(subscription: Subscription) -> Iterator[None]:
+    """Keeping `subscription` up to date; when that fails (a table it reads gone, a node down), the
+    append stays committed: the subscription says why in `failed`, keeps the result of the version
+    it covers and is computed again at the next append."""
+    try:
+        yield
+        subscription.failed = None
+    except Exception as e:
+        log.warning("standing query %s not kept up to date: %s", subscription.id, e)
+        subscription.stamp, subscription.failed = None, str(e)
 
 
 def _tell(subscription: Subscription, update: dict[str, Any] | None) -> None:

@@ -21,7 +21,7 @@ from gpu_kernels import get_backend
 from regions import EmbeddedRegion, load_config
 from storage import Node, Placement, Store, load_table
 from tests.http import http
-from tests.test_appends import APPENDER, EVENTS, TOKENS, _append, _lines, _schema
+from tests.test_appends import APPENDER, DEVICES, EVENTS, TOKENS, _append, _lines, _schema
 from tests.test_subscriptions import PER_MINUTE, Rows, _events, _read, _same, _subscribe
 from tests.waiting import eventually
 
@@ -176,3 +176,22 @@ def test_a_kept_subscription_whose_table_is_not_served_yet_says_so_and_is_comput
         region.start_node(name, port)
     doc = eventually(lambda: (r := http("GET", url, headers=auth)).status == 200 and r.json(), 30, "restored")
     assert _same(doc["rows"], rows.answer(PER_MINUTE))
+
+
+def test_an_append_its_subscription_cannot_fold_stays_committed_and_the_subscription_says_why(region: Region) -> None:
+    """The dimension a subscription joins is dropped: the next append is committed all the same
+    (201, once), and the subscription keeps the result of the version it covers, saying why."""
+    load_table(list(region.stores.values()), _schema("devices", DEVICES, Placement()), DEVICES)
+    gateway = region.start()
+    sql = "SELECT d.site, count(*) AS n FROM events e JOIN devices d ON e.device = d.device GROUP BY d.site"
+    subscription = _subscribe(gateway, sql).json()
+    before = _read(gateway, subscription["id"])
+    for store in region.stores.values():
+        store.drop("devices")
+    rows = Rows()
+    version = _appended(gateway, rows, ROW)
+    doc = _read(gateway, subscription["id"])
+    assert doc["version"] == before["version"] < version and doc["rows"] == before["rows"]
+    assert "devices" in doc["failed"], doc["failed"]
+    count = Client(gateway.url, APPENDER).execute("SELECT count(*) AS n FROM events").table
+    assert count.column("n")[0].as_py() == rows.table.num_rows  # committed once
