@@ -44,6 +44,7 @@ from storage.appends import Appended
 
 Started = Callable[[list[str]], None]
 log = logging.getLogger("cxg.gateway")
+STANDING_TAG = "standing query"  # the tag of the queries that compute standing queries' state
 RETRIES = 1  # a query whose node went away mid-run is run again this many times
 RETRY_PAUSE_S = 0.2  # ... after this pause, long enough for the balancer to notice a killed node
 RETRIED = ("node_lost", "node_unavailable")
@@ -117,6 +118,10 @@ class Executor(Protocol):
 
     def nodes_changed(self, nodes: list[NodeInfo]) -> None: ...
 
+    def serving(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The gateway serves on `loop` (where admissions are made)."""
+        ...
+
     def tables(self) -> dict[str, dict[str, Any]]: ...
 
     def holdings(self) -> dict[str, str | None]:
@@ -170,6 +175,19 @@ class NativeExecutor:
         urls = {n.name: n.url for n in nodes if n.url}
         if urls != self.engine.catalog.nodes:
             self.engine.catalog.set_nodes(urls)
+
+    def serving(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Standing queries then run their statements as the region's queries: admitted, on slots."""
+        self.subscriptions.run = functools.partial(self._admitted, loop)
+
+    def _admitted(self, loop: asyncio.AbstractEventLoop, sql: str) -> pa.Table:
+        """`sql` (a standing query's state computed) run as a query of the region, from a thread:
+        queued until its nodes have slots, as a client's (503 ``queue_full`` when the region's
+        queue is full)."""
+        statement = Statement(self.balancer.new_id(0), sql, "", STANDING_TAG)
+        planned = self.plan(Asked(sql, tag=STANDING_TAG))
+        ran = asyncio.run_coroutine_threadsafe(self.execute(statement, planned, lambda nodes: None), loop)
+        return ran.result()
 
     def tables(self) -> dict[str, dict[str, Any]]:
         return {
@@ -370,6 +388,9 @@ class PassThroughExecutor:
         self.backend = backend
 
     def nodes_changed(self, nodes: list[NodeInfo]) -> None:
+        pass
+
+    def serving(self, loop: asyncio.AbstractEventLoop) -> None:
         pass
 
     def tables(self) -> dict[str, dict[str, Any]]:

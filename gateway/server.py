@@ -102,6 +102,7 @@ class Gateway:
             await self.balancer.membership_changed()
 
     async def _start(self, app: web.Application) -> None:
+        self.executor.serving(asyncio.get_running_loop())
         self._watcher = asyncio.create_task(self._watch())
 
     async def leave(self, timeout: float) -> None:

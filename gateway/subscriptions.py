@@ -257,6 +257,8 @@ class Subscriptions:
     def __init__(self, engine: Engine, table_lock: Callable[[str], threading.RLock], kept: str | None = None):
         self.engine = engine
         self.table_lock = table_lock
+        # how a statement over the tables is run (from a thread): the region's admission once it serves
+        self.run: Callable[[str], pa.Table] = lambda sql: engine.execute(sql).table
         self._all: dict[str, Subscription] = {}
         self._kept = Path(kept) if kept else None
         self._restoring = _registrations(self._kept)  # kept ones not computed again yet, by id
@@ -355,12 +357,12 @@ class Subscriptions:
             while True:  # again if a version was made elsewhere meanwhile
                 version = catalog.table(plan.table).version or 0
                 stamps = {t: catalog.table(t).stamp for t in (plan.table, *plan.dimensions)}
-                partials = self.engine.execute(plan.initial).table
-                dimensions = {d: self.engine.execute(f'SELECT * FROM "{d}"').table for d in plan.dimensions}
+                partials = self.run(plan.initial)
+                dimensions = {d: self.run(f'SELECT * FROM "{d}"') for d in plan.dimensions}
                 progress = None
                 if subscription.event_time is not None:
                     latest = f'SELECT max("{subscription.event_time}") FROM "{plan.table}"'
-                    progress = self.engine.execute(latest).table.column(0)[0].as_py()
+                    progress = self.run(latest).column(0)[0].as_py()
                 if stamps == {t: catalog.table(t).stamp for t in stamps}:
                     break
             subscription.dimensions, subscription.stamp = dimensions, stamps[plan.table]

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway import results
+from gateway.client import Client
 from storage import NodeClient, TableSchema
 from storage.appends import append_rows
 from tests.http import http
@@ -385,3 +386,15 @@ def test_a_group_whose_key_is_null_is_pushed_when_it_changes(standing) -> None:
     assert pushed[1][1]["changed"] == [[None, nulls]]
     assert _read(region, subscription["id"])["rows"] == rows.answer(sql)
     http("DELETE", f"{region.url}/v1/subscriptions/{subscription['id']}", headers=_auth(APPENDER))
+
+
+def test_a_standing_querys_state_is_computed_as_a_query_of_the_region_on_its_slots(appended_region) -> None:  # noqa: F811
+    """Registering runs the partial statement over the whole table through the region's admission
+    (queued for its nodes' slots as a client's query is), not beside it."""
+    region = appended_region
+    client = Client(region.url, APPENDER)
+    before = client.cluster()["counters"]
+    key = _register(region, "SELECT kind, max(amount) AS top FROM events GROUP BY kind")["id"]
+    after = client.cluster()["counters"]
+    assert after["admitted"] == before["admitted"] + 1 and after["completed"] == before["completed"] + 1
+    http("DELETE", f"{region.url}/v1/subscriptions/{key}", headers=_auth(APPENDER))

@@ -9,8 +9,9 @@ import asyncio
 import contextlib
 import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -18,6 +19,8 @@ from gateway.auth import Auth
 from gateway.errors import ApiError, bad_request
 from gateway.executors import Executor
 from gateway.subscriptions import Subscription, Subscriptions, queue_listener
+
+T = TypeVar("T")
 
 HEARTBEAT_S = 15.0  # an SSE comment line this often keeps proxies from closing an idle stream
 MIN_EVERY_S, MAX_EVERY_S = 0.05, 86_400.0  # the consolidation interval a subscription may ask for
@@ -68,19 +71,20 @@ class SubscriptionHandlers:
 
     async def listing(self, request: web.Request) -> web.Response:
         owner = self.auth.sees(request)
-        listed = self._subscriptions.listing(owner)
+        listed = await _off_loop(self._subscriptions.listing, owner)  # kept ones may be computed again
         return web.json_response({"subscriptions": [_summary(s) for s in listed]})
 
     async def read(self, request: web.Request) -> web.Response:
-        return web.json_response(_document(self._owned(request), request))
+        subscription = await self._owned(request)
+        return web.json_response(await _off_loop(_document, subscription, request))
 
     async def delete(self, request: web.Request) -> web.Response:
-        subscription = self._owned(request)
+        subscription = await self._owned(request)
         self._subscriptions.delete(subscription.id, self.auth.sees(request))
         return web.json_response({"id": subscription.id, "deleted": True})
 
     async def events(self, request: web.Request) -> web.StreamResponse:
-        subscription = self._owned(request)
+        subscription = await self._owned(request)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
         async for kind, data in _pushed(subscription):
@@ -93,7 +97,7 @@ class SubscriptionHandlers:
         return response
 
     async def websocket(self, request: web.Request) -> web.WebSocketResponse:
-        subscription = self._owned(request)
+        subscription = await self._owned(request)
         socket = web.WebSocketResponse(heartbeat=HEARTBEAT_S)
         await socket.prepare(request)
         async for kind, data in _pushed(subscription):
@@ -106,8 +110,15 @@ class SubscriptionHandlers:
         await socket.close()
         return socket
 
-    def _owned(self, request: web.Request) -> Subscription:
-        return self._subscriptions.get(request.match_info["id"], self.auth.sees(request))
+    async def _owned(self, request: web.Request) -> Subscription:
+        """The subscription the path names, if the request's token may see it (a kept one computed
+        again first, off the loop)."""
+        return await _off_loop(self._subscriptions.get, request.match_info["id"], self.auth.sees(request))
+
+
+async def _off_loop(work: Callable[..., T], *args: Any) -> T:
+    """`work` run in a thread (computing a state or a result): the loop serves others meanwhile."""
+    return await asyncio.get_running_loop().run_in_executor(None, work, *args)
 
 
 async def _pushed(subscription: Subscription):
@@ -117,7 +128,7 @@ async def _pushed(subscription: Subscription):
     listener = queue_listener(asyncio.get_running_loop(), queue)
     subscription.listeners.append(listener)
     try:
-        yield "snapshot", _snapshot(subscription)
+        yield "snapshot", await _off_loop(_snapshot, subscription)
         while True:
             try:
                 update = await asyncio.wait_for(queue.get(), HEARTBEAT_S)
@@ -136,8 +147,15 @@ def _snapshot(subscription: Subscription) -> dict[str, Any]:
 
 
 def _summary(subscription: Subscription) -> dict[str, Any]:
-    doc = subscription.document()
-    return {k: doc[k] for k in ("id", "sql", "table", "version", "updates", "consolidations")}
+    s = subscription
+    return {
+        "id": s.id,
+        "sql": s.sql,
+        "table": s.plan.table,
+        "version": s.version,
+        "updates": s.updates,
+        "consolidations": s.consolidations,
+    }
 
 
 def _document(subscription: Subscription, request: web.Request) -> dict[str, Any]:
