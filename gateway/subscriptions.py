@@ -166,8 +166,8 @@ class Subscription:
         return run_sql({PARTIALS: partials}, self.plan.compact).table.cast(partials.schema)
 
     def _grow(self, partials: pa.Table) -> None:
-        """An append's partial rows (in the state's types) added to the state, compacted once it has grown to twice its
-        compacted rows (the result statement aggregates partial rows again anyway)."""
+        """An append's partial rows (in the state's types) added to the state, compacted once it
+        has grown to twice its compacted rows (the result statement aggregates partial rows again)."""
         assert self.state is not None
         grown = pa.concat_tables([self.state, partials])
         if grown.num_rows > 2 * self._compacted + 1024:
