@@ -33,6 +33,7 @@ MAX_AGE_S = 1.0  # a catalog older than this reads the nodes again before a quer
 READ_TIMEOUT_S = 1.0  # a node that does not list its tables within this is slow ...
 SLOW_GRACE_S = 5.0  # ... and what it listed last serves until it has been silent this long (a node
 # not listed yet has nothing to serve meanwhile: its first listing is waited for this long)
+_NEVER = float("-inf")  # when a catalog not read yet was read: older than any max_age, whatever the uptime
 _RELEASER = ThreadPoolExecutor(1, thread_name_prefix="catalog-release")
 _READERS = ThreadPoolExecutor(16, thread_name_prefix="catalog-read")
 
@@ -92,8 +93,8 @@ class RegionCatalog:
         self._counts: dict[tuple[str, int, str], int] = {}  # rows of a kept version on a node
         self._held: dict[tuple[str, int], list[_Held]] = {}  # (table, version) -> nodes keeping it
         self._tables: dict[str, TableInfo] = {}
-        self._read_at = 0.0  # when the last reading of the nodes ended
-        self._read_from = 0.0  # ... and when it began
+        self._read_at = _NEVER  # when the last reading of the nodes ended (time.monotonic())
+        self._read_from = _NEVER  # ... and when it began
         self._frozen = False
         self.set_nodes(nodes)
 
@@ -104,7 +105,7 @@ class RegionCatalog:
             self.nodes = dict(nodes)
             self.clients = {name: NodeClient(url, timeout=READ_TIMEOUT_S) for name, url in self.nodes.items()}
             self._listed: dict[str, tuple[float, list[dict]]] = {}  # each node's last listing, and when
-            self._read_at = self._read_from = 0.0
+            self._read_at = self._read_from = _NEVER
 
     # ---- reading the nodes --------------------------------------------------------------------------
 
@@ -198,7 +199,7 @@ class RegionCatalog:
         what was read last serves (a query waits only for the first reading)."""
         if self._frozen or time.monotonic() - self._read_at <= self.max_age:
             return
-        if self._refreshing.acquire(blocking=not self._read_at):
+        if self._refreshing.acquire(blocking=self._read_at == _NEVER):
             try:
                 self._refresh()
             finally:
