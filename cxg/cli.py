@@ -17,6 +17,7 @@ from cxg import (
     simulate,
     spark_commands,
     storage_commands,
+    stream_commands,
 )
 from gateway import GatewayError
 from gpu_kernels import BackendUnavailable
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.register(sub)
     serve.register(sub)
     client_commands.register(sub)
+    stream_commands.register(sub)
     loadtest_cli.register(sub)
     load.register(sub)
     redistribute.register(sub)

@@ -8,6 +8,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import pyarrow.csv as pacsv
 from rich.table import Table as RichTable
@@ -24,7 +26,7 @@ def client_of(config: Config, url: str | None = None, token: str | None = None) 
     return Client(url or config.gateway.url, token, ca=config.gateway.tls_ca or None)
 
 
-def _client(args: argparse.Namespace, config: Config, token: str | None = None) -> Client:
+def client_for(args: argparse.Namespace, config: Config, token: str | None = None) -> Client:
     """The gateway of `--url` with `--token`, else `token`, else the configuration's first token."""
     return client_of(config, args.url or os.environ.get("CXG_URL"), args.token or token)
 
@@ -122,13 +124,13 @@ def show_statements(doc: dict) -> None:
 
 def cmd_status(args: argparse.Namespace, config: Config) -> int:
     if args.statements:
-        doc = _client(args, config).statements(args.state)
+        doc = client_for(args, config).statements(args.state)
         if args.json:
             print(json.dumps(doc, indent=2))
         else:
             show_statements(doc)
         return 0
-    doc = _client(args, config).cluster()
+    doc = client_for(args, config).cluster()
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
@@ -141,7 +143,7 @@ def cmd_status(args: argparse.Namespace, config: Config) -> int:
 def cmd_drain(args: argparse.Namespace, config: Config) -> int:
     """Drain (`cxg drain`) or undrain (`cxg undrain`) the region or one node, with the cluster token
     when one is configured."""
-    doc = _client(args, config, config.gateway.cluster_token or None).drain(args.node, args.on)
+    doc = client_for(args, config, config.gateway.cluster_token or None).drain(args.node, args.on)
     target = f"node {args.node}" if args.node else f"region {doc['region']}"
     if args.on:
         console.print(f"{target} drained: it takes no new query; what it runs or holds goes on to its end")
@@ -150,6 +152,14 @@ def cmd_drain(args: argparse.Namespace, config: Config) -> int:
     draining = ", ".join(doc["draining_nodes"]) or "none"
     console.print(f"region {doc['region']}: {'draining' if doc['draining'] else 'open'}; nodes draining: {draining}")
     return 0
+
+
+def show_rows(columns: list[str], rows: Iterable[Sequence[Any]]) -> None:
+    """Rows as a table on the console (NULL for a missing value)."""
+    view = RichTable(*columns)
+    for row in rows:
+        view.add_row(*("NULL" if v is None else str(v) for v in row))
+    console.print(view)
 
 
 def _param(text: str) -> tuple[str, object]:
@@ -166,7 +176,7 @@ def cmd_query(args: argparse.Namespace, config: Config) -> int:
     """Print the result; a refused or failed query is a GatewayError, reported by `cxg.cli`."""
     sql = args.sql if args.sql != "-" else sys.stdin.read()
     started = time.perf_counter()
-    result = _client(args, config).execute(sql, dict(args.param), tag=args.tag or None, max_rows=args.max_rows)
+    result = client_for(args, config).execute(sql, dict(args.param), tag=args.tag or None, max_rows=args.max_rows)
     seconds = time.perf_counter() - started
     table = result.table
     if args.format == "csv":
@@ -174,16 +184,13 @@ def cmd_query(args: argparse.Namespace, config: Config) -> int:
     elif args.format == "json":
         print(json.dumps({"columns": table.column_names, "rows": json_rows(table)}))
     else:
-        view = RichTable(*table.column_names)
-        for row in zip(*(c.to_pylist() for c in table.columns), strict=True):
-            view.add_row(*("NULL" if v is None else str(v) for v in row))
-        console.print(view)
+        show_rows(table.column_names, zip(*(c.to_pylist() for c in table.columns), strict=True))
         note = ", truncated" if result.truncated else ""
         console.print(f"{table.num_rows} row(s) in {seconds:.3f} s (statement {result.id}{note})")
     return 0
 
 
-def _connection(p: argparse.ArgumentParser, token: str = "the first configured") -> None:
+def connection(p: argparse.ArgumentParser, token: str = "the first configured") -> None:
     p.add_argument("--url", help="the gateway (default: $CXG_URL, else gateway.host:gateway.port)")
     p.add_argument("--token", help=f"bearer token (default: {token}, or $CXG_TOKEN)")
 
@@ -192,7 +199,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "status", help="show the region (and every region of a file of several): queue, nodes, slots, Spark, versions"
     )
-    _connection(p)
+    connection(p)
     p.add_argument("--json", action="store_true")
     p.add_argument("--statements", action="store_true", help="the running and recent statements, with their progress")
     p.add_argument("--state", choices=STATES, help="with --statements: only those in this state")
@@ -203,7 +210,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             name, help=f"take the region (or one node) {what}: running and queued queries finish either way"
         )
         p.add_argument("node", nargs="?", help="the node (default: the whole region)")
-        _connection(p, "gateway.cluster_token, else the first configured")
+        connection(p, "gateway.cluster_token, else the first configured")
         p.set_defaults(func=cmd_drain, on=on)
 
     p = sub.add_parser("query", help="run one query through the gateway and print the result")
@@ -212,5 +219,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.add_argument("--tag", help="query label (simulation nodes pick their time by it)")
     p.add_argument("--max-rows", type=int)
-    _connection(p)
+    connection(p)
     p.set_defaults(func=cmd_query)

@@ -12,12 +12,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from gateway.media import ARROW, JSON
+from gateway.media import ARROW, EVENT_STREAM, JSON, NDJSON
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -66,8 +67,16 @@ class Client:
         self.tls = ssl.create_default_context(cafile=ca) if ca else None
 
     def _request(
-        self, method: str, path: str, body: dict | None = None, accept: str = JSON
+        self, method: str, path: str, body: dict | None = None, accept: str = JSON, raw: tuple[bytes, str] | None = None
     ) -> tuple[int, dict[str, str], bytes]:
+        """One request (`body` as JSON, or `raw`: bytes and their content type); status, headers, payload."""
+        with self._open(method, path, body, accept, raw) as response:
+            return response.status, dict(response.headers), response.read()
+
+    def _open(
+        self, method: str, path: str, body: dict | None = None, accept: str = JSON, raw: tuple[bytes, str] | None = None
+    ) -> Any:
+        """The response to one request, to be read (a stream of events too); GatewayError for an error."""
         headers = {"Accept": accept}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
@@ -75,10 +84,11 @@ class Client:
         if body is not None:
             data = json.dumps(body).encode()
             headers["Content-Type"] = JSON
+        elif raw is not None:
+            data, headers["Content-Type"] = raw
         request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout, context=self.tls) as response:
-                return response.status, dict(response.headers), response.read()
+            return urllib.request.urlopen(request, timeout=self.timeout, context=self.tls)
         except urllib.error.HTTPError as e:
             payload = e.read()
             try:
@@ -126,6 +136,49 @@ class Client:
         """Running and recent statements, newest first (`GET /v1/statements`)."""
         query = urllib.parse.urlencode({k: v for k, v in (("state", state), ("limit", limit)) if v is not None})
         return self.get(f"/v1/statements?{query}")
+
+    def append(self, table: str, rows: pa.Table | bytes) -> dict[str, Any]:
+        """Append `rows` to `table` as its new version (`POST /v1/tables/{name}/rows`): an Arrow
+        table, or JSON lines as bytes; the table, its new version and the rows and blocks written."""
+        if isinstance(rows, pa.Table):
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, rows.schema) as writer:
+                writer.write_table(rows)
+            raw = (sink.getvalue().to_pybytes(), ARROW)
+        else:
+            raw = (rows, NDJSON)
+        path = f"/v1/tables/{urllib.parse.quote(table, safe='')}/rows"
+        return json.loads(self._request("POST", path, raw=raw)[2])
+
+    def subscribe(
+        self, sql: str, event_time: str | None = None, consolidate_every: float | None = None
+    ) -> dict[str, Any]:
+        """Register a standing query (`POST /v1/subscriptions`): its id, current result and streams."""
+        options = {"event_time": event_time, "consolidate_every": consolidate_every}
+        body = {"sql": sql, **{k: v for k, v in options.items() if v is not None}}
+        return json.loads(self._request("POST", "/v1/subscriptions", body)[2])
+
+    def subscription(self, key: str) -> dict[str, Any]:
+        """A standing query and its current result."""
+        return self.get(f"/v1/subscriptions/{urllib.parse.quote(key, safe='')}")
+
+    def unsubscribe(self, key: str) -> dict[str, Any]:
+        return json.loads(self._request("DELETE", f"/v1/subscriptions/{urllib.parse.quote(key, safe='')}")[2])
+
+    def updates(self, key: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        """A standing query's events as they come (its Server-Sent Events): ("snapshot", its result),
+        then ("update", the changed rows and removed groups) for each, until ("ended", why)."""
+        path = f"/v1/subscriptions/{urllib.parse.quote(key, safe='')}/events"
+        with self._open("GET", path, accept=EVENT_STREAM) as stream:
+            kind = ""
+            for raw in stream:
+                line = raw.decode().rstrip("\n")
+                if line.startswith("event: "):
+                    kind = line.removeprefix("event: ")
+                elif line.startswith("data: "):
+                    yield kind, json.loads(line.removeprefix("data: "))
+                    if kind == "ended":
+                        return
 
     def tables(self) -> dict[str, Any]:
         return self.get("/v1/tables")["tables"]

@@ -6,5 +6,7 @@ from storage import ARROW_STREAM as ARROW
 from storage import JSON
 
 CSV = "text/csv"
+NDJSON = "application/x-ndjson"  # an append's rows as JSON lines
+EVENT_STREAM = "text/event-stream"  # a standing query's changes as Server-Sent Events
 
-__all__ = ["ARROW", "CSV", "JSON"]
+__all__ = ["ARROW", "CSV", "EVENT_STREAM", "JSON", "NDJSON"]

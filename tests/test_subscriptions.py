@@ -9,12 +9,15 @@ import asyncio
 import datetime
 import decimal
 import json
+import subprocess
+import sys
 import threading
 import urllib.request
 
 import aiohttp
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -398,3 +401,41 @@ def test_a_standing_querys_state_is_computed_as_a_query_of_the_region_on_its_slo
     after = client.cluster()["counters"]
     assert after["admitted"] == before["admitted"] + 1 and after["completed"] == before["completed"] + 1
     http("DELETE", f"{region.url}/v1/subscriptions/{key}", headers=_auth(APPENDER))
+
+
+def test_the_python_client_and_cxg_append_and_cxg_watch(standing, tmp_path) -> None:
+    region, _, rows = standing
+    client = Client(region.url, APPENDER)
+    registered = client.subscribe(PER_MINUTE)
+    events = client.updates(registered["id"])
+    kind, snapshot = next(events)
+    assert kind == "snapshot" and _same(snapshot["rows"], rows.answer(PER_MINUTE))
+    new = [{"ts": "2026-01-01T00:02:10", "device": 5, "amount": "2.00", "kind": "c"}]
+    done = client.append("events", pa.Table.from_pylist([_typed(r) for r in new], schema=EVENTS.schema))
+    rows.add(new)
+    kind, update = next(events)
+    assert kind == "update" and update["version"] == done["version"] and done["rows"] == 1
+    assert _same(client.subscription(registered["id"])["rows"], rows.answer(PER_MINUTE))
+    assert client.unsubscribe(registered["id"])["deleted"] and next(events)[0] == "ended"
+
+    cli, on = [sys.executable, "-m", "cxg"], ["--url", region.url, "--token", APPENDER]
+    watching = [*cli, "watch", PER_MINUTE, "--format", "json", "--updates", "1", *on]
+    with subprocess.Popen(watching, stdout=subprocess.PIPE, text=True) as watch:
+        first = json.loads(watch.stdout.readline())  # registered and listening
+        assert first["event"] == "snapshot" and _same(first["rows"], rows.answer(PER_MINUTE))
+        more = [{"ts": "2026-01-01T00:02:20", "device": 5, "amount": "1.00", "kind": "c"}]
+        pq.write_table(pa.Table.from_pylist([_typed(r) for r in more], schema=EVENTS.schema), tmp_path / "more.parquet")
+        added = subprocess.run(
+            [*cli, "append", "events", str(tmp_path / "more.parquet"), *on], capture_output=True, text=True, timeout=60
+        )
+        assert added.returncode == 0 and "appended 1 row(s) to events: version" in added.stdout, added.stderr
+        rows.add(more)
+        out, _ = watch.communicate(timeout=60)
+    update = json.loads(out)
+    changed = [r for r in rows.answer(PER_MINUTE) if r[:2] == ["2026-01-01T00:02:00", 5]]
+    assert watch.returncode == 0 and update["event"] == "update" and _same(update["changed"], changed)
+    assert first["id"] not in {s["id"] for s in client.get("/v1/subscriptions")["subscriptions"]}  # deleted on exit
+    bad = subprocess.run(
+        [*cli, "append", "events", "-", *on], input='{"device": "x"}', capture_output=True, text=True, timeout=60
+    )
+    assert bad.returncode == 2 and "cxg: error [invalid_rows]: row 1, column device" in bad.stderr, bad.stderr

@@ -18,6 +18,7 @@ from aiohttp import web
 from gateway.auth import Auth
 from gateway.errors import ApiError, bad_request
 from gateway.executors import Executor
+from gateway.media import EVENT_STREAM
 from gateway.subscriptions import Subscription, Subscriptions, queue_listener
 
 T = TypeVar("T")
@@ -85,7 +86,7 @@ class SubscriptionHandlers:
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         subscription = await self._owned(request)
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        response = web.StreamResponse(headers={"Content-Type": EVENT_STREAM, "Cache-Control": "no-cache"})
         await response.prepare(request)
         async for kind, data in _pushed(subscription):
             if kind == "heartbeat":
