@@ -88,7 +88,7 @@ class Subscription:
     _keys: pa.Schema = field(default_factory=lambda: pa.schema([]))  # the result's key columns
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    @property
+    @functools.cached_property
     def _at(self) -> list[int]:
         """The positions of the result's key columns."""
         return [self.plan.columns.index(k) for k in self.plan.keys]

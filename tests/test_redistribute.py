@@ -6,12 +6,9 @@ before, during and after each move."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +17,7 @@ import pytest
 
 from benchmarks import faults
 from benchmarks.faults import NODE_QUERIES, FaultRegion
-from gateway import Client, free_port
+from gateway import Client, GatewayError, free_port
 from regions import RegionView, measure_costs, plan_nodes, plan_placement, plan_rebalance, run_move, wait_served
 from storage import (
     BucketMove,
@@ -39,7 +36,6 @@ from storage import (
     spread,
 )
 from storage.errors import VersionConflictError
-from tests.http import http
 from tests.waiting import eventually
 
 # ---- the Balance policy ---------------------------------------------------------------------------
@@ -330,9 +326,7 @@ def test_a_standing_query_loses_no_row_and_counts_none_twice_while_its_buckets_m
         live.stores, TableSchema.from_arrow("moving", first.schema, placement=Placement.parse("hash(device)", 8)), first
     )
     eventually(lambda: "moving" in Client(live.url).tables(), 10, "moving is served")
-    registered = http("POST", f"{live.url}/v1/subscriptions", {"sql": STANDING})
-    assert registered.status == 201, registered.body
-    subscription = registered.json()
+    subscription = Client(live.url).subscribe(STANDING)
     committed = [first]
     seq = [200]
 
@@ -340,17 +334,13 @@ def test_a_standing_query_loses_no_row_and_counts_none_twice_while_its_buckets_m
         """Five rows appended: True when committed."""
         rows = _moving_rows(seq[0], 5)
         seq[0] += 5
-        body = "\n".join(json.dumps(r) for r in rows.to_pylist()).encode()
-        request = urllib.request.Request(
-            f"{live.url}/v1/tables/moving/rows", body, {"Content-Type": "application/x-ndjson"}
-        )
         try:
-            with urllib.request.urlopen(request, timeout=60):
-                committed.append(rows)
-                return True
-        except urllib.error.HTTPError as e:  # the move holds appends, or the gateway is learning its placement
-            assert e.code in (409, 503), e.read()
+            Client(live.url).append("moving", rows)
+        except GatewayError as e:  # the move holds appends, or the gateway is learning its placement
+            assert e.status in (409, 503), e
             return False
+        committed.append(rows)
+        return True
 
     def answer() -> list:
         con = duckdb.connect()
@@ -370,7 +360,7 @@ def test_a_standing_query_loses_no_row_and_counts_none_twice_while_its_buckets_m
             appending.join()
         eventually(lambda on=nodes: Client(live.url).tables()["moving"]["nodes"] == on, 30, f"moving on {nodes}")
         eventually(append, 30, "an append after the move")
-        doc = Client(live.url).get(f"/v1/subscriptions/{subscription['id']}")
+        doc = Client(live.url).subscription(subscription["id"])
         assert sorted(tuple(r) for r in doc["rows"]) == [tuple(r) for r in answer()], nodes
         assert doc["consolidations"] == 0  # a move keeps the rows' identity: the state stood, folded into
         once = Client(live.url).execute(STANDING).table  # and the table itself: no row lost, none twice
