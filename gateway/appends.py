@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from gateway.errors import ApiError
 from gateway.media import ARROW
-from gateway.sql.catalog import RegionCatalog
+from gateway.sql.catalog import RegionCatalog, TableInfo
 from gateway.sql.errors import NodeFull, NodeUnavailable
 from storage import NodeError, TableSchema
 from storage.appends import Appended, append_rows
@@ -137,7 +137,7 @@ def _bad(column: Column, row: int, value: Any) -> ApiError:
     return invalid_rows(f"row {row}, column {column.name}: {shown[:80]} is not of type {column.type}")
 
 
-Committed = Callable[[str, int, pa.Table, str | None], None]  # table, version, rows, the stamp appended to
+Committed = Callable[[str, int, pa.Table, TableInfo], None]  # table, version, rows, the version appended to
 _LOCKS: dict[str, threading.RLock] = {}  # appends through this gateway, one table's one at a time
 _LOCKS_LOCK = threading.Lock()
 
@@ -154,8 +154,8 @@ def append(
 ) -> Appended:
     """Append the rows of `body` to table `name` as its new version on every node holding it
     (`storage.appends`); the catalog reads the nodes again, so the next query reads them, and
-    `committed` hears the table, its new version, the rows and the stamp of the version they were
-    appended to, the table's lock still held."""
+    `committed` hears the table, its new version, the rows and the version they were appended to,
+    the table's lock still held."""
     info = catalog.table(name)
     schema = info.schema
     rows = read_rows(body, content_type, schema)
@@ -172,7 +172,7 @@ def append(
             appended = append_rows(schema, rows, urls, base.version)
             catalog.refresh()
             if committed is not None:
-                committed(name, appended.version, rows, base.stamp)
+                committed(name, appended.version, rows, base)
     except SchemaError as e:
         raise invalid_rows(str(e)) from None
     except NodeError as e:

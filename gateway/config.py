@@ -221,8 +221,8 @@ class GatewayConfig:
     subscriptions_file: str = field(
         default="",
         metadata={
-            "doc": "where standing queries are kept so that they survive a restart, computed again from the"
-            " tables when first asked for (empty: in memory; after a restart their ids answer 404)"
+            "doc": "where standing queries are kept so that they survive a restart, gathered again from the"
+            " nodes' states when first asked for (empty: in memory; after a restart their ids answer 404)"
         },
     )
     log_format: str = field(

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 
@@ -44,6 +44,7 @@ from storage.appends import Appended
 
 Started = Callable[[list[str]], None]
 log = logging.getLogger("cxg.gateway")
+T = TypeVar("T")
 STANDING_TAG = "standing query"  # the tag of the queries that compute standing queries' state
 RETRIES = 1  # a query whose node went away mid-run is run again this many times
 RETRY_PAUSE_S = 0.2  # ... after this pause, long enough for the balancer to notice a killed node
@@ -177,17 +178,26 @@ class NativeExecutor:
             self.engine.catalog.set_nodes(urls)
 
     def serving(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Standing queries then run their statements as the region's queries: admitted, on slots."""
-        self.subscriptions.run = functools.partial(self._admitted, loop)
+        """Standing queries' states are then computed as the region's queries: admitted, on slots."""
+        self.subscriptions.admit = functools.partial(self._admitted, loop)
 
-    def _admitted(self, loop: asyncio.AbstractEventLoop, sql: str) -> pa.Table:
-        """`sql` (a standing query's state computed) run as a query of the region, from a thread:
-        queued until its nodes have slots, as a client's (503 ``queue_full`` when the region's
-        queue is full)."""
-        statement = Statement(self.balancer.new_id(0), sql, "", STANDING_TAG)
-        planned = self.plan(Asked(sql, tag=STANDING_TAG))
-        ran = asyncio.run_coroutine_threadsafe(self.execute(statement, planned, lambda nodes: None), loop)
-        return ran.result()
+    def _admitted(self, loop: asyncio.AbstractEventLoop, table: str, work: Callable[[], T]) -> T:
+        """`work` (a standing query's state computed on the nodes holding `table`) run as a query
+        of the region, from a thread: queued until those nodes have slots, as a client's (503
+        ``queue_full`` when the region's queue is full)."""
+        info = self.engine.catalog.table(table)
+        nodes = None if info.replicated else frozenset(info.nodes)
+
+        async def admitted() -> T:
+            what = f"state of a standing query over {table}"
+            ticket = self.balancer.submit(what, tag=STANDING_TAG, nodes=nodes, lease=True)
+            try:
+                await ticket.started
+                return await in_pool(self.pool, work)
+            finally:
+                await self._end(ticket)
+
+        return asyncio.run_coroutine_threadsafe(admitted(), loop).result()
 
     def tables(self) -> dict[str, dict[str, Any]]:
         return {

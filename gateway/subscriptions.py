@@ -1,16 +1,20 @@
 """Standing queries kept up to date as rows are appended (`gateway.sql.standing` plans them).
 
-A subscription holds its state, the partial aggregates of every row of its table up to the
-version it covers, one row per group. Registering computes it once over the whole table (the
-engine's partial statement); each append through this gateway then folds in the partial aggregates
-of its own rows only (DataFusion over them), and the changed result rows are pushed to whoever
-listens, tagged with the version they cover. The state is keyed by group, not by node: a version
-that moved buckets between nodes (`cxg redistribute`) keeps the rows' identity (the table's stamp),
-so the state stands and the next append folds into it. A version with other rows that the
-subscription did not see appended (a load, another gateway's append) is consolidated: the state
-computed again over the whole table.
-Registration and the appends to one table take the table's lock (`gateway.appends.table_lock`),
-so each append is folded in exactly once, in version order.
+The state of a standing query is kept by the nodes holding its table (`storage.standing`): each
+keeps the partial aggregates of the rows of each bucket it answers for, one row per bucket and
+group. Registering gathers them (each node computing its buckets' from their blocks) into this
+gateway's copy of the whole state, one row per group, which `GET` reads. Each append through this
+gateway then computes the partial aggregates of its own rows by bucket (DataFusion over them),
+folds them into its copy and pushes the changed result rows to whoever listens, tagged with the
+version they cover; and each node holding the table folds the same partial rows into its states.
+
+A version that moved buckets between nodes (`cxg redistribute`) keeps the rows' identity (the
+table's stamp): the copy stands and the next append folds into it; a node a bucket moved to
+computes that bucket's state from its blocks. A version with other rows that the subscription did
+not see appended (a load, another gateway's append) is consolidated: the state gathered again, each
+node computing only the buckets whose blocks changed. Registration and the appends to one table
+take the table's lock (`gateway.appends.table_lock`), so each append is folded in exactly once, in
+version order.
 
 With an event-time column, each update also carries the *progress indicator* (seed 002): the
 latest event time folded in. Rows of an append older than it are late: they go to a partition of
@@ -19,16 +23,17 @@ subscription's next consolidation time (every `consolidate_every` seconds), neve
 result then equals the query over every row.
 
 With `gateway.subscriptions_file`, the registrations are kept in that file: after a restart a
-subscription is computed again over its table when first asked for (or appended to), under its id,
-and its streams can be listened to again. Without it subscriptions live in the gateway's memory:
-after a restart their ids answer 404 ``subscription_not_found`` saying so, and a client registers
-again.
+subscription is gathered again from the nodes when first asked for (or appended to), under its id
+(the nodes still keep their states: nothing is computed from the blocks), and its streams can be
+listened to again. Without it subscriptions live in the gateway's memory: after a restart their ids
+answer 404 ``subscription_not_found`` saying so, and a client registers again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import json
 import logging
 import os
@@ -47,16 +52,29 @@ import pyarrow.compute as pc
 
 from gateway import results
 from gateway.errors import ApiError
+from gateway.sql.catalog import TableInfo
 from gateway.sql.decompose import PARTIALS
 from gateway.sql.engine import Engine
-from gateway.sql.errors import ForbiddenTable, InvalidQuery, UndefinedColumn
+from gateway.sql.errors import ForbiddenTable, InvalidQuery, NodeUnavailable, UndefinedColumn
 from gateway.sql.standing import StandingPlan, plan_standing
-from storage import TableSchema
+from storage import NodeClient, NodeError, TableSchema
 from storage.join_engine import run_sql
+from storage.standing import (
+    BUCKET,
+    FOLD_PATH,
+    FORGET_PATH,
+    GATHER_PATH,
+    Registration,
+    from_base64,
+    to_base64,
+    with_buckets,
+)
 
 log = logging.getLogger("cxg.gateway")
 Listener = Callable[[dict[str, Any]], None]  # called with each update, from the appending thread
 _FOLDING = ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="fold")
+GATHERS = 5  # times a state is gathered while the nodes' versions move, before answering 503
+_NODES = ThreadPoolExecutor(16, thread_name_prefix="standing-node")  # requests to the nodes, side by side
 
 
 @dataclass(eq=False)
@@ -100,22 +118,25 @@ class Subscription:
             self._refresh()
             self.due = time.monotonic() + self.consolidate_every
 
-    def fold(self, rows: pa.Table, version: int, stamp: str | None) -> dict[str, Any] | None:
-        """The rows of the append that made `version` (whose rows' identity is `stamp`) folded in,
-        its late rows set apart; the update to push (None: no row changed)."""
+    def fold(self, rows: pa.Table, version: int, stamp: str | None) -> tuple[dict[str, Any] | None, pa.Table]:
+        """The rows of the append that made `version` (whose rows' identity is `stamp`; each with
+        its bucket) folded in, its late rows set apart: the update to push (None: no row changed),
+        and the partial rows of every row of it by bucket, which the nodes fold into their states."""
         late = None
         if self.event_time is not None and self.progress is not None:
             times = rows.column(self.event_time)
             behind = pc.fill_null(pc.less(times, pa.scalar(self.progress, times.type)), False)
             late, rows = rows.filter(behind), rows.filter(pc.invert(behind))
             late = late if late.num_rows else None
-        partials = self._partials(rows)
-        late_partials = self._partials(late) if late is not None else None
+        by_bucket = self._partials(rows)
+        late_by_bucket = self._partials(late) if late is not None else None
+        for_nodes = by_bucket if late_by_bucket is None else _joined([by_bucket, late_by_bucket])
         with self._lock:
             assert self.state is not None
-            partials = partials.cast(self.state.schema)
+            partials = by_bucket.drop_columns([BUCKET]).cast(self.state.schema)
             self._grow(partials)
-            if late is not None:
+            if late_by_bucket is not None:
+                late_partials = late_by_bucket.drop_columns([BUCKET])
                 self.late, self.late_rows = self._folded(self.late, late_partials), self.late_rows + late.num_rows
             if self.event_time is not None and rows.num_rows:
                 latest = pc.max(rows.column(self.event_time)).as_py()
@@ -124,7 +145,7 @@ class Subscription:
             self.updates += 1
             touched = self._touched(partials) if self.plan.touched_only else None
             if touched is None:
-                return self._changes(*self._refresh(), told=late is not None)
+                return self._changes(*self._refresh(), told=late is not None), for_nodes
             # only the touched groups' rows can change: the result statement over the state rows of
             # groups whose every key is one of theirs (those groups and maybe a few more, unchanged)
             near = [pc.is_in(self.state[g], touched[g]) for g in self.plan.groups]
@@ -135,11 +156,16 @@ class Subscription:
             before = [self._shown.pop(key) for key in keys if key in self._shown]
             self._shown.update((self._slot(row), row) for row in now)
             self.result = None  # the whole result is computed again when asked for
-            return self._changes(before, now, told=late is not None)
+            return self._changes(before, now, told=late is not None), for_nodes
 
     def _partials(self, rows: pa.Table) -> pa.Table:
-        """The partial aggregates of an append's rows (joined to the dimensions as they are)."""
+        """The partial aggregates of an append's rows by bucket (joined to the dimensions as they are)."""
         return run_sql({self.plan.table: rows, **self.dimensions}, self.plan.partial).table
+
+    def registration(self) -> Registration:
+        """How the nodes compute its state."""
+        plan = self.plan
+        return Registration(plan.table, plan.partial, plan.node_compact, plan.dimensions)
 
     def consolidate(self) -> dict[str, Any] | None:
         """The late rows folded in (their consolidation time has come); the update (None: none changed)."""
@@ -257,8 +283,9 @@ class Subscriptions:
     def __init__(self, engine: Engine, table_lock: Callable[[str], threading.RLock], kept: str | None = None):
         self.engine = engine
         self.table_lock = table_lock
-        # how a statement over the tables is run (from a thread): the region's admission once it serves
-        self.run: Callable[[str], pa.Table] = lambda sql: engine.execute(sql).table
+        # how the state of a standing query over a table is computed (from a thread): as a query of
+        # the region once it serves (`Executor.serving`)
+        self.admit: Callable[[str, Callable[[], Any]], Any] = lambda table, work: work()
         self._all: dict[str, Subscription] = {}
         self._kept = Path(kept) if kept else None
         self._restoring = _registrations(self._kept)  # kept ones not computed again yet, by id
@@ -349,65 +376,119 @@ class Subscriptions:
             log.warning("standing queries not kept in %s: %s", self._kept, e)
 
     def _start(self, subscription: Subscription) -> dict[str, Any] | None:
-        """The state over the whole table and the dimensions' rows, as served now; its table's lock
-        is held meanwhile (no append of it is folded in while this reads)."""
+        """The state over the whole table as served now, gathered from the nodes (each computing its
+        buckets' where it does not keep them); its table's lock is held meanwhile (no append of it
+        is folded in while this reads)."""
         catalog = self.engine.catalog
         plan = subscription.plan
         with self.table_lock(plan.table):
-            while True:  # again if a version was made elsewhere meanwhile
-                version = catalog.table(plan.table).version or 0
+            for attempt in itertools.count(1):  # again if a version was made elsewhere meanwhile
+                info = catalog.table(plan.table)
                 stamps = {t: catalog.table(t).stamp for t in (plan.table, *plan.dimensions)}
-                partials = self.run(plan.initial)
-                dimensions = {d: self.run(f'SELECT * FROM "{d}"') for d in plan.dimensions}
-                progress = None
-                if subscription.event_time is not None:
-                    latest = f'SELECT max("{subscription.event_time}") FROM "{plan.table}"'
-                    progress = self.run(latest).column(0)[0].as_py()
-                if stamps == {t: catalog.table(t).stamp for t in stamps}:
+                work = functools.partial(self._gather, info, subscription)
+                partials, versions, progress, dimensions = self.admit(plan.table, work)
+                if stamps == {t: catalog.table(t).stamp for t in stamps} and versions <= {info.version or 0}:
                     break
+                if attempt == GATHERS:
+                    seen = ", ".join(map(str, sorted(versions)))
+                    raise NodeUnavailable(f"the nodes of {plan.table} hold versions {seen}, not one: retry shortly")
+                catalog.refresh()  # a node has a version the catalog has not read yet
             subscription.dimensions, subscription.stamp = dimensions, stamps[plan.table]
             subscription.dimension_stamps = {d: stamps[d] for d in plan.dimensions}
             if subscription.state is None:
-                subscription.start(partials, version, progress)
+                subscription.start(partials, info.version or 0, progress)
                 return None
-            return subscription.recomputed(partials, version, progress)
+            return subscription.recomputed(partials, info.version or 0, progress)
 
-    def appended(self, table: str, version: int, rows: pa.Table, base: str | None) -> None:
+    def _gather(self, info: TableInfo, subscription: Subscription) -> tuple:
+        """`subscription`'s state from the nodes holding table `info`, each over the buckets it
+        answers for: the partial rows and the versions the nodes hold; then its table's latest event
+        time and the rows of the tables it joins (this gateway computes appends' partial rows with them)."""
+        readers, key, registration = _readers(info), subscription.id, subscription.registration()
+
+        def gathered(node: str) -> dict[str, Any]:
+            body = {"subscriptions": {key: registration.to_json()}, "buckets": readers[node]}
+            return self._ask(node, GATHER_PATH, body)[key]
+
+        answers = list(_NODES.map(gathered, readers))
+        partials = _joined([from_base64(a["rows"]) for a in answers])
+        progress = None
+        if subscription.event_time is not None:
+            latest = f'SELECT max("{subscription.event_time}") FROM "{info.schema.name}"'
+            progress = self.engine.execute(latest).table.column(0)[0].as_py()
+        dimensions = {d: self.engine.execute(f'SELECT * FROM "{d}"').table for d in registration.dimensions}
+        return partials, {a["version"] for a in answers}, progress, dimensions
+
+    def _ask(self, node: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A node's answer about standing queries, by subscription id (NodeUnavailable when it fails)."""
+        try:
+            return NodeClient(self.engine.catalog.url(node)).post(path, body)["subscriptions"]
+        except NodeError as e:
+            raise NodeUnavailable(f"standing queries on node {node}: {e}") from None
+
+    def appended(self, table: str, version: int, rows: pa.Table, base: TableInfo) -> None:
         """An append through this gateway committed `version` of `table` with `rows`, appended to
-        the version whose rows' identity is `base` (the table's lock held): each subscription over
-        it folds them in; one that covers other rows (a load, another gateway's append: not a
-        bucket move, which keeps the identity) or joins `table` as a dimension is computed again;
-        the listeners hear what changed."""
+        version `base` (the table's lock held): each subscription over it folds them in, and the
+        nodes holding the table fold their partial rows by bucket into their states; one that covers
+        other rows (a load, another gateway's append: not a bucket move, which keeps the identity)
+        or joins `table` as a dimension is gathered again; the listeners hear what changed."""
         catalog = self.engine.catalog
         with self._lock:
             kept = [key for key, r in self._restoring.items() if r["table"] == table]
         self._restore(kept)  # computed at this version: nothing to fold in
         with self._lock:
             over = [s for s in self._all.values() if table == s.plan.table or table in s.plan.dimensions]
+        info = catalog.table(table)
+        rows = with_buckets(rows, info.schema)
+        for_nodes: dict[str, pa.Table] = {}
 
         def fold(subscription: Subscription) -> bool:
-            """Fold the rows in; False when the state must be computed again instead."""
+            """Fold the rows in; False when the state must be gathered again instead."""
             with _failing(subscription):
                 return folded(subscription)
-            return True  # failed: computed again at the next append
+            return True  # failed: gathered again at the next append
 
         def folded(subscription: Subscription) -> bool:
             plan = subscription.plan
             seen = {d: catalog.table(d).stamp for d in plan.dimensions} == subscription.dimension_stamps
-            now = catalog.table(plan.table).stamp
-            if seen and subscription.stamp == now:
-                return True  # computed since: it covers this version already
-            folds = seen and table == plan.table and subscription.stamp == base
+            if seen and subscription.stamp == info.stamp:
+                return True  # gathered since: it covers this version already
+            folds = seen and table == plan.table and subscription.stamp == base.stamp
             if folds:
-                _tell(subscription, subscription.fold(rows, version, now))
+                update, for_nodes[subscription.id] = subscription.fold(rows, version, info.stamp)
+                _tell(subscription, update)
             return folds
 
         # DataFusion leaves the GIL: the subscriptions fold side by side; those that cover other rows
-        # or join a changed dimension are computed again here, where the table's lock is held
-        for subscription, done in zip(over, list(_FOLDING.map(fold, over)), strict=True):
-            if not done:
+        # or join a changed dimension are gathered again here, where the table's lock is held
+        done = list(_FOLDING.map(fold, over))
+        if for_nodes:
+            self._fold_on_nodes(info, version, base.version or 0, for_nodes)
+        for subscription, folds in zip(over, done, strict=True):
+            if not folds:
                 with _failing(subscription):
                     _tell(subscription, self._start(subscription))
+
+    def _fold_on_nodes(self, info: TableInfo, version: int, base: int, partials: dict[str, pa.Table]) -> None:
+        """The nodes holding `info`'s table fold the partial rows by bucket of the append that made
+        `version` on `base` into the states of the subscriptions they are of (id -> rows). A node
+        that cannot be told brings its states to the table's version from the blocks when next asked."""
+        encoded = {key: to_base64(rows) for key, rows in partials.items()}
+        readers = _readers(info)
+        with self._lock:
+            registrations = {key: self._all[key].registration() for key in partials if key in self._all}
+
+        def told(node: str) -> None:
+            body = {"table": info.schema.name, "version": version, "base": base, "partials": encoded}
+            try:
+                answers = self._ask(node, FOLD_PATH, {**body, "buckets": readers[node]})
+                unknown = {key: registrations[key].to_json() for key, a in answers.items() if a == "unknown"}
+                if unknown:  # the node lost its states (restarted): it computes them again from its blocks
+                    self._ask(node, GATHER_PATH, {"subscriptions": unknown, "buckets": readers[node]})
+            except NodeUnavailable as e:
+                log.warning("standing queries' states on node %s not folded into: %s", node, e)
+
+        list(_NODES.map(told, readers))
 
     def _consolidating(self) -> None:
         """Start the consolidating thread (once), or wake it: the next due time may have changed."""
@@ -471,6 +552,20 @@ class Subscriptions:
             self._all.pop(subscription.id, None)
             self._keep()
         _tell(subscription, {"subscription": subscription.id, "ended": True})
+        self._forget(subscription)
+
+    def _forget(self, subscription: Subscription) -> None:
+        """The nodes holding its table drop its state (one that cannot be told keeps it until it restarts)."""
+        catalog = self.engine.catalog
+        try:
+            nodes = catalog.table(subscription.plan.table).nodes
+        except Exception:  # the table is gone: so is what the nodes kept of it
+            return
+        for node in nodes:
+            try:
+                NodeClient(catalog.url(node), timeout=5).delete(FORGET_PATH.format(id=subscription.id))
+            except (NodeError, NodeUnavailable) as e:
+                log.info("node %s keeps the state of standing query %s: %s", node, subscription.id, e)
 
     def listing(self, owner: str | None) -> list[Subscription]:
         """The subscriptions (`owner` None: anyone's), the kept ones whose tables are served computed again."""
@@ -481,6 +576,19 @@ class Subscriptions:
             return [s for s in self._all.values() if owner is None or s.owner == owner]
 
 
+def _readers(info: TableInfo) -> dict[str, list[int] | None]:
+    """The nodes a standing query's state over table `info` is asked of, each with the buckets it
+    answers for (None: every bucket it holds); a bucket held by several nodes is answered by one."""
+    placement = info.schema.placement
+    if placement.kind != "hash":
+        return {info.nodes[0]: [0]}
+    if info.buckets:  # held by several nodes: the one that reads it
+        return {node: list(buckets) for node, buckets in info.buckets.items()}
+    if placement.owners:
+        return {n: [b for b, owner in enumerate(placement.owners) if owner == n] for n in info.nodes}
+    return dict.fromkeys(info.nodes)
+
+
 def _registrations(kept: Path | None) -> dict[str, dict[str, Any]]:
     """The registrations kept in file `kept`, by id (none when there is no file yet)."""
     if kept is None or not kept.exists():
@@ -489,6 +597,11 @@ def _registrations(kept: Path | None) -> dict[str, dict[str, Any]]:
         return json.loads(kept.read_text())["subscriptions"]
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"gateway.subscriptions_file {kept}: not a file of standing queries ({e})") from None
+
+
+def _joined(parts: list[pa.Table]) -> pa.Table:
+    """The partial rows of several nodes, in the first one's types."""
+    return pa.concat_tables([p.cast(parts[0].schema) for p in parts])
 
 
 def _tuples(table: pa.Table) -> list[tuple]:

@@ -21,6 +21,9 @@
     PUT  /v1/tables/{name}/hold?version=V&seconds=S    hold its appends while its buckets move
     DELETE /v1/tables/{name}/hold                      end the hold (storage.holds)
     DELETE /v1/tables/{name}/loads/{load}              drop a failed load's uploads
+    POST /v1/standing/gather    standing queries' states over the buckets named (storage.standing)
+    POST /v1/standing/fold      an append's partial rows by bucket folded into them
+    DELETE /v1/standing/{id}    forget one
 
 Each scan holds one of the node's K slots (K = cores unless configured) while it runs; its
 blocks are processed on worker threads (or, with --processes N, a long CPU scan's on worker
@@ -78,6 +81,7 @@ from storage.scan_protocol import (
     allow_deep_expressions,
 )
 from storage.scan_workers import ScanWorkers
+from storage.standing import FOLD_PATH, FORGET_PATH, GATHER_PATH, StandingStates, fold_request, gather_request
 from storage.stats import summarize
 from storage.store import LOAD_ID, Store
 
@@ -164,6 +168,7 @@ class Node:
         self._executor = ThreadPoolExecutor(self.slots, thread_name_prefix=f"{store.node}-scan")
         self._target = DirectoryTarget(store)
         self.holds = AppendHolds()  # the tables whose buckets a move reads: their appends wait
+        self.standing = StandingStates(store)  # standing queries' partial states, per bucket
         self.on_commit: list[Callable[[], Awaitable[None]]] = []  # told when a table changed
         self._queries: dict[str, NodeQuery] = {}  # whole queries running, by the id a DELETE names
         self._listing: dict[str, tuple[tuple[int, ...], dict]] = {}  # each table's listed row, by its stamp
@@ -189,6 +194,7 @@ class Node:
                 "tables": self.cache.names(),
                 "scans": dict(self.counters),
                 "work": self.work.to_json(),
+                "standing": self.standing.report(),  # standing queries' states kept here
             }
         )
 
@@ -540,6 +546,25 @@ class Node:
         self._target.abort(info["name"], info["load"])
         return web.json_response({"aborted": info["load"]})
 
+    # ---- standing queries' states -----------------------------------------------------------------
+
+    async def gather_standing(self, request: web.Request) -> web.Response:
+        registrations, buckets = gather_request(await _json_body(request, "standing gather"))
+
+        def gathered() -> dict[str, Any]:
+            return {key: self.standing.gather(key, r, buckets) for key, r in registrations.items()}
+
+        return web.json_response({"subscriptions": await _on_thread(gathered)})
+
+    async def fold_standing(self, request: web.Request) -> web.Response:
+        table, version, base, partials, buckets = fold_request(await _json_body(request, "standing fold"))
+        folded = await _on_thread(self.standing.fold, table, version, base, partials, buckets)
+        return web.json_response({"subscriptions": folded})
+
+    async def forget_standing(self, request: web.Request) -> web.Response:
+        key = request.match_info["id"]
+        return web.json_response({"id": key, "forgotten": self.standing.forget(key)})
+
     # ---- application ----------------------------------------------------------------------------
 
     def app(self) -> web.Application:
@@ -563,6 +588,9 @@ class Node:
                 web.delete("/v1/tables/{name}/hold", self.release_hold),
                 web.delete("/v1/tables/{name}/loads/{load}", self.abort_load),
                 web.delete("/v1/tables/{name}/versions/{version}", self.release),
+                web.post(GATHER_PATH, self.gather_standing),
+                web.post(FOLD_PATH, self.fold_standing),
+                web.delete(FORGET_PATH, self.forget_standing),
             ]
         )
         app.cleanup_ctx.append(self._expiry)

@@ -112,6 +112,31 @@ def test_after_every_append_the_result_is_duckdbs_over_every_row(standing, appen
         assert _same(doc["rows"], rows.answer(PER_MINUTE)), (doc["rows"], rows.answer(PER_MINUTE))
 
 
+def test_each_append_is_folded_by_the_nodes_into_their_buckets_states(standing) -> None:
+    """Every node holding the table folds an append's rows into its buckets' states and answers
+    their partial rows: no bucket computed again from its blocks, no node behind; a bad request
+    to a node is refused naming what is wrong."""
+    region, subscription, rows = standing
+    batch = [{"ts": "2026-01-01T00:05:30", "device": d, "amount": "1.00", "kind": "a"} for d in (1, 2, 3, 4)]
+    for _ in range(2):  # the first settles what earlier tests left (a version made elsewhere)
+        before = {node: _standing(url) for node, url in region.node_urls.items()}
+        assert _append(region, "events", _lines(*batch)).status == 201
+        rows.add(batch)
+    after = {node: _standing(url) for node, url in region.node_urls.items()}
+    for node, was in before.items():
+        assert after[node]["folds"] > was["folds"], (node, was, after[node])
+        unchanged = ("synced", "unknown", "buckets_computed", "gathers")
+        assert [after[node][k] for k in unchanged] == [was[k] for k in unchanged], (node, was, after[node])
+    assert _same(_read(region, subscription["id"])["rows"], rows.answer(PER_MINUTE))
+    bad = http("POST", f"{region.node_urls['node-0']}/v1/standing/fold", {"table": "events", "progress": 3})
+    assert bad.status == 400 and bad.json()["error"]["code"] == "invalid_standing_request", bad.body
+
+
+def _standing(url: str) -> dict[str, int]:
+    """What node `url` says of the standing queries' states it keeps."""
+    return http("GET", f"{url}/v1/node").json()["standing"]
+
+
 SHAPES = [
     "SELECT count(*) AS n, sum(amount) AS total, min(ts) AS first FROM events",  # one group, no key
     "SELECT kind, device, avg(amount) AS mean FROM events GROUP BY kind, device ORDER BY kind, device",

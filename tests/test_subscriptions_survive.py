@@ -22,7 +22,7 @@ from regions import EmbeddedRegion, load_config
 from storage import Node, Placement, Store, load_table
 from tests.http import http
 from tests.test_appends import APPENDER, DEVICES, EVENTS, TOKENS, _append, _lines, _schema
-from tests.test_subscriptions import PER_MINUTE, Rows, _events, _read, _same, _subscribe
+from tests.test_subscriptions import PER_MINUTE, Rows, _events, _read, _same, _standing, _subscribe
 from tests.waiting import eventually
 
 ROW = {"ts": "2026-01-01T00:03:30", "device": 2, "amount": "4.50", "kind": "c"}
@@ -32,10 +32,10 @@ class Region:
     """Two nodes of their own holding `events` (hash-placed on device), and a gateway over them;
     the gateway and each node can be stopped and started again (a node on its port, with its blocks)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, placement: str = "hash(device)"):
         self.root = root
         self.stores = {f"node-{i}": Store(root / f"n{i}", node=f"node-{i}") for i in range(2)}
-        load_table(list(self.stores.values()), _schema("events", EVENTS, Placement.parse("hash(device)", 8)), EVENTS)
+        load_table(list(self.stores.values()), _schema("events", EVENTS, Placement.parse(placement, 8)), EVENTS)
         self.served = {name: contextlib.ExitStack() for name in self.stores}
         self.node_urls = {name: self.start_node(name) for name in self.stores}
         self.gateway: EmbeddedRegion | None = None
@@ -83,6 +83,7 @@ def _appended(gateway: EmbeddedRegion, rows: Rows, row: dict) -> int:
 
 
 def test_a_kept_subscription_survives_a_gateway_restart_and_is_folded_into_again(region: Region) -> None:
+    """After the restart the gateway gathers the state the nodes keep: no bucket computed again."""
     rows = Rows()
     gateway = region.start()
     subscription = _subscribe(gateway, PER_MINUTE).json()
@@ -91,10 +92,12 @@ def test_a_kept_subscription_survives_a_gateway_restart_and_is_folded_into_again
     region.stop()
     kept = json.loads((region.root / "subscriptions.json").read_text())["subscriptions"]
     assert kept[subscription["id"]]["sql"] == PER_MINUTE and kept[subscription["id"]]["owner"] == "appender"
+    computed = {node: _standing(url)["buckets_computed"] for node, url in region.node_urls.items()}
 
     gateway = region.start()  # another port, the same nodes and file
-    again = _read(gateway, subscription["id"])  # computed again from the blocks
+    again = _read(gateway, subscription["id"])  # gathered from the nodes' states
     assert again["rows"] == before["rows"] and again["version"] == before["version"]
+    assert {node: _standing(url)["buckets_computed"] for node, url in region.node_urls.items()} == computed
     assert _same(again["rows"], rows.answer(PER_MINUTE))
     assert http("GET", f"{gateway.url}/v1/subscriptions/{subscription['id']}").status == 401  # still its owner's
     pushed: list = []
@@ -152,8 +155,53 @@ def test_a_node_killed_mid_stream_refuses_appends_whole_and_the_result_stays_rig
     rows.add([{**ROW, "device": 1}])
     doc = _read(gateway, subscription["id"])
     assert doc["version"] == version and _same(doc["rows"], rows.answer(PER_MINUTE))
+    back = _standing(region.node_urls["node-1"])  # its state was lost with it: its 4 buckets' computed again
+    assert (back["unknown"], back["buckets_computed"], back["states"]) == (1, 4, 1), back
     once = results.json_rows(Client(gateway.url, APPENDER).execute(PER_MINUTE).table)  # nothing half-committed
     assert _same(once, rows.answer(PER_MINUTE))
+
+
+def test_with_replicas_a_node_killed_leaves_its_buckets_state_computed_by_the_replica(tmp_path: Path) -> None:
+    """Each bucket held twice: node-1 killed and the gateway restarted, node-0 answers for every
+    bucket, computing the state of those node-1 answered for from its blocks; the result stays right."""
+    region = Region(tmp_path, "hash(device) replicas 2")
+    try:
+        rows = Rows()
+        gateway = region.start()
+        subscription = _subscribe(gateway, PER_MINUTE).json()
+        _appended(gateway, rows, ROW)
+        computed = _standing(region.node_urls["node-0"])["buckets_computed"]
+        region.stop()
+        region.kill_node("node-1")
+        gateway = region.start()
+        doc = eventually(lambda: (r := _get(gateway, subscription["id"])).status == 200 and r.json(), 30, "restored")
+        assert _same(doc["rows"], rows.answer(PER_MINUTE))
+        assert _standing(region.node_urls["node-0"])["buckets_computed"] == computed + 4  # node-1's half
+    finally:
+        region.close()
+
+
+def test_states_grown_past_their_compaction_are_compacted_and_stay_right(region: Region) -> None:
+    """Appends of many new groups grow the states past the size at which the nodes (and the
+    gateway) compact them into one row per group: the result stays equal to DuckDB's."""
+    rows = Rows()
+    gateway = region.start()
+    sql = "SELECT ts, device, count(*) AS n, sum(amount) AS total FROM events GROUP BY ts, device ORDER BY ts, device"
+    subscription = _subscribe(gateway, sql).json()
+    for minute in range(3):
+        batch = [
+            {"ts": f"2026-01-02T00:0{minute}:00.{i:06d}", "device": i % 4, "amount": "1.50", "kind": "a"}
+            for i in range(1500)
+        ]
+        assert _append(gateway, "events", _lines(*batch)).status == 201
+        rows.add(batch)
+    assert _same(_read(gateway, subscription["id"])["rows"], rows.answer(sql))
+    folds = [_standing(url) for url in region.node_urls.values()]
+    assert all((f["gathers"], f["folds"], f["synced"]) == (1, 3, 0) for f in folds), folds  # none gathered again
+
+
+def _get(gateway: EmbeddedRegion, key: str):
+    return http("GET", f"{gateway.url}/v1/subscriptions/{key}", headers={"Authorization": f"Bearer {APPENDER}"})
 
 
 def test_a_kept_subscription_whose_table_is_not_served_yet_says_so_and_is_computed_once_it_is(

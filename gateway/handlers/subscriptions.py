@@ -81,7 +81,7 @@ class SubscriptionHandlers:
 
     async def delete(self, request: web.Request) -> web.Response:
         subscription = await self._owned(request)
-        self._subscriptions.delete(subscription.id, self.auth.sees(request))
+        await _off_loop(self._subscriptions.delete, subscription.id, self.auth.sees(request))  # tells the nodes
         return web.json_response({"id": subscription.id, "deleted": True})
 
     async def events(self, request: web.Request) -> web.StreamResponse:

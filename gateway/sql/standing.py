@@ -22,7 +22,7 @@ from gateway.sql.check import check
 from gateway.sql.decompose import PARTIALS, in_parts
 from gateway.sql.errors import UnsupportedSql
 from gateway.sql.node_dialect import node_text
-from gateway.sql.parse import DIALECT
+from storage.standing import BUCKET, STATE
 
 _COMPACTED = {exp.Sum: "sum", exp.Count: "sum", exp.Min: "min", exp.Max: "max"}  # a piece -> how pieces combine
 
@@ -38,8 +38,8 @@ class StandingPlan:
     """The statements a standing query runs (DataFusion's SQL), and the table it reads."""
 
     table: str
-    partial: str  # over the table's rows (those of an append): partial rows
-    initial: str  # the same over the whole table, as the engine reads it
+    partial: str  # on a node, over the table's rows with their bucket (`storage.standing`): partial rows by bucket
+    node_compact: str  # on a node, over its partial rows: one per bucket and group
     compact: str  # over ``partials`` (the state): one partial row per group
     result: str  # over ``partials``: the query's rows
     columns: tuple[str, ...]  # the result's column names (the result statement's are __o0, __o1 ...)
@@ -100,13 +100,17 @@ def plan_standing(sql: str, schema: dict[str, dict[str, str]], replicated: set[s
     compact = exp.select(*compacted).from_(PARTIALS)
     if groups:
         compact = compact.group_by(*(exp.column(g) for g in groups))
+    node_compact = exp.select(*compacted, exp.column(BUCKET)).from_(STATE).group_by(*groups, exp.column(BUCKET))
+    fact = next(t for t in partial.find_all(exp.Table) if t.name == facts[0])
+    bucket = exp.column(BUCKET, table=fact.alias_or_name)
+    bucketed = partial.copy().select(exp.alias_(bucket, BUCKET)).group_by(bucket.copy())
     assert split.merge is not None  # aggregates: the coordinator's merge
-    partial_text, compact_text, result_text = (node_text(s).query for s in (partial, compact, split.merge))
-    initial = partial.sql(dialect=DIALECT)
+    texts = (node_text(s).query for s in (bucketed, node_compact, compact, split.merge))
+    partial_text, node_compact_text, compact_text, result_text = texts
     return StandingPlan(
         facts[0],
         partial_text,
-        initial,
+        node_compact_text,
         compact_text,
         result_text,
         tuple(names),
