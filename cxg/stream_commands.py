@@ -40,7 +40,9 @@ def _rows(path: str) -> pa.Table | bytes:
 def cmd_append(args: argparse.Namespace, config: Config) -> int:
     done = client_for(args, config).append(args.table, _rows(args.file))
     rows, table, version = done["rows"], done["table"], done["version"]
-    console.print(f"appended {rows:,} row(s) to {table}: version {version} ({done['blocks']} block files)")
+    console.print(
+        f"appended {rows:,} row(s) to {table}: version {version} ({done['blocks']} block files)", highlight=False
+    )
     return 0
 
 
