@@ -599,7 +599,7 @@ class Node:
 
     async def _expiry(self, app: web.Application):
         """Start the scan workers; then forget, now and then, the replaced versions nobody released
-        within `RETAIN_S`."""
+        within `RETAIN_S`, and the standing queries' states unused for a day."""
         if self.workers is not None:
             pids = await asyncio.get_running_loop().run_in_executor(None, self.workers.start)
             log.info("node %s: %d scan worker processes (%s)", self.store.node, len(pids), ", ".join(map(str, pids)))
@@ -613,6 +613,8 @@ class Node:
                         await loop.run_in_executor(None, self._expire, name)
                     except StorageError:
                         log.exception("expiring old versions of %s failed", name)
+                for key in self.standing.expire():
+                    log.info("standing query %s: its state, unused for a day, forgotten", key)
 
         task = asyncio.create_task(sweep())
         yield

@@ -18,7 +18,9 @@ nodes hold is answered by one):
   the append's rows). A state this node does not have (restarted) answers ``unknown``: the
   gateway registers it again.
 
-States live in the node's memory; `GET /v1/node` counts them, and the gathers, the buckets
+States live in the node's memory. One neither gathered nor folded into for a day is forgotten (its
+subscription deleted while this node was down, or its gateway forgot it; one still registered is
+registered again at its next append). `GET /v1/node` counts them, and the gathers, the buckets
 computed from blocks, the folds, the states brought to a version and the unknown ones.
 """
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +50,7 @@ FORGET_PATH = "/v1/standing/{id}"
 COUNTED = ("gathers", "buckets_computed", "folds", "synced", "unknown")  # what `report` counts
 BUCKET = "__bucket"  # the column of a row's bucket, in the rows the partial statement reads
 STATE = "partials"  # the name the compacting statement reads the partial rows by
+IDLE_S = 24 * 3600.0  # a state neither gathered nor folded into for this long is forgotten
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,7 @@ class _State:
     dimensions: dict[str, int] = field(default_factory=dict)  # the version of each table it joins
     rows: pa.Table | None = None  # partial rows, with BUCKET
     compacted: int = 0  # rows when last compacted
+    used: float = field(default_factory=time.monotonic)  # when last gathered or folded into
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -116,6 +121,16 @@ class StandingStates:
         with self._lock:
             return self._states.pop(key, None) is not None
 
+    def expire(self, idle_s: float = IDLE_S) -> list[str]:
+        """Forget the states not gathered nor folded into for `idle_s` seconds (their subscription was
+        deleted while this node was down, or its gateway forgot it); the ids forgotten."""
+        now = time.monotonic()
+        with self._lock:
+            idle = [key for key, state in self._states.items() if now - state.used >= idle_s]
+            for key in idle:
+                del self._states[key]
+        return idle
+
     def gather(self, key: str, registration: Registration, buckets: list[int] | None) -> dict[str, Any]:
         """Subscription `key`'s state over `buckets` (None: all held here) at its table's current
         version, computed where it is not kept: its partial rows (without BUCKET) and the version."""
@@ -125,6 +140,7 @@ class StandingStates:
                 state = self._states[key] = _State(registration)
         self._count("gathers", 1)
         with state.lock:
+            state.used = time.monotonic()
             table = self.store.table(registration.table)
             wanted = _wanted(table, buckets)
             self._sync(state, table, wanted)
@@ -148,6 +164,7 @@ class StandingStates:
                 self._count("unknown", 1)
                 return "unknown"
             with state.lock:
+                state.used = time.monotonic()
                 if (state.version, current.version) == (base, version) and self._dimensions(state) == state.dimensions:
                     self._count("folds", 1)
                     self._fold(state, current.version, files, partials[key])

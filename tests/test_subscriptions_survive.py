@@ -37,12 +37,13 @@ class Region:
         self.stores = {f"node-{i}": Store(root / f"n{i}", node=f"node-{i}") for i in range(2)}
         load_table(list(self.stores.values()), _schema("events", EVENTS, Placement.parse(placement, 8)), EVENTS)
         self.served = {name: contextlib.ExitStack() for name in self.stores}
+        self.nodes: dict[str, Node] = {}
         self.node_urls = {name: self.start_node(name) for name in self.stores}
         self.gateway: EmbeddedRegion | None = None
 
     def start_node(self, name: str, port: int | None = None) -> str:
-        app = Node(self.stores[name], get_backend("numpy"), slots=2).app()
-        return self.served[name].enter_context(serve(app, port))
+        self.nodes[name] = Node(self.stores[name], get_backend("numpy"), slots=2)
+        return self.served[name].enter_context(serve(self.nodes[name].app(), port))
 
     def kill_node(self, name: str) -> None:
         self.served[name].close()
@@ -243,3 +244,17 @@ def test_an_append_its_subscription_cannot_fold_stays_committed_and_the_subscrip
     assert "devices" in doc["failed"], doc["failed"]
     count = Client(gateway.url, APPENDER).execute("SELECT count(*) AS n FROM events").table
     assert count.column("n")[0].as_py() == rows.table.num_rows  # committed once
+
+
+def test_a_state_unused_for_a_day_is_forgotten_and_registered_again_at_the_next_append(region: Region) -> None:
+    """The nodes forget a state neither gathered nor folded into for a day (`StandingStates.expire`,
+    which each node's sweep runs); the next append registers it again there and the result stays right."""
+    rows = Rows()
+    gateway = region.start()
+    subscription = _subscribe(gateway, PER_MINUTE).json()
+    nodes = region.nodes.values()
+    assert all(node.standing.expire(idle_s=3600) == [] for node in nodes)  # used a moment ago
+    assert all(node.standing.expire(idle_s=0) == [subscription["id"]] for node in nodes)
+    _appended(gateway, rows, ROW)
+    assert all(_standing(url)["unknown"] == 1 and _standing(url)["states"] == 1 for url in region.node_urls.values())
+    assert _same(_read(gateway, subscription["id"])["rows"], rows.answer(PER_MINUTE))
