@@ -6,9 +6,9 @@ the result (seed 004 §5.1's decode → select → aggregate, without the steps 
 columns' images (`gpu_kernels.column_image`: every block's parts in a few flat buffers), or returns
 None where the general kernels must run (a column with NULLs, a float, a key that is not a
 dictionary or runs, too many groups). Blocks alike (the same encodings where the scan reads) share
-one launch: a *device block table* holds, per block, its rows, its first tile and the fields the
-kernel reads (where its parts start, bit widths, references, run counts), and a grid of CUDA blocks
-strides over the tiles of all the blocks (THREADS x ITEMS rows each, a thread's rows THREADS apart so
+one launch: a *device block table* holds, per block, the rows it reads, its first tile and the
+fields the kernel reads (where its parts start, bit widths, references, run counts), and a grid of
+CUDA blocks strides over the tiles of all the blocks (THREADS x ITEMS rows each, a thread's rows THREADS apart so
 that reads coalesce). A thread reads every column at its rows from its encoding (a bit-packed value
 from the aligned 64-bit words it spans, a run's value by one search of the run ends per tile and then
 walking forward, a dictionary entry by its code), evaluates the predicate with C's short-circuit (a
@@ -18,7 +18,9 @@ block adds its accumulators to the scan's with one atomic per accumulator. Count
 64-bit halves, minima and maxima. Decimal arithmetic is exact as on the general path (scaled
 integers; an expression whose bound may pass 64 bits is not fused, and so fails there). The source
 depends on the blocks' encodings and the query's shape; literals are arguments, so one compiled
-kernel serves a query shape whatever its constants.
+kernel serves a query shape whatever its constants. A comparison of a column stored as sorted
+runs with a literal (Q6's date range) narrows each block to the rows whose runs can hold it
+(`row_ranges`): the block's tiles cover only those, and a block with none is not launched.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from gpu_kernels.expr import Call, Col, Lit, Type
 from gpu_kernels.vectors import INT64_MAX, OverflowInExpression, literal_domain
 
 ITEMS = 4  # rows per thread in a tile (of THREADS x ITEMS rows)
+FIXED = 3  # a device block table's row: rows in range, first tile, first row in range; then the fields
 TILE = THREADS * ITEMS
 MAX_GROUPS = 1024
 SHARED_BYTES = 32 << 10  # a CUDA block's accumulators in shared memory, at most
@@ -59,6 +62,7 @@ _C_TYPES = {
     np.dtype(np.uint64): "unsigned long long",
 }
 _C_COMPARE = {"=": "==", "<>": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
+_FLIPPED = {"=": "=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}  # a comparison with its sides swapped
 _INTEGRAL = (Kind.INT, Kind.DEC, Kind.DATE)
 
 
@@ -88,7 +92,7 @@ class Launch:
 
     source: str
     name: str
-    table: np.ndarray  # int64, one row per block: rows, first tile, then the fields the kernel reads
+    table: np.ndarray  # int64, a row per block: rows in range, first tile, first row, the fields the kernel reads
     tiles: int
     buffers: list[tuple[str, str]]  # (column, buffer key) of each pointer argument, in order
     scalars: list  # the literals (NumPy scalars), after the pointers
@@ -151,7 +155,7 @@ class _Generator:
 
     def field(self, column: str, name: str) -> str:
         """The block's value of a field of the table (a C expression)."""
-        index = self.fields.setdefault((column, name), 2 + len(self.fields))  # after rows and first tile
+        index = self.fields.setdefault((column, name), FIXED + len(self.fields))  # after rows, first tile, first row
         return f"t[{index}]"
 
     def part(self, column: str, path: str, values) -> str:
@@ -353,12 +357,16 @@ def _plan(images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate, keys
     if any_image is None:
         raise NotFusable("a scan that reads no column")
     blocks = blocks[any_image.rows[blocks] > 0]
+    rows = int(any_image.rows[blocks].sum())
+    lo, hi = row_ranges(images, blocks, predicate)
+    narrowed = {int(b): (int(a), int(z)) for b, a, z in zip(blocks, lo, hi, strict=True) if z > a}
     signatures: dict[str, list[int]] = {}
-    for b in blocks:
-        signatures.setdefault("/".join(image.signatures[b] for image in images.values()), []).append(int(b))
+    for b in narrowed:  # a block none of whose rows can hold is not launched at all
+        signatures.setdefault("/".join(image.signatures[b] for image in images.values()), []).append(b)
     launches, shape = [], None
     for members in signatures.values():
-        launch, launch_shape = _launch(images, np.array(members, dtype=np.int64), predicate, keys, aggregates)
+        ranges = np.array([narrowed[b] for b in members], dtype=np.int64).reshape(-1, 2)
+        launch, launch_shape = _launch(images, np.array(members, dtype=np.int64), ranges, predicate, keys, aggregates)
         if shape is not None and launch_shape[:3] != shape[:3]:
             raise NotFusable("blocks whose keys number their groups differently")
         launches.append(launch)
@@ -366,7 +374,8 @@ def _plan(images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate, keys
     if shape is None:  # no rows at all: the layout of any block will do
         if not len(any_image.rows):
             raise NotFusable("no blocks")
-        _, shape = _launch(images, np.zeros(1, dtype=np.int64), predicate, keys, aggregates)
+        whole = np.array([[0, any_image.rows[0]]], dtype=np.int64)
+        _, shape = _launch(images, np.zeros(1, dtype=np.int64), whole, predicate, keys, aggregates)
     groups, width, slots, key_values, columns = shape
     initial = np.zeros(groups * width, dtype=np.uint64)
     for s in slots.values():
@@ -376,12 +385,79 @@ def _plan(images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate, keys
     def assemble(accumulators: np.ndarray) -> pa.RecordBatch:
         return _assemble(accumulators.reshape(groups, width), keys, key_values, aggregates, slots)
 
-    rows = int(any_image.rows[blocks].sum())
     return FusedScan(rows, groups, width, launches, initial, columns, images, assemble)
 
 
-def _launch(images, blocks: np.ndarray, predicate, keys, aggregates) -> tuple[Launch, tuple]:
-    """The launch over `blocks` (all encoded alike) and the accumulators' shape it fills."""
+def row_ranges(images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate) -> tuple[np.ndarray, np.ndarray]:
+    """Per block, the rows [first, end) outside which no row can satisfy `predicate`: where one of
+    its conjuncts compares a column stored as sorted runs with a literal, the runs that hold turned
+    into a range of rows (the CPU path's run ranges, `gpu_kernels.selection`), so that the kernel's
+    tiles cover only those rows; [0, rows) where nothing narrows. The conjuncts stay in the kernel's
+    predicate: a range only saves reading the rows that cannot hold."""
+    first = np.zeros(len(blocks), dtype=np.int64)
+    end = next(iter(images.values())).rows[blocks].astype(np.int64)
+    for name, op, literal in _bounds(predicate):
+        image = images.get(name)
+        if image is None:
+            continue
+        t = E.arrow_kind(image.type)
+        try:
+            common = E.common_type(t, literal.type, op)
+        except E.ExprError:
+            continue
+        if t.kind not in _INTEGRAL or common.kind is not t.kind or literal.value is None:
+            continue
+        bound = literal_domain(literal) * 10 ** max(0, common.scale - literal.type.scale)
+        factor = 10 ** max(0, common.scale - t.scale)
+        for i, b in enumerate(blocks):
+            encoding = image.encodings[b]
+            if not isinstance(encoding, RunLength) or not isinstance(encoding.values, np.ndarray):
+                continue
+            values = encoding.values.astype(np.int64)
+            if len(values) and int(np.abs(values).max()) > INT64_MAX // factor:
+                continue
+            values = values * factor
+            if (np.diff(values) < 0).any():  # runs not in order: every row is read
+                continue
+            held = _runs_holding(values, op, bound)
+            ends = encoding.run_ends.astype(np.int64)
+            if held[0] < held[1]:
+                first[i] = max(first[i], ends[held[0] - 1] if held[0] else 0)
+                end[i] = min(end[i], ends[held[1] - 1])
+            else:
+                end[i] = first[i]
+    return first, np.maximum(end, first)
+
+
+def _bounds(predicate) -> list[tuple[str, str, Lit]]:
+    """The conjuncts of `predicate` that compare a column with a literal: (column, op, literal),
+    the column on the left (a BETWEEN gives two)."""
+    if not isinstance(predicate, Call):
+        return []
+    if predicate.op == "and":
+        return [b for a in predicate.args for b in _bounds(a)]
+    args = predicate.args
+    if predicate.op == "between" and isinstance(args[0], Col) and all(isinstance(a, Lit) for a in args[1:]):
+        return [(args[0].name, ">=", args[1]), (args[0].name, "<=", args[2])]
+    if predicate.op not in _FLIPPED or len(args) != 2:
+        return []
+    if isinstance(args[0], Col) and isinstance(args[1], Lit):
+        return [(args[0].name, predicate.op, args[1])]
+    if isinstance(args[0], Lit) and isinstance(args[1], Col):
+        return [(args[1].name, _FLIPPED[predicate.op], args[0])]
+    return []
+
+
+def _runs_holding(values: np.ndarray, op: str, bound: int) -> tuple[int, int]:
+    """The runs [first, end) of sorted run values `values` for which `value op bound` holds."""
+    left, right = int(np.searchsorted(values, bound, "left")), int(np.searchsorted(values, bound, "right"))
+    held = {"<": (0, left), "<=": (0, right), ">": (right, len(values)), ">=": (left, len(values))}
+    return held.get(op, (left, right))  # "=": the runs of that value
+
+
+def _launch(images, blocks: np.ndarray, ranges: np.ndarray, predicate, keys, aggregates) -> tuple[Launch, tuple]:
+    """The launch over the rows `ranges` ([first, end) per block) of `blocks` (all encoded alike)
+    and the accumulators' shape it fills."""
     g = _Generator(images, blocks)
     condition = g.condition(predicate) if predicate is not None else "true"
     key_reads = [g.key(k) for k in keys]
@@ -416,26 +492,30 @@ def _launch(images, blocks: np.ndarray, predicate, keys, aggregates) -> tuple[La
             width += 2 if kind == "sum" else 1
     if groups * width * 8 > SHARED_BYTES:
         raise NotFusable(f"{groups} groups of {width} accumulators outgrow a CUDA block's shared memory")
-    fields = 2 + len(g.fields)
+    fields = FIXED + len(g.fields)
     body = _kernel_body(condition, group, values, groups, width, slots.values(), g.setup.values(), fields)
     head = ["long long tiles", "long long blocks", "const long long* __restrict__ table"]
     declared = ", ".join([*head, *g.declared, *g.scalar_params, "unsigned long long* __restrict__ out"])
     digest = hashlib.sha256((declared + body).encode()).hexdigest()[:12]
     name = f"cxg_fused_{digest}"
     source = prelude() + f'\nextern "C" __global__ void {name}({declared}) {{\n{body}}}\n'
-    table, tiles = _block_table(images, blocks, g.fields)
+    table, tiles = _block_table(images, blocks, ranges, g.fields)
     columns = len(g.reads) + len(keys)
     launch = Launch(source, name, table, tiles, list(g.pointers), g.scalars)
     return launch, (groups, width, slots, [(c, k) for _, c, k in key_reads], columns)
 
 
-def _block_table(images, blocks: np.ndarray, fields: dict[tuple[str, str], int]) -> tuple[np.ndarray, int]:
-    """The device block table of `blocks`: rows, first tile, then each field the kernel reads."""
-    rows = next(iter(images.values())).rows[blocks]
+def _block_table(
+    images, blocks: np.ndarray, ranges: np.ndarray, fields: dict[tuple[str, str], int]
+) -> tuple[np.ndarray, int]:
+    """The device block table of `blocks`: the rows of its range, its first tile, its range's first
+    row, then each field the kernel reads."""
+    rows = ranges[:, 1] - ranges[:, 0]
     tiles = -(-rows // TILE)
-    table = np.empty((len(blocks), 2 + len(fields)), dtype=np.int64)
+    table = np.empty((len(blocks), FIXED + len(fields)), dtype=np.int64)
     table[:, 0] = rows
     table[:, 1] = np.cumsum(tiles) - tiles
+    table[:, 2] = ranges[:, 0]
     for (column, name), index in fields.items():
         table[:, index] = images[column].fields[name][blocks]
     return table, int(tiles.sum())
@@ -487,11 +567,11 @@ def _kernel_body(condition: str, group: str, values, groups: int, width: int, sl
     __syncthreads();
     for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {{
         const long long* t = table + cxg_block_of(table, blocks, {fields}, tile) * {fields};
-        const long long rows = t[0], first = (tile - t[1]) * {TILE}LL;
+        const long long end = t[2] + t[0], first = t[2] + (tile - t[1]) * {TILE}LL;
         {nl.join("        " + x for x in setup).strip()}
         for (int k = 0; k < {ITEMS}; ++k) {{
             const long long r = first + k * {THREADS} + threadIdx.x;
-            if (r >= rows) {{
+            if (r >= end) {{
                 break;
             }}
             if ({condition}) {{

@@ -6,12 +6,15 @@ refuses (NULLs, floats, keys that are neither dictionaries nor runs) left to the
 
 from __future__ import annotations
 
+import datetime as dt
 import decimal
+import functools
 import math
 import re
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from benchmarks.kernel_checks import (
@@ -42,6 +45,7 @@ from gpu_kernels import (
     get_backend,
     run_block,
 )
+from gpu_kernels.column_image import ColumnImage
 from gpu_kernels.cuda_kernels import ARCHES
 from tests.test_cuda_kernels import nvrtc_compile, run_sanitized
 
@@ -77,6 +81,86 @@ def test_exact_sums_past_64_bits() -> None:
     scan = fused_scan.plan_block(block, None, [], [spec])
     batch = scan.assemble(backend.fused_aggregate(scan, lambda c, k: backend.asarray(scan.images[c].buffers[k])))
     assert batch.column("total").to_pylist() == [decimal.Decimal(n * ((1 << 62) - 1))]
+
+
+DAY = Type(Kind.DATE)
+
+
+def _day(n: int) -> Lit:
+    return Lit(dt.date(1970, 1, 1) + dt.timedelta(days=n), DAY)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "predicate",
+    [
+        Call("and", (Call(">=", (Col("s"), _day(8100))), Call("<", (Col("s"), _day(8200))))),  # Q6's shape
+        Call("between", (Col("s"), _day(8390), _day(8500))),  # in the last block only
+        Call(">", (_day(8050), Col("s"))),  # the literal on the left
+        Call("and", (Call("=", (Col("s"), _day(8123))), Call(">", (Col("a"), Lit(0, Type(Kind.INT)))))),
+        Call("<", (Col("s"), _day(7000))),  # no row of any block: nothing launched
+        Call("or", (Call("<", (Col("s"), _day(8100))), Call(">", (Col("a"), Lit(0, Type(Kind.INT)))))),  # no range
+    ],
+)
+def test_a_range_on_a_column_stored_as_sorted_runs_narrows_the_rows_the_kernel_reads(
+    cupy_standin, predicate: Call
+) -> None:
+    """Comparisons of a sorted run-length column with literals become, per block, the range of rows
+    whose runs can hold (as the CPU path's run ranges): the launch's tiles cover only those rows, a
+    block with none is not launched, and the answer equals the NumPy backend's general kernels."""
+    rng = np.random.default_rng(11)
+    blocks = []
+    for start in (8000, 8130, 8260):  # a table sorted by its date, three blocks of 3,000 rows
+        block = random_block(rng, 3000)
+        days = np.sort(rng.integers(start, start + 140, 3000))
+        block.columns["s"] = EncodedColumn("s", pa.date32(), RunLength.encode(days), None, 0)
+        blocks.append(block)
+    task = BlockTask(predicate, keys=(NamedExpr("k3", Col("k3"), pa.int32()),), aggregates=tuple(_TOTALS))
+    numpy = get_backend("numpy")
+    expected = final_rows([run_block(task, b, numpy, ScanStats(), predicate)[0][0] for b in blocks], task)
+    images = {n: ColumnImage.of(n, [b.columns[n] for b in blocks]) for n in blocks[0].columns}
+    scan = fused_scan.plan(images, [0, 1, 2], predicate, list(task.keys), list(task.aggregates))
+    assert scan is not None
+    backend = get_backend("cupy")
+    accumulators = backend.fused_aggregate(scan, lambda c, k: backend.asarray(images[c].buffers[k]))
+    assert final_rows(scan.assemble(accumulators), task) == expected
+    first, end = fused_scan.row_ranges(images, np.arange(3), predicate)
+    tiles = sum(launch.tiles for launch in scan.launches)
+    assert tiles == sum(-(-(z - a) // fused_scan.TILE) for a, z in zip(first, end, strict=True))
+    if predicate.op == "or":  # not a conjunction: every row is read
+        assert list(first) == [0, 0, 0] and list(end) == [3000, 3000, 3000]
+        return
+    held = [_held(block, predicate) for block in blocks]
+    for rows, a, z in zip(held, first, end, strict=True):  # every row that holds is in its block's range
+        assert not rows.any() or (a <= np.flatnonzero(rows)[0] and np.flatnonzero(rows)[-1] < z)
+    assert tiles < 3 * -(-3000 // fused_scan.TILE)  # fewer than every row's
+    assert sum(len(launch.table) for launch in scan.launches) == int((end > first).sum())  # empty: not launched
+
+
+_TOTALS = [
+    AggSpec("n", "count", None, pa.int64()),
+    AggSpec("total", "sum", Col("p"), pa.decimal128(38, 2)),
+    AggSpec("first", "min", Col("s"), pa.date32()),
+]
+
+
+def _held(block: EncodedBlock, predicate: Call) -> np.ndarray:
+    """Which rows of `block` hold `predicate` (evaluated by Arrow over the decoded rows)."""
+    batch = block.decode()
+    ops = {"and": pc.and_, "or": pc.or_, "=": pc.equal, "<": pc.less, "<=": pc.less_equal, ">": pc.greater}
+    ops[">="] = pc.greater_equal
+
+    def evaluated(e):
+        if isinstance(e, Col):
+            return batch.column(e.name)
+        if isinstance(e, Lit):
+            return pa.scalar(e.value)
+        if e.op == "between":
+            x, lo, hi = (evaluated(a) for a in e.args)
+            return pc.and_(pc.greater_equal(x, lo), pc.less_equal(x, hi))
+        return functools.reduce(ops[e.op], (evaluated(a) for a in e.args))
+
+    return evaluated(predicate).to_numpy(zero_copy_only=False)
 
 
 @pytest.mark.gpu
