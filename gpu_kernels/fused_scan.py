@@ -121,6 +121,11 @@ class FusedScan:
         """The partial aggregate from the accumulators (read back to the host)."""
         return self._assemble(accumulators)
 
+    @property
+    def rows_read(self) -> int:
+        """Rows the kernels read: those of the blocks' ranges (`row_ranges`), not launched past them."""
+        return sum(int(launch.table[:, 0].sum()) for launch in self.launches)
+
     def selected(self, accumulators: np.ndarray) -> int:
         """Rows the predicate kept."""
         return int(accumulators.reshape(self.groups, self.slots)[:, 0].sum())

@@ -371,7 +371,7 @@ class BlockScan:
                 blocks=len(jobs),
                 rows_scanned=scan.rows,
                 rows_selected=scan.selected(accumulators),
-                values_decoded=scan.rows * scan.columns_read,
+                values_decoded=scan.rows_read * scan.columns_read,  # a sorted column's range narrows them
                 cpu_seconds=seconds,
             )
         )

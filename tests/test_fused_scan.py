@@ -126,6 +126,7 @@ def test_a_range_on_a_column_stored_as_sorted_runs_narrows_the_rows_the_kernel_r
     assert final_rows(scan.assemble(accumulators), task) == expected
     first, end = fused_scan.row_ranges(images, np.arange(3), predicate)
     tiles = sum(launch.tiles for launch in scan.launches)
+    assert scan.rows_read == int((end - first).sum()) and scan.rows == 9000
     assert tiles == sum(-(-(z - a) // fused_scan.TILE) for a, z in zip(first, end, strict=True))
     if predicate.op == "or":  # not a conjunction: every row is read
         assert list(first) == [0, 0, 0] and list(end) == [3000, 3000, 3000]
