@@ -237,6 +237,14 @@ class _Event:
 
     @property
     def done(self) -> bool:
+        """Whether the event has passed (cudaEventQuery). The stand-in runs work eagerly, so it has,
+        and the host that asked knows it without a wait; with `StandIn.slow_device`, as on a device
+        still busy, only once the host has waited for it."""
+        if self.stream is None:
+            return True
+        if _STANDIN.slow_device:
+            return all(_STANDIN.host_seen.get(stream, 0) >= seq for stream, seq in self.seen.items())
+        _STANDIN.host_knows(self.seen)
         return True
 
 
@@ -731,6 +739,7 @@ class Counts:
     to_device: int = 0  # bytes copied host -> device
     to_host: int = 0  # bytes copied device -> host
     sync_sites: Counter = field(default_factory=Counter)  # where in gpu_kernels the host waited (file:line)
+    pinned: int = 0  # pinned host buffers allocated
 
     @property
     def total_launches(self) -> int:
@@ -740,6 +749,7 @@ class Counts:
 class StandIn:
     def __init__(self, devices: int = 1, memory: int = 1 << 30, sanitize: bool = False):
         self.devices, self.memory, self.sanitize = devices, memory, sanitize
+        self.slow_device = False  # events not done until waited for (`_Event.done`)
         self.atomic_order = np.random.default_rng(0)  # the order of a float sum's atomic adds (seeded)
         self.counts = Counts()
         self.host_seen: dict[int, int] = {}
@@ -779,6 +789,12 @@ class StandIn:
     # -- synchronization -------------------------------------------------------------------------------------
     def host_waits(self, stream: _Stream) -> None:
         self.host_waits_for({**stream.seen, stream.key: stream.seq})
+
+    def host_knows(self, seen: dict[int, int]) -> None:
+        """The host learned, without waiting, that the operations `seen` are done (an event queried)."""
+        with self._lock:
+            for stream_id, seq in seen.items():
+                self.host_seen[stream_id] = max(self.host_seen.get(stream_id, 0), seq)
 
     def host_waits_for(self, seen: dict[int, int]) -> None:
         frame = sys._getframe(1)
@@ -1080,6 +1096,7 @@ class StandIn:
         return module
 
     def _pinned(self, array: np.ndarray) -> _Pinned:
+        self.counts.pinned += 1
         pinned = array.view(_Pinned)
         weakref.finalize(pinned, self.pinned_released, id(pinned))
         return pinned

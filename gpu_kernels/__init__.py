@@ -52,7 +52,8 @@ _FACE: dict[str, tuple[str, ...]] = {
     "partition": ("partition",),
     "pipeline": ("BlockPipeline", "block_parts"),
     "placement_hash": ("bucket_ids", "string_hashes"),
-    "resident": ("ResidentArea", "ResidentScan", "area_of", "plan_resident"),
+    "resident": ("ResidentArea", "ResidentScan", "TooLarge", "area_of", "plan_resident"),
+    "streamed": ("StreamedScan", "plan_streamed", "streamed_chunk_bytes"),
     "value_predicates": ("membership_of",),
     "vectors": ("OverflowInExpression", "Vec", "arrow_type", "exact_fraction", "scalar_literal", "to_arrow"),
 }

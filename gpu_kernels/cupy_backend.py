@@ -68,13 +68,19 @@ class CupyBackend(NumpyBackend):
         pool = getattr(self._staging, "pool", None)
         with cupy.cuda.using_allocator(pool.malloc) if pool is not None else contextlib.nullcontext():
             out = cupy.asarray(scan.initial)  # in the result area, if any
+        self.fused_launch(scan, buffer, out)
+        return self._copied_out(out) if pool is not None else cupy.asnumpy(out)
+
+    def fused_launch(self, scan: FusedScan, buffer: Callable[[str, str], Array], out: Array) -> None:
+        """A scan's fused kernels launched on the current stream, adding into the accumulators `out`
+        on the device (set to the scan's initial ones), with nothing read back."""
+        cupy = self.xp
         for launch in scan.launches:
             kernel = self._module(launch.source).get_function(launch.name)
             table = cupy.asarray(launch.table)
             pointers = [buffer(column, key) for column, key in launch.buffers]
             arguments = (np.int64(launch.tiles), np.int64(len(launch.table)), table, *pointers, *launch.scalars, out)
             kernel((launch.grid,), (THREADS,), arguments)
-        return self._copied_out(out) if pool is not None else cupy.asnumpy(out)
 
     def partition_keys(self, inputs: list[Array], count: int) -> tuple[Array, Array, Array]:
         """The partitioning kernels (`gpu_kernels/cuda/partition.cu`): the hash fused with a

@@ -51,7 +51,7 @@ def device_map(
                         ready.notify_all()
         except BaseException as e:  # surfaced to the consumer below
             if isinstance(e, cupy.cuda.memory.OutOfMemoryError):
-                e = _out_of_memory(backend, device, e)
+                e = device_out_of_memory(backend, device, e)
             with ready:
                 errors.append(e)
                 ready.notify_all()
@@ -74,7 +74,7 @@ def device_map(
 DEVICE_MEMORY_FRACTION = 0.9  # of each device's memory, split into four areas: the three below, resident columns
 
 
-class _Areas:
+class DeviceAreas:
     """A device's three memory areas (compressed input, decoded data, results), pools of equal
     limits shared by every scan running on the device: however many run, together they stay within
     their share of the budget (by default DEVICE_MEMORY_FRACTION of its memory; the fourth share is
@@ -87,7 +87,7 @@ class _Areas:
             pool.set_limit(size=self.size)
 
     @classmethod
-    def of_current_device(cls, backend: CupyBackend) -> _Areas:
+    def of_current_device(cls, backend: CupyBackend) -> DeviceAreas:
         key = (backend.xp.cuda.runtime.getDevice(), backend.device_memory)
         with backend.areas_lock:
             if key not in backend.areas:
@@ -115,7 +115,7 @@ def block_budget(memory: int | None, scans: int) -> int:
     return min(sizes) // max(1, scans)
 
 
-def _out_of_memory(backend: CupyBackend, device: int, error: BaseException) -> DeviceOutOfMemory:
+def device_out_of_memory(backend: CupyBackend, device: int, error: BaseException) -> DeviceOutOfMemory:
     areas = backend.areas.get((device, backend.device_memory))
     area = f" of {areas.size:,} bytes" if areas else ""
     return DeviceOutOfMemory(
@@ -129,7 +129,7 @@ class _DeviceLane:
 
     def __init__(self, backend: CupyBackend) -> None:
         self.backend, self.cupy = backend, backend.xp
-        self.areas = _Areas.of_current_device(backend)
+        self.areas = DeviceAreas.of_current_device(backend)
         self.copy_stream = self.cupy.cuda.Stream(non_blocking=True)
         self.compute_stream = self.cupy.cuda.Stream(non_blocking=True)
 

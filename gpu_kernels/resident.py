@@ -146,17 +146,15 @@ def plan_resident(
     aggregates: list[AggSpec],
 ) -> ResidentScan | None:
     """The partial aggregate over the `selected` of a table's `blocks` (all of them, in the table's
-    order: `table` names them) on the current device, its columns made resident; None where it
-    cannot run so (not fusable, or a column too large for the area)."""
+    order: `table` names them) on the current device, its columns made resident; None where the
+    fused kernels cannot run it; TooLarge where a column outgrows the area (`gpu_kernels.streamed`
+    then streams it from host memory)."""
     area = area_of(backend)
     expressions = [predicate, *(k.expr for k in keys), *(a.arg for a in aggregates)]
     names = sorted(set().union(*(E.columns_of(e) for e in expressions if e is not None)))
     if not names:  # COUNT(*) alone: no column to keep
         return None
     columns = [b.columns for b in blocks]
-    try:
-        images = {n: area.image((table, n), lambda n=n: ColumnImage.of(n, [b[n] for b in columns])) for n in names}
-    except TooLarge:
-        return None
+    images = {n: area.image((table, n), lambda n=n: ColumnImage.of(n, [b[n] for b in columns])) for n in names}
     scan = fused_scan.plan(images, selected, predicate, keys, aggregates)
     return None if scan is None else ResidentScan(scan, area, table)

@@ -32,12 +32,16 @@ from gpu_kernels import (
     NumpyBackend,
     ResidentScan,
     ScanStats,
+    StreamedScan,
+    TooLarge,
     Type,
     block_parts,
     exact_fraction,
     final_aggregate,
     fold,
     plan_resident,
+    plan_streamed,
+    streamed_chunk_bytes,
 )
 from gpu_kernels import expr as E
 from storage.block import plain_block
@@ -317,9 +321,9 @@ class BlockScan:
         task = self.plan.task
         fused = self.backend.keeps_columns and self.backend.fuses and task.aggregating
         if fused and not task.partition_buckets and jobs:
-            resident = self._resident(jobs)
-            if resident is not None:
-                yield resident
+            pieces = self._fused(jobs)
+            if pieces is not None:
+                yield from pieces
                 return
         needed = self.columns_needed()
         emitted = 0
@@ -355,29 +359,45 @@ class BlockScan:
             list(task.aggregates),
         )
 
-    def _resident(self, jobs: list[Job]) -> Piece | None:
-        """The partial aggregate of every job's block at once, from the GPU's resident columns:
-        one launch per signature, one wait. None where it cannot run so."""
+    def streamed(self, jobs: list[Job]) -> StreamedScan | None:
+        """The partial aggregate of every job's block streamed from host memory through the fused
+        kernels, in chunks (`gpu_kernels.streamed`); None where they cannot run it."""
+        task = self.plan.task
+        blocks = [block for _, block, _ in jobs]
+        chunk = streamed_chunk_bytes(self.backend)
+        return plan_streamed(blocks, range(len(blocks)), task.predicate, list(task.keys), list(task.aggregates), chunk)
+
+    def _fused(self, jobs: list[Job]) -> list[Piece] | None:
+        """The partial aggregate of every job's block at once through the fused kernels: from the
+        GPU's resident columns (one launch per signature, one wait), or, for columns that outgrow
+        the resident area, streamed from host memory in chunks (one wait). None where the fused
+        kernels cannot run it (the block pipeline then does)."""
         started = time.perf_counter()
-        prepared = self.resident(jobs)
-        accumulators = prepared.run(self.backend) if prepared is not None else None
-        if accumulators is None:
-            return None
-        scan = prepared.scan
-        batch = scan.assemble(accumulators)
+        try:
+            prepared = self.resident(jobs)
+            accumulators = prepared.run(self.backend) if prepared is not None else None
+            if accumulators is None:
+                return None
+            scans, results, name = [prepared.scan], [accumulators], "resident"
+        except TooLarge:
+            streamed = self.streamed(jobs)
+            if streamed is None:
+                return None
+            scans, results, name = streamed.chunks, streamed.run(self.backend), "streamed"
+        rows = sum(scan.rows for scan in scans)
         seconds = time.perf_counter() - started
         self.stats.add(
             ScanStats(
                 blocks=len(jobs),
-                rows_scanned=scan.rows,
-                rows_selected=scan.selected(accumulators),
-                values_decoded=scan.rows_read * scan.columns_read,  # a sorted column's range narrows them
+                rows_scanned=rows,
+                rows_selected=sum(scan.selected(a) for scan, a in zip(scans, results, strict=True)),
+                values_decoded=sum(scan.rows_read * scan.columns_read for scan in scans),  # a sorted range narrows
                 cpu_seconds=seconds,
             )
         )
         for entry, _, _ in jobs:  # the time shared by the buckets as their rows
-            self.seconds_read[entry.bucket] += seconds * entry.rows / max(1, scan.rows)
-        return Piece(batch, "resident")
+            self.seconds_read[entry.bucket] += seconds * entry.rows / max(1, rows)
+        return [Piece(scan.assemble(a), name) for scan, a in zip(scans, results, strict=True)]
 
 
 def scan_table(

@@ -160,5 +160,6 @@ def test_the_timed_gpu_benchmark_runs_end_to_end_on_the_stand_in(tmp_path) -> No
     assert set(figures["scans"]) - {"blocks"} == set(bench_gpu.QUERIES)
     scans = [q for n, q in figures["scans"].items() if n != "blocks"]
     assert all(q["resident_s"] > 0 and q["scan_s"] > 0 and q["overlap"] > 0 for q in scans)
+    assert all(q["streamed_s"] > 0 and q["streamed_overlap"] > 0 for q in scans)  # streamed from host memory too
     assert len(figures["compressed_transfer"]) == 2 * 9 and set(figures["partitioning"]) == {"16", "256"}
     assert all(v > 0 for v in figures["ceilings"].values())
