@@ -347,12 +347,17 @@ def plan(
         return None
 
 
+def columns_read(predicate: E.Expr | None, keys: list[NamedExpr], aggregates: list[AggSpec]) -> list[str]:
+    """The columns a partial aggregate reads, in name order."""
+    expressions = [predicate, *(k.expr for k in keys), *(a.arg for a in aggregates)]
+    return sorted(set().union(*(E.columns_of(e) for e in expressions if e is not None)))
+
+
 def plan_block(
     block: EncodedBlock, predicate: E.Expr | None, keys: list[NamedExpr], aggregates: list[AggSpec]
 ) -> FusedScan | None:
     """The fused kernel of one block's partial aggregate (its images are its own arrays, no copy)."""
-    expressions = [predicate, *(k.expr for k in keys), *(a.arg for a in aggregates)]
-    names = set().union(*(E.columns_of(e) for e in expressions if e is not None)) & set(block.columns)
+    names = set(columns_read(predicate, keys, aggregates)) & set(block.columns)
     images = {n: ColumnImage.of(n, [block.columns[n]]) for n in names}
     return plan(images, [0], predicate, keys, aggregates)
 

@@ -150,8 +150,7 @@ def plan_resident(
     fused kernels cannot run it; TooLarge where a column outgrows the area (`gpu_kernels.streamed`
     then streams it from host memory)."""
     area = area_of(backend)
-    expressions = [predicate, *(k.expr for k in keys), *(a.arg for a in aggregates)]
-    names = sorted(set().union(*(E.columns_of(e) for e in expressions if e is not None)))
+    names = fused_scan.columns_read(predicate, keys, aggregates)
     if not names:  # COUNT(*) alone: no column to keep
         return None
     columns = [b.columns for b in blocks]

@@ -3,13 +3,13 @@ columns outgrow the resident area (`gpu_kernels.resident`).
 
 The blocks go in *chunks* of about `CHUNK_BYTES` of the encoded parts the scan reads (16 MB: the
 size past which a copy to the H200 reaches its bandwidth, seed 004 Tables 5.1/5.2), each with its
-own column images and fused kernels (`gpu_kernels.fused_scan`). A ring of `RING` sets of pinned host
-buffers, allocated once and reused, carries them: chunk i+1 is packed into its pinned buffers and
-copied in on the copy stream while chunk i's kernels run on the compute stream, which waits for the
-copy's event; the copy into a ring slot waits, on the device, for the kernels that read the slot's
-previous chunk, and the host packs a slot again only once its previous copy is done (an event, not
-a stream synchronized). Each chunk's accumulators stay on the device; at the end they are read back
-together, the scan's one read-back.
+own column images and fused kernels (`gpu_kernels.fused_scan`). A ring of `RING` sets of pinned
+host buffers, allocated once per scan for its largest chunk and reused, carries them: chunk i+1 is
+packed into its pinned buffers and copied in on the copy stream while chunk i's kernels run on the
+compute stream, which waits for the copy's event; the copy into a ring slot waits, on the device,
+for the kernels that read the slot's previous chunk, and the host packs a slot again only once its
+previous copy is done (an event, not a stream synchronized). Each chunk's accumulators stay on the
+device; at the end they are read back together, the scan's one read-back.
 """
 
 from __future__ import annotations
@@ -73,8 +73,7 @@ def plan_streamed(
     """The partial aggregate over the `selected` of `blocks`, in chunks of consecutive blocks of up to
     `chunk_bytes` of the parts it reads (a larger block alone); None where the fused kernels cannot
     run it."""
-    expressions = [predicate, *(k.expr for k in keys), *(a.arg for a in aggregates)]
-    names = sorted(set().union(*(E.columns_of(e) for e in expressions if e is not None)))
+    names = fused_scan.columns_read(predicate, keys, aggregates)
     if not names or not selected:
         return None
     groups: list[list[int]] = [[]]
