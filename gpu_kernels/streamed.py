@@ -52,9 +52,6 @@ class StreamedScan:
         """The partial aggregate of each chunk."""
         return [chunk.assemble(a) for chunk, a in zip(self.chunks, accumulators, strict=True)]
 
-    def selected(self, accumulators: list[np.ndarray]) -> int:
-        return sum(chunk.selected(a) for chunk, a in zip(self.chunks, accumulators, strict=True))
-
 
 def streamed_chunk_bytes(backend: CupyBackend) -> int:
     """Bytes of a chunk on the current device: `CHUNK_BYTES`, or less where the input area could not
