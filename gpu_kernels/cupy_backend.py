@@ -37,6 +37,7 @@ class CupyBackend(NumpyBackend):
         self._staging = threading.local()
         self.areas: dict[tuple[int, int | None], Any] = {}  # (device, budget) -> the pipeline's memory areas
         self.resident: dict[tuple[int, int | None], Any] = {}  # (device, budget) -> its resident columns
+        self.rings: dict[int, list[Any]] = {}  # device -> the streamed scans' rings not in use (`gpu_kernels.streamed`)
         self.areas_lock = threading.Lock()
 
     def _module(self, source: str) -> Any:
