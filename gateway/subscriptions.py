@@ -482,10 +482,11 @@ class Subscriptions:
             body = {"table": info.schema.name, "version": version, "base": base, "partials": encoded}
             try:
                 answers = self._ask(node, FOLD_PATH, {**body, "buckets": readers[node]})
-                unknown = {key: registrations[key].to_json() for key, a in answers.items() if a == "unknown"}
+                lost = [key for key, answer in answers.items() if answer == "unknown" and key in registrations]
+                unknown = {key: registrations[key].to_json() for key in lost}
                 if unknown:  # the node lost its states (restarted): it computes them again from its blocks
                     self._ask(node, GATHER_PATH, {"subscriptions": unknown, "buckets": readers[node]})
-            except NodeUnavailable as e:
+            except Exception as e:  # the append stays committed: the node's states catch up when next asked
                 log.warning("standing queries' states on node %s not folded into: %s", node, e)
 
         list(_NODES.map(told, readers))
