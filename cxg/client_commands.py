@@ -8,13 +8,11 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Sequence
-from typing import Any
 
 import pyarrow.csv as pacsv
 from rich.table import Table as RichTable
 
-from cxg.console import console
+from cxg.console import console, show_rows
 from gateway import Client, GatewayError, json_rows
 from gateway.statements import STATES
 from regions import Config
@@ -152,14 +150,6 @@ def cmd_drain(args: argparse.Namespace, config: Config) -> int:
     draining = ", ".join(doc["draining_nodes"]) or "none"
     console.print(f"region {doc['region']}: {'draining' if doc['draining'] else 'open'}; nodes draining: {draining}")
     return 0
-
-
-def show_rows(columns: list[str], rows: Iterable[Sequence[Any]]) -> None:
-    """Rows as a table on the console (NULL for a missing value)."""
-    view = RichTable(*columns)
-    for row in rows:
-        view.add_row(*("NULL" if v is None else str(v) for v in row))
-    console.print(view)
 
 
 def _param(text: str) -> tuple[str, object]:

@@ -7,7 +7,7 @@ import argparse
 
 from rich.table import Table as RichTable
 
-from cxg.console import console
+from cxg.console import console, show_rows
 from cxg.data_dirs import add_data_option, stores_of
 from regions import Config
 from storage import CHAIN_PREFERENCE, TableSummary, format_size, summarize
@@ -124,10 +124,7 @@ def cmd_verify(args: argparse.Namespace, config: Config) -> int:
 def cmd_head(args: argparse.Namespace, config: Config) -> int:
     store = stores_of(args, config)[0]
     data = store.table(args.table).to_arrow().slice(0, args.n)
-    table = RichTable(*data.column_names)
-    for row in data.to_pylist():
-        table.add_row(*("NULL" if v is None else str(v) for v in row.values()))
-    console.print(table)
+    show_rows(data.column_names, (row.values() for row in data.to_pylist()))
     return 0
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cxg.client_commands import client_for, connection, show_rows
-from cxg.console import console
+from cxg.client_commands import client_for, connection
+from cxg.console import cell, console, show_rows
 from regions import Config
 from storage import ConfigError
 
@@ -83,7 +83,7 @@ def _show(kind: str, event: dict, form: str) -> None:
             highlight=False,
         )
         for row in event["changed"]:
-            console.print("  " + " | ".join("NULL" if v is None else str(v) for v in row), highlight=False)
+            console.print("  " + " | ".join(cell(v) for v in row), highlight=False)
         for key in event["removed"]:
             console.print(f"  removed {key}", highlight=False)
     else:

@@ -59,10 +59,8 @@ def stage(table: Table, load_id: str, rows: pa.Table, base: int) -> dict[str, An
     small = [e for e in table.blocks if e.rows < min(sizing.block_rows, TAIL_ROWS)]
     buckets = set(plan_layout(rows, schema, by_sort_key=False)[1].tolist())
     merged = [e for e in small if e.bucket in buckets]
-    arrow = schema.arrow_schema()
-    old = [table.read_block(e).decode(arrow.names, arrow) for e in merged]
-    if old:
-        rows = pa.concat_tables([conform(pa.Table.from_batches(old, schema=arrow), schema), rows])
+    if merged:
+        rows = pa.concat_tables([conform(table.to_arrow(entries=merged), schema), rows])
     rows = rows.combine_chunks()
     order, ordered = plan_layout(rows, schema)
     entries: list[dict[str, Any]] = []

@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage.block import conform
+from storage.block import conform, stream_bytes
 from storage.catalog import TableSchema
 from storage.errors import UnreadableRequestError
 from storage.join_engine import run_sql
@@ -64,17 +64,14 @@ class Registration:
 
     @classmethod
     def from_json(cls, data: object) -> Registration:
-        try:
-            assert isinstance(data, dict)
-            texts = [data["table"], data["partial"], data["compact"]]
-            dimensions = tuple(data.get("dimensions") or ())
-            assert all(isinstance(t, str) for t in [*texts, *dimensions])
-        except (AssertionError, KeyError, TypeError) as e:
+        fields = data if isinstance(data, dict) else {}
+        texts = [fields.get(name) for name in ("table", "partial", "compact")]
+        dimensions = fields.get("dimensions") or []
+        if not isinstance(dimensions, list) or not all(isinstance(t, str) for t in [*texts, *dimensions]):
             raise _invalid(
-                "a standing query is {'table', 'partial', 'compact', 'dimensions'}, "
-                f"not {str(data)[:200]} ({e or 'a wrong type'})"
-            ) from None
-        return cls(*texts, dimensions)
+                f"a standing query is {{'table', 'partial', 'compact', 'dimensions'}} (texts), not {str(data)[:200]}"
+            )
+        return cls(*texts, tuple(dimensions))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -202,7 +199,7 @@ class StandingStates:
             self._count("buckets_computed", len(build))
             parts.append(self._partials(state, self._rows(table, build)))
         if not parts:  # no bucket here: no rows, in the partial rows' columns
-            parts.append(self._partials(state, _empty(table.schema)))
+            parts.append(self._partials(state, self._rows(table, set())))
         state.rows = pa.concat_tables([p.cast(parts[0].schema) for p in parts])
         state.files = {b: files.get(b, frozenset()) for b in keep | build}
         state.version = table.version
@@ -212,16 +209,10 @@ class StandingStates:
 
     def _rows(self, table: Table, buckets: set[int]) -> pa.Table:
         """The rows of `buckets` of `table`, with BUCKET."""
-        arrow = table.schema.arrow_schema()
-        batches = []
-        for entry in table.blocks:
-            if entry.bucket in buckets:
-                batch = table.read_block(entry).decode(arrow.names, arrow)
-                batches.append(batch.append_column(BUCKET, pa.array(np.full(batch.num_rows, entry.bucket, np.int32))))
-        if not batches:
-            return _empty(table.schema)
-        rows = pa.Table.from_batches(batches)
-        return conform(rows, table.schema).append_column(BUCKET, rows[BUCKET])
+        entries = [entry for entry in table.blocks if entry.bucket in buckets]
+        rows = conform(table.to_arrow(entries=entries), table.schema)
+        bucket = np.repeat([e.bucket for e in entries], [e.rows for e in entries]).astype(np.int32)
+        return rows.append_column(BUCKET, pa.array(bucket, pa.int32()))
 
     def _partials(self, state: _State, rows: pa.Table) -> pa.Table:
         """The partial rows, by bucket and group, of `rows` (joined to the dimensions as they are)."""
@@ -254,10 +245,7 @@ class StandingStates:
 
 def to_base64(table: pa.Table) -> str:
     """`table` as an Arrow IPC stream in base64 (a JSON answer's)."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return base64.b64encode(sink.getvalue().to_pybytes()).decode()
+    return base64.b64encode(stream_bytes(table)).decode()
 
 
 def from_base64(text: str) -> pa.Table:
@@ -273,11 +261,6 @@ def with_buckets(rows: pa.Table, schema: TableSchema) -> pa.Table:
     buckets = np.empty(len(order), np.int32)
     buckets[order] = sorted_buckets
     return rows.append_column(BUCKET, pa.array(buckets, pa.int32()))
-
-
-def _empty(schema: TableSchema) -> pa.Table:
-    rows = conform(schema.arrow_schema().empty_table(), schema)
-    return rows.append_column(BUCKET, pa.array([], pa.int32()))
 
 
 def _files(table: Table) -> dict[int, frozenset[str]]:

@@ -227,14 +227,15 @@ class Table:
         for entry in self.blocks:
             yield entry, self.read_block(entry)
 
-    def to_arrow(self, columns: list[str] | None = None) -> pa.Table:
-        """Decode the whole table (or some columns) back into Arrow."""
+    def to_arrow(self, columns: list[str] | None = None, entries: list[BlockEntry] | None = None) -> pa.Table:
+        """Decode the whole table (or some columns, or the rows of some of its blocks) back into Arrow."""
         schema = self.schema.arrow_schema()
         if columns is not None:
             for name in columns:
                 self.schema.column(name)
             schema = pa.schema([schema.field(n) for n in columns])
-        batches = [block.decode(schema.names, schema) for _, block in self.iter_blocks()]
+        entries = self.blocks if entries is None else entries
+        batches = [self.read_block(entry).decode(schema.names, schema) for entry in entries]
         return pa.Table.from_batches(batches, schema=schema)
 
     def verify(self) -> list[str]:
