@@ -43,17 +43,56 @@ import pyarrow as pa
 
 from benchmarks import gpu_timing, kernel_checks
 from benchmarks.bench_scan import QUERIES, decoded_bytes
+from benchmarks.compare import rows, rows_match
 from benchmarks.cupy_standin import installed
+from gateway.background import serve
+from gateway.sql.engine import Engine
 from gpu_kernels import block_budget as device_rule
 from gpu_kernels import cuda_available, final_aggregate, get_backend
-from loadtests import console, machine, print_table, write_json
-from storage import LoadOptions, Store, TableCache, load_table, parse_size, read_parquet, scan_table, tpch
+from loadtests import console, machine, print_table, query, write_json
+from storage import LoadOptions, Node, Store, TableCache, load_table, parse_size, read_parquet, scan_table, tpch
+
+PROJECTIONS: dict[str, tuple[dict, str, list[str]]] = {  # select-project: request, SQL, a key of its rows
+    "projection, sorted range": (
+        {
+            "filter": {
+                "op": "between",
+                "args": [
+                    {"col": "l_shipdate"},
+                    {"lit": "1995-03-01", "type": "date"},
+                    {"lit": "1995-03-07", "type": "date"},
+                ],
+            },
+            "columns": ["l_orderkey", "l_linenumber", "l_extendedprice", "l_returnflag"],
+        },
+        "SELECT l_orderkey, l_linenumber, l_extendedprice, l_returnflag FROM lineitem "
+        "WHERE l_shipdate BETWEEN DATE '1995-03-01' AND DATE '1995-03-07'",
+        ["l_orderkey", "l_linenumber"],
+    ),
+    "projection, unsorted range": (
+        {
+            "filter": {"op": "between", "args": [{"col": "l_partkey"}, {"lit": 1000}, {"lit": 1999}]},
+            "columns": ["l_orderkey", "l_linenumber", "l_quantity", "l_shipdate"],
+        },
+        "SELECT l_orderkey, l_linenumber, l_quantity, l_shipdate FROM lineitem WHERE l_partkey BETWEEN 1000 AND 1999",
+        ["l_orderkey", "l_linenumber"],
+    ),
+}
+SCANS = {**QUERIES, **PROJECTIONS}
+SERVICE = {  # through the SQL engine to a node over HTTP
+    "Q1": query(1),
+    "Q6": query(6),
+    "projection": PROJECTIONS["projection, sorted range"][1] + " ORDER BY l_orderkey, l_linenumber",
+}
 
 
 def _scan(cache: TableCache, backend: Any, request: dict, keys: list[str]) -> tuple[pa.Table, int]:
+    """A scan's answer through the node's code (an aggregate's final rows, a projection's rows),
+    sorted by `keys`, and the blocks it read."""
     scan = scan_table(cache, {"table": "lineitem", **request}, backend)
-    partials = pa.Table.from_batches([p.batch for p in scan.pieces()], schema=scan.plan.schema)
-    result = final_aggregate(partials, keys, list(scan.plan.task.aggregates))
+    result = pa.Table.from_batches([p.batch for p in scan.pieces()], schema=scan.plan.schema)
+    if scan.plan.task.aggregating:
+        result = final_aggregate(result, keys, list(scan.plan.task.aggregates))
     return result.sort_by([(k, "ascending") for k in keys]) if keys else result, scan.stats.blocks
 
 
@@ -70,7 +109,7 @@ def dry_run(sf: float, block_rows: int) -> dict[str, Any]:
         load_table([store], schema, source, LoadOptions(block_budget=block_rows * record))
         cache = TableCache(store)
         numpy = get_backend("numpy")
-        for name, (request, _, keys) in QUERIES.items():
+        for name, (request, _, keys) in SCANS.items():
             expected, _ = _scan(cache, numpy, request, keys)
             figures["queries"][name] = {path: _counted(cache, request, keys, expected, path) for path in PATHS}
     return figures
@@ -175,6 +214,9 @@ def timed_run(
         lambda: {
             "operations": kernel_checks.check_operations(sizes=(0, 1, 7, 1000, 70_000) if small else CHECK_SIZES),
             "fused_scans": kernel_checks.compare_fused(40 if small else 400, sizes=(1, 257, 3000) if small else FUSED),
+            "fused_projections": kernel_checks.compare_projections(
+                20 if small else 200, sizes=(1, 257, 3000) if small else FUSED
+            ),
         },
     )
     stage(
@@ -190,8 +232,9 @@ def timed_run(
         "hash partitioning",
         lambda: gpu_timing.hash_partitioning(cupy, cupyx, 100_000 if small else 16 << 20, (16, 256), repeat),
     )
-    with _lineitem(sf, data, block_budget) as cache:
-        stage("scans", None, lambda: _timed_scans(cupy, cache, figures["ceilings"], repeat))
+    with _lineitem(sf, data, block_budget) as cache, _duckdb(cache) as con:
+        stage("scans", None, lambda: _timed_scans(cupy, cache, con, figures["ceilings"], repeat))
+        stage("service", None, lambda: _through_the_service(cache, con, repeat))
     return figures
 
 
@@ -217,15 +260,27 @@ def _lineitem(sf: float, data: Path | None, block_budget: int) -> Iterator[Table
         yield cache
 
 
-def _timed_scans(cupy: Any, cache: TableCache, ceilings: dict[str, float], repeat: int) -> dict[str, Any]:
-    """Each query: NumPy on one core, DuckDB on every core, and CuPy resident and through the
-    pipeline, answers checked against NumPy's."""
-    numpy, backend = get_backend("numpy"), get_backend("cupy")
+@contextlib.contextmanager
+def _duckdb(cache: TableCache) -> Iterator[duckdb.DuckDBPyConnection]:
+    """DuckDB (every core) with the node's lineitem in a table of its own."""
     con = duckdb.connect()
-    con.register("source", pa.Table.from_batches([b.decode() for _, b in cache.get("lineitem").blocks]))
-    con.execute("CREATE TABLE lineitem AS SELECT * FROM source")
+    try:
+        con.register("source", pa.Table.from_batches([b.decode() for _, b in cache.get("lineitem").blocks]))
+        con.execute("CREATE TABLE lineitem AS SELECT * FROM source")
+        con.unregister("source")
+        yield con
+    finally:
+        con.close()
+
+
+def _timed_scans(
+    cupy: Any, cache: TableCache, con: duckdb.DuckDBPyConnection, ceilings: dict[str, float], repeat: int
+) -> dict[str, Any]:
+    """Each query: NumPy on one core, DuckDB on every core, and CuPy resident and through the
+    pipeline (an aggregate streamed from host memory too), answers checked against NumPy's."""
+    numpy, backend = get_backend("numpy"), get_backend("cupy")
     results: dict[str, Any] = {"blocks": len(cache.get("lineitem").blocks)}
-    for name, (request, sql, keys) in QUERIES.items():
+    for name, (request, sql, keys) in SCANS.items():
         with console.status(f"{name}"):
             expected, _ = _scan(cache, numpy, request, keys)
             row: dict[str, Any] = {"numpy_s": _wall(lambda r=request, k=keys: _scan(cache, numpy, r, k), repeat)}
@@ -237,20 +292,48 @@ def _timed_scans(cupy: Any, cache: TableCache, ceilings: dict[str, float], repea
                 row["pipeline_s"] = _checked(cache, backend, request, keys, expected, repeat)
             finally:
                 del backend.keeps_columns
-            row["streamed_s"] = _wall(lambda r=request, k=keys, e=expected: _streamed(cache, backend, r, k, e), repeat)
+            if name in QUERIES:  # aggregates only
+                row["streamed_s"] = _wall(
+                    lambda r=request, k=keys, e=expected: _streamed(cache, backend, r, k, e), repeat
+                )
             stats = scan_table(cache, {"table": "lineitem", **request}, numpy)
             list(stats.pieces())
             row["decoded_bytes"] = decoded_bytes(cache, request, stats.stats)
             results[name] = row
-    con.close()
     copy, pinned = ceilings["device_to_device"], ceilings["host_to_device_pinned"]
-    for name in QUERIES:
+    for name in SCANS:
         row = results[name]
         row["effective_bytes_per_s"] = row["decoded_bytes"] / row["resident_s"]
         row["of_copy_bandwidth"] = row["effective_bytes_per_s"] / copy
         row["compressed_of_copy_bandwidth"] = row["compressed_bytes"] / row["resident_s"] / copy
         row["overlap"] = (row["compressed_bytes"] / pinned + row["resident_s"]) / row["pipeline_s"]
-        row["streamed_overlap"] = (row["compressed_bytes"] / pinned + row["resident_s"]) / row["streamed_s"]
+        if "streamed_s" in row:
+            row["streamed_overlap"] = (row["compressed_bytes"] / pinned + row["resident_s"]) / row["streamed_s"]
+    return results
+
+
+def _through_the_service(cache: TableCache, con: duckdb.DuckDBPyConnection, repeat: int) -> dict[str, Any]:
+    """TPC-H's single-table queries and a projection as SQL, through the engine to one node over
+    HTTP: the node on the CuPy backend (resident columns) against the node on the NumPy backend
+    (every core), and DuckDB; every answer checked against DuckDB's."""
+
+    def no_spark() -> Any:
+        raise SystemExit("a single-table query started Spark")
+
+    store, cores = cache.store, os.cpu_count() or 1
+    results: dict[str, Any] = {name: {} for name in SERVICE}
+    with console.status("TPC-H single-table queries through HTTP"):
+        for label in ("cupy", "numpy"):
+            with serve(Node(store, get_backend(label), slots=cores).app()) as url:
+                engine = Engine({store.node: url}, spark=no_spark)
+                for name, sql in SERVICE.items():
+                    got = engine.execute(sql)
+                    expected = con.sql(sql).fetchall()
+                    if got.engine != "nodes" or not rows_match(rows(got.table), expected, ordered=True):
+                        raise SystemExit(f"{name} through the {label} node: not DuckDB's answer ({got.engine})")
+                    results[name][f"{label}_s"] = _wall(lambda q=sql, e=engine: e.execute(q), repeat)
+        for name, sql in SERVICE.items():
+            results[name]["duckdb_s"] = _wall(lambda q=sql: con.sql(q).fetchall(), repeat)
     return results
 
 
@@ -301,8 +384,8 @@ def _wall(work: Any, repeat: int) -> float:
 def timed_report(figures: dict[str, Any]) -> None:
     checks = figures["checks"]
     console.print(
-        f"{figures['device']}: {checks['operations']} backend operations and {checks['fused_scans']} fused scans "
-        "equal to the NumPy backend's"
+        f"{figures['device']}: {checks['operations']} backend operations, {checks['fused_scans']} fused scans and "
+        f"{checks['fused_projections']} fused projections equal to the NumPy backend's"
     )
     c = figures["ceilings"]
     print_table(
@@ -322,8 +405,11 @@ def timed_report(figures: dict[str, Any]) -> None:
     )
     scans = figures["scans"]
     rows = []
-    for name in QUERIES:
+    for name in SCANS:
         q = scans[name]
+        streamed = (
+            [f"{q['streamed_s'] * 1000:.1f}", f"{q['streamed_overlap']:.2f}"] if "streamed_s" in q else ["-", "-"]
+        )
         rows.append(
             [
                 name,
@@ -334,8 +420,7 @@ def timed_report(figures: dict[str, Any]) -> None:
                 f"{q['scan_s'] * 1000:.2f}",
                 f"{q['pipeline_s'] * 1000:.1f}",
                 f"{q['overlap']:.2f}",
-                f"{q['streamed_s'] * 1000:.1f}",
-                f"{q['streamed_overlap']:.2f}",
+                *streamed,
                 f"{q['numpy_s'] / q['resident_s']:.1f}x",
                 f"{q['duckdb_s'] / q['resident_s']:.1f}x",
             ]
@@ -358,6 +443,20 @@ def timed_report(figures: dict[str, Any]) -> None:
         ],
         rows,
     )
+    if "service" in figures:
+        print_table(
+            f"Through the SQL engine to one node over HTTP, lineitem SF {figures['sf']:g}: ms, and times DuckDB's",
+            ["query", "GPU node", "CPU node", "DuckDB", "GPU node vs DuckDB", "GPU node vs CPU node"],
+            [
+                [
+                    name,
+                    *(f"{q[k] * 1000:.1f}" for k in ("cupy_s", "numpy_s", "duckdb_s")),
+                    f"{q['duckdb_s'] / q['cupy_s']:.2f}x",
+                    f"{q['numpy_s'] / q['cupy_s']:.2f}x",
+                ]
+                for name, q in figures["service"].items()
+            ],
+        )
     sweep = figures["compressed_transfer"]
     blocks = sorted({r["block_mb"] for r in sweep})
     ratios = sorted({r["ratio"] for r in sweep})

@@ -1,6 +1,7 @@
 """The CuPy backend's kernels checked against the NumPy backend's on fresh random data: every backend
-operation at several sizes, and the fused scan kernel (`gpu_kernels.fused_scan`) on random blocks
-whose columns take every encoding it reads, with random predicates, group keys and aggregates. New
+operation at several sizes, and the fused scan kernels (`gpu_kernels.fused_scan`, and the fused
+projections of `gpu_kernels.fused_project`) on random blocks whose columns take every encoding they
+read, with random predicates, group keys and aggregates, or projected expressions. New
 device arrays hold garbage (on a GPU, what was there; under the stand-in, a poison pattern), so an
 output a kernel leaves unwritten shows. Used by the tests and by `benchmarks.bench_gpu`, which runs
 them first on a real GPU."""
@@ -37,6 +38,7 @@ from gpu_kernels import (
     bitpack,
     expr,
     final_aggregate,
+    fused_project,
     fused_scan,
     get_backend,
     narrow_int,
@@ -209,6 +211,57 @@ def compare_fused(
         through_operator = final_rows(run_block(task, block, cupy_backend, ScanStats(), predicate)[0][0], task)
         _require(through_operator == final_rows(partials[0], task), f"case {case}: the operator's fused path differs")
     return cases
+
+
+def random_outputs(rng: np.random.Generator) -> list[NamedExpr]:
+    """One to four projected expressions: columns of every type (strings too) and arithmetic."""
+    choices = [Col(name) for name in TYPES] + ARGUMENTS
+    types = {name: arrow_kind(t) for name, t in TYPES.items()}
+    picked = [choices[i] for i in rng.choice(len(choices), int(rng.integers(1, 5)), replace=False)]
+    return [NamedExpr(f"o{i}", e, arrow_type(expr.check(e, types))) for i, e in enumerate(picked)]
+
+
+def compare_projections(
+    cases: int, standin: Any = None, seed: int = 6, sizes: tuple[int, ...] = (1, 7, 255, 256, 257, 3000)
+) -> int:
+    """Random projections through the fused kernels (`gpu_kernels.fused_project`) and through the
+    NumPy backend's general kernels, their rows compared (as sorted lists: launches of different
+    encodings follow one another; the rows of one block keep their order); how many were compared.
+    Blocks, subsets and grids are drawn as in `compare_fused`; under the stand-in the answer must
+    come back in two waits for the device (one when no row holds)."""
+    rng = np.random.default_rng(seed)
+    numpy, cupy_backend = get_backend("numpy"), get_backend("cupy")
+    for case in range(cases):
+        blocks = [random_block(rng, int(rng.choice(sizes))) for _ in range(int(rng.integers(1, 5)))]
+        chosen = sorted(int(b) for b in rng.choice(len(blocks), int(rng.integers(1, len(blocks) + 1)), replace=False))
+        predicate = random_predicate(rng) if case % 5 else None
+        task = BlockTask(predicate, outputs=tuple(random_outputs(rng)))
+        expected = [
+            row for b in chosen for row in run_block(task, blocks[b], numpy, ScanStats(), predicate)[0][0].to_pylist()
+        ]
+        images = {n: ColumnImage.of(n, [b.columns[n] for b in blocks]) for n in TYPES}
+        scan = fused_project.plan(images, chosen, predicate, list(task.outputs))
+        _require(scan is not None, f"case {case}: {task} is not fused")
+        if case % 3 == 0:
+            for launch in scan.launches:
+                launch.max_grid = int(rng.integers(1, 4))
+        syncs = standin.counts.syncs if standin else 0
+        buffers = {pair for launch in scan.launches for pair in launch.buffers}
+        on_device = {(c, k): cupy_backend.asarray(images[c].buffers[k]) for c, k in buffers}
+        values = cupy_backend.fused_project(scan, lambda c, k, d=on_device: d[(c, k)])
+        waits = 2 if expected else (1 if scan.tiles else 0)
+        _require(not standin or standin.counts.syncs == syncs + waits, f"case {case}: not read back in {waits} waits")
+        got = scan.assemble(values).to_pylist()
+        _require(scan.selected(values) == len(expected), f"case {case}: rows selected")
+        wrong = [pair for pair in zip(_sorted(got), _sorted(expected), strict=False) if pair[0] != pair[1]][:3]
+        _require(not wrong and len(got) == len(expected), f"case {case}: {task}\n(fused, numpy): {wrong}")
+        if len(scan.launches) == 1:  # one launch: the rows in the blocks' order
+            _require(got == expected, f"case {case}: rows out of order")
+    return cases
+
+
+def _sorted(rows: list[dict]) -> list[tuple]:
+    return sorted(tuple(row.values()) for row in rows)
 
 
 def _operations(rng: np.random.Generator, n: int) -> dict[str, tuple[Callable[[Any], Any], ...]]:

@@ -29,6 +29,7 @@ _FACE: dict[str, tuple[str, ...]] = {
     "decoding": ("ScanStats",),
     "device_pipeline": ("block_budget",),
     "fused_scan": ("FusedScan",),
+    "fused_project": ("FusedProjection",),
     "encoded_block": ("EncodedBlock", "EncodedColumn"),
     "encodings": (
         "BitPacked",
@@ -52,7 +53,7 @@ _FACE: dict[str, tuple[str, ...]] = {
     "partition": ("partition",),
     "pipeline": ("BlockPipeline", "block_parts"),
     "placement_hash": ("bucket_ids", "string_hashes"),
-    "resident": ("ResidentArea", "ResidentScan", "TooLarge", "area_of", "plan_resident"),
+    "resident": ("ResidentArea", "ResidentScan", "TooLarge", "area_of", "plan_resident", "plan_resident_projection"),
     "streamed": ("StreamedScan", "plan_streamed", "streamed_chunk_bytes"),
     "value_predicates": ("membership_of",),
     "vectors": ("OverflowInExpression", "Vec", "arrow_type", "exact_fraction", "scalar_literal", "to_arrow"),

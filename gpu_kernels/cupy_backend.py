@@ -20,6 +20,7 @@ import numpy as np
 
 from gpu_kernels.backend import Array, NumpyBackend
 from gpu_kernels.cuda_kernels import KERNELS, MAX_BUCKETS, MAX_PARTITION_GRID, PARTITION_ROWS, THREADS, launch_shape
+from gpu_kernels.fused_project import FusedProjection
 from gpu_kernels.fused_scan import FusedScan
 
 
@@ -60,17 +61,53 @@ class CupyBackend(NumpyBackend):
         self._staging.stream.wait_event(self.xp.cuda.get_current_stream().record())
         return staged.get(stream=self._staging.stream)
 
+    def _in_result_area(self) -> contextlib.AbstractContextManager:
+        """New device arrays go into this thread's result area, if it has one."""
+        pool = getattr(self._staging, "pool", None)
+        return self.xp.cuda.using_allocator(pool.malloc) if pool is not None else contextlib.nullcontext()
+
+    def _read_back(self, array: Array) -> np.ndarray:
+        """An array made in `_in_result_area`, on the host: the host waits for the device."""
+        return self._copied_out(array) if getattr(self._staging, "pool", None) is not None else self.xp.asnumpy(array)
+
     def fused_aggregate(self, scan: FusedScan, buffer: Callable[[str, str], Array]) -> np.ndarray:
         """Run a scan's fused kernels (`gpu_kernels.fused_scan`): the accumulators copied in, one
         launch per signature over all its blocks (each with its device block table), and the
         accumulators read back, the scan's only wait for the device. `buffer(column, key)` is the
         device copy of a column image's buffer."""
-        cupy = self.xp
-        pool = getattr(self._staging, "pool", None)
-        with cupy.cuda.using_allocator(pool.malloc) if pool is not None else contextlib.nullcontext():
-            out = cupy.asarray(scan.initial)  # in the result area, if any
+        with self._in_result_area():
+            out = self.xp.asarray(scan.initial)
         self.fused_launch(scan, buffer, out)
-        return self._copied_out(out) if pool is not None else cupy.asnumpy(out)
+        return self._read_back(out)
+
+    def fused_project(self, scan: FusedProjection, buffer: Callable[[str, str], Array]) -> np.ndarray:
+        """Run a projection's fused kernels (`gpu_kernels.fused_project`): per signature the count
+        kernel, a scan of the tiles' counts, the number of rows read back (the first wait), then per
+        signature the write kernel into an answer of that size, read back (the second): one row of
+        64-bit values per output. Raises CuPy's OutOfMemoryError where the answer outgrows the
+        result area."""
+        if not scan.tiles:
+            return np.empty((scan.outputs, 0), dtype=np.int64)
+        cupy = self.xp
+        calls, base = [], 0
+        with self._in_result_area():
+            counts = cupy.empty(scan.tiles, dtype=cupy.int64)
+            for launch in scan.launches:
+                pointers = [buffer(column, key) for column, key in launch.buffers]
+                head = (np.int64(launch.tiles), np.int64(len(launch.table)), cupy.asarray(launch.table))
+                arguments = (*head, *pointers, *launch.scalars, np.int64(base))
+                module = self._module(launch.source)
+                module.get_function(f"{launch.name}_count")((launch.grid,), (THREADS,), (*arguments, counts))
+                calls.append((module.get_function(f"{launch.name}_write"), launch.grid, arguments))
+                base += launch.tiles
+            ends = cupy.cumsum(counts)
+            rows = int(self._read_back(ends[-1:])[0])
+            if rows == 0:
+                return np.empty((scan.outputs, 0), dtype=np.int64)
+            out = cupy.empty((scan.outputs, rows), dtype=cupy.int64)
+        for kernel, grid, arguments in calls:
+            kernel((grid,), (THREADS,), (*arguments, counts, ends, np.int64(rows), out))
+        return self._read_back(out)
 
     def fused_launch(self, scan: FusedScan, buffer: Callable[[str, str], Array], out: Array) -> None:
         """A scan's fused kernels launched on the current stream, adding into the accumulators `out`

@@ -63,7 +63,7 @@ _C_TYPES = {
 }
 _C_COMPARE = {"=": "==", "<>": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 _FLIPPED = {"=": "=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}  # a comparison with its sides swapped
-_INTEGRAL = (Kind.INT, Kind.DEC, Kind.DATE)
+INTEGRAL = (Kind.INT, Kind.DEC, Kind.DATE)  # the kinds a kernel computes with, as 64-bit integers
 
 
 class NotFusable(Exception):
@@ -104,6 +104,11 @@ class Launch:
         return max(1, min(self.max_grid, self.tiles))
 
 
+def rows_launched(launches: Sequence[Launch]) -> int:
+    """The rows of the launches' block tables: those of the blocks' ranges (`row_ranges`)."""
+    return sum(int(launch.table[:, 0].sum()) for launch in launches)
+
+
 @dataclass
 class FusedScan:
     """The generated kernels of a scan's partial aggregate and how to read their result."""
@@ -124,7 +129,7 @@ class FusedScan:
     @property
     def rows_read(self) -> int:
         """Rows the kernels read: those of the blocks' ranges (`row_ranges`), not launched past them."""
-        return sum(int(launch.table[:, 0].sum()) for launch in self.launches)
+        return rows_launched(self.launches)
 
     def selected(self, accumulators: np.ndarray) -> int:
         """Rows the predicate kept."""
@@ -137,7 +142,7 @@ def prelude() -> str:
     return cuda_source("fused_scan.cu")
 
 
-class _Generator:
+class Generator:
     """Builds one launch's kernel for the blocks of one signature: its parameters, the fields of the
     device block table it reads, per-column reads, the predicate, keys and updates."""
 
@@ -209,7 +214,7 @@ class _Generator:
         if name not in self.reads:
             image = self.image(name)
             t = E.arrow_kind(image.type)
-            if t.kind not in _INTEGRAL:
+            if t.kind not in INTEGRAL:
                 raise NotFusable(f"a {t.kind.value} column")
             encoding = image.encodings[self.block]
             if isinstance(encoding, Dictionary):
@@ -260,7 +265,7 @@ class _Generator:
                 raise NotFusable("a NULL literal")
             if e.type.kind is Kind.BOOL:
                 return _Value("true" if e.value else "false", e.type, 1)
-            if e.type.kind not in _INTEGRAL:
+            if e.type.kind not in INTEGRAL:
                 raise NotFusable(f"a {e.type.kind.value} literal")
             domain = literal_domain(e)
             return _Value(self.param("long long {name}", np.int64(domain)), e.type, abs(domain))
@@ -297,7 +302,7 @@ class _Generator:
 
     def compare(self, op: str, a: _Value, b: _Value) -> str:
         common = E.common_type(a.type, b.type, op)
-        if common.kind not in _INTEGRAL:
+        if common.kind not in INTEGRAL:
             raise NotFusable(f"a comparison of {common.kind.value} values")
         return f"({_rescaled(a, common).code} {_C_COMPARE[op]} {_rescaled(b, common).code})"
 
@@ -305,7 +310,7 @@ class _Generator:
         if Kind.DATE in (a.type.kind, b.type.kind) and not (a.type.kind is b.type.kind is Kind.DATE and op == "-"):
             raise NotFusable("date arithmetic")
         t = E.arithmetic_type(op, a.type, b.type)
-        if t.kind not in _INTEGRAL:
+        if t.kind not in INTEGRAL:
             raise NotFusable(f"{t.kind.value} arithmetic")
         if op == "*":
             bound = a.bound * b.bound
@@ -368,15 +373,9 @@ def _plan(images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate, keys
         raise NotFusable("a scan that reads no column")
     blocks = blocks[any_image.rows[blocks] > 0]
     rows = int(any_image.rows[blocks].sum())
-    lo, hi = row_ranges(images, blocks, predicate)
-    narrowed = {int(b): (int(a), int(z)) for b, a, z in zip(blocks, lo, hi, strict=True) if z > a}
-    signatures: dict[str, list[int]] = {}
-    for b in narrowed:  # a block none of whose rows can hold is not launched at all
-        signatures.setdefault("/".join(image.signatures[b] for image in images.values()), []).append(b)
     launches, shape = [], None
-    for members in signatures.values():
-        ranges = np.array([narrowed[b] for b in members], dtype=np.int64).reshape(-1, 2)
-        launch, launch_shape = _launch(images, np.array(members, dtype=np.int64), ranges, predicate, keys, aggregates)
+    for members, ranges in launch_groups(images, blocks, predicate):
+        launch, launch_shape = _launch(images, members, ranges, predicate, keys, aggregates)
         if shape is not None and launch_shape[:3] != shape[:3]:
             raise NotFusable("blocks whose keys number their groups differently")
         launches.append(launch)
@@ -398,6 +397,23 @@ def _plan(images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate, keys
     return FusedScan(rows, groups, width, launches, initial, columns, images, assemble)
 
 
+def launch_groups(
+    images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate: E.Expr | None
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The launches of a scan over `blocks`: per signature (the encodings of the columns it reads),
+    its blocks and their rows [first, end) (`row_ranges`); a block none of whose rows can hold is
+    in none."""
+    lo, hi = row_ranges(images, blocks, predicate)
+    narrowed = {int(b): (int(a), int(z)) for b, a, z in zip(blocks, lo, hi, strict=True) if z > a}
+    signatures: dict[str, list[int]] = {}
+    for b in narrowed:
+        signatures.setdefault("/".join(image.signatures[b] for image in images.values()), []).append(b)
+    return [
+        (np.array(members, dtype=np.int64), np.array([narrowed[b] for b in members], dtype=np.int64).reshape(-1, 2))
+        for members in signatures.values()
+    ]
+
+
 def row_ranges(images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate) -> tuple[np.ndarray, np.ndarray]:
     """Per block, the rows [first, end) outside which no row can satisfy `predicate`: where one of
     its conjuncts compares a column stored as sorted runs with a literal, the runs that hold turned
@@ -415,7 +431,7 @@ def row_ranges(images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate)
             common = E.common_type(t, literal.type, op)
         except E.ExprError:
             continue
-        if t.kind not in _INTEGRAL or common.kind is not t.kind or literal.value is None:
+        if t.kind not in INTEGRAL or common.kind is not t.kind or literal.value is None:
             continue
         bound = literal_domain(literal) * 10 ** max(0, common.scale - literal.type.scale)
         factor = 10 ** max(0, common.scale - t.scale)
@@ -468,7 +484,7 @@ def _runs_holding(values: np.ndarray, op: str, bound: int) -> tuple[int, int]:
 def _launch(images, blocks: np.ndarray, ranges: np.ndarray, predicate, keys, aggregates) -> tuple[Launch, tuple]:
     """The launch over the rows `ranges` ([first, end) per block) of `blocks` (all encoded alike)
     and the accumulators' shape it fills."""
-    g = _Generator(images, blocks)
+    g = Generator(images, blocks)
     condition = g.condition(predicate) if predicate is not None else "true"
     key_reads = [g.key(k) for k in keys]
     groups = math.prod(cardinality for _, cardinality, _ in key_reads)
@@ -495,7 +511,7 @@ def _launch(images, blocks: np.ndarray, ranges: np.ndarray, predicate, keys, agg
             if (kind, spec.arg) in slots:
                 continue
             v = g.value(spec.arg)
-            if v.type.kind not in _INTEGRAL:
+            if v.type.kind not in INTEGRAL:
                 raise NotFusable(f"{kind} of a {v.type.kind.value} value")
             slots[(kind, spec.arg)] = slot = Slot(kind, spec.arg, width)
             values.append((slot, v.code))
@@ -509,13 +525,13 @@ def _launch(images, blocks: np.ndarray, ranges: np.ndarray, predicate, keys, agg
     digest = hashlib.sha256((declared + body).encode()).hexdigest()[:12]
     name = f"cxg_fused_{digest}"
     source = prelude() + f'\nextern "C" __global__ void {name}({declared}) {{\n{body}}}\n'
-    table, tiles = _block_table(images, blocks, ranges, g.fields)
+    table, tiles = block_table(images, blocks, ranges, g.fields)
     columns = len(g.reads) + len(keys)
     launch = Launch(source, name, table, tiles, list(g.pointers), g.scalars)
     return launch, (groups, width, slots, [(c, k) for _, c, k in key_reads], columns)
 
 
-def _block_table(
+def block_table(
     images, blocks: np.ndarray, ranges: np.ndarray, fields: dict[tuple[str, str], int]
 ) -> tuple[np.ndarray, int]:
     """The device block table of `blocks`: the rows of its range, its first tile, its range's first

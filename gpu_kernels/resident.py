@@ -1,6 +1,7 @@
 """Columns resident on a GPU: the encoded columns a node's scans read, kept in device memory across
-queries, so that a scan's partial aggregate is one launch per signature over all its blocks
-(`gpu_kernels.fused_scan`) with nothing copied in but its small device block table.
+queries, so that a scan's partial aggregate or projection is one launch (or two) per signature
+over all its blocks (`gpu_kernels.fused_scan`, `gpu_kernels.fused_project`) with nothing copied in
+but its small device block table.
 
 Each device has one `ResidentArea`, a fourth of the scans' device budget (`storage.device_memory`;
 the block pipeline's three areas share the rest). A column is loaded whole on first use, as its
@@ -19,11 +20,11 @@ from typing import Any
 import numpy as np
 
 from gpu_kernels import expr as E
-from gpu_kernels import fused_scan
+from gpu_kernels import fused_project, fused_scan
 from gpu_kernels.aggregate import AggSpec, NamedExpr
 from gpu_kernels.column_image import ColumnImage
 from gpu_kernels.cupy_backend import CupyBackend
-from gpu_kernels.device_pipeline import area_size
+from gpu_kernels.device_pipeline import DeviceAreas, area_size
 from gpu_kernels.encoded_block import EncodedBlock
 
 
@@ -119,9 +120,10 @@ def area_of(backend: CupyBackend) -> ResidentArea:
 
 @dataclass
 class ResidentScan:
-    """A fused scan over resident columns, ready to run (again and again)."""
+    """A fused scan (a partial aggregate or a projection) over resident columns, ready to run
+    (again and again)."""
 
-    scan: fused_scan.FusedScan
+    scan: fused_scan.FusedScan | fused_project.FusedProjection
     area: ResidentArea
     table: Hashable
 
@@ -129,9 +131,17 @@ class ResidentScan:
         return self.area.buffer((self.table, column), key)
 
     def run(self, backend: CupyBackend) -> np.ndarray | None:
-        """The accumulators, or None if a column was evicted meanwhile by a concurrent scan's load."""
+        """The accumulators (or the projection's values), or None if a column was evicted meanwhile
+        by a concurrent scan's load, or a projection's answer outgrows the result area."""
         try:
-            return backend.fused_aggregate(self.scan, self.buffer)
+            if not isinstance(self.scan, fused_project.FusedProjection):
+                return backend.fused_aggregate(self.scan, self.buffer)
+            result = DeviceAreas.of_current_device(backend).result  # the answer stays within the budget
+            try:
+                with backend.xp.cuda.using_allocator(result.malloc):
+                    return backend.fused_project(self.scan, self.buffer)
+            except backend.xp.cuda.memory.OutOfMemoryError:
+                return None  # the block pipeline answers it, block by block
         except (TooLarge, KeyError):
             return None
 
@@ -149,11 +159,31 @@ def plan_resident(
     order: `table` names them) on the current device, its columns made resident; None where the
     fused kernels cannot run it; TooLarge where a column outgrows the area (`gpu_kernels.streamed`
     then streams it from host memory)."""
-    area = area_of(backend)
-    names = fused_scan.columns_read(predicate, keys, aggregates)
-    if not names:  # COUNT(*) alone: no column to keep
-        return None
-    columns = [b.columns for b in blocks]
-    images = {n: area.image((table, n), lambda n=n: ColumnImage.of(n, [b[n] for b in columns])) for n in names}
-    scan = fused_scan.plan(images, selected, predicate, keys, aggregates)
+    area, images = _images(backend, table, blocks, fused_scan.columns_read(predicate, keys, aggregates))
+    scan = fused_scan.plan(images, selected, predicate, keys, aggregates) if images else None
     return None if scan is None else ResidentScan(scan, area, table)
+
+
+def plan_resident_projection(
+    backend: CupyBackend,
+    table: Hashable,
+    blocks: Sequence[EncodedBlock],
+    selected: Sequence[int],
+    predicate: E.Expr | None,
+    outputs: list[NamedExpr],
+) -> ResidentScan | None:
+    """The projection of the `selected` of a table's `blocks` as `plan_resident` plans an aggregate
+    (`gpu_kernels.fused_project`); TooLarge where a column outgrows the area."""
+    area, images = _images(backend, table, blocks, fused_project.columns_read(predicate, outputs))
+    scan = fused_project.plan(images, selected, predicate, outputs) if images else None
+    return None if scan is None else ResidentScan(scan, area, table)
+
+
+def _images(
+    backend: CupyBackend, table: Hashable, blocks: Sequence[EncodedBlock], names: list[str]
+) -> tuple[ResidentArea, dict[str, ColumnImage]]:
+    """The current device's resident area and the images of the columns `names` there (none for
+    COUNT(*) alone: no column to keep)."""
+    area = area_of(backend)
+    columns = [b.columns for b in blocks]
+    return area, {n: area.image((table, n), lambda n=n: ColumnImage.of(n, [b[n] for b in columns])) for n in names}

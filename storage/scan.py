@@ -40,6 +40,7 @@ from gpu_kernels import (
     final_aggregate,
     fold,
     plan_resident,
+    plan_resident_projection,
     plan_streamed,
     streamed_chunk_bytes,
 )
@@ -93,6 +94,7 @@ def plan_scan(request: ScanRequest, schema: TableSchema) -> ScanPlan:
 
 
 _HOST = NumpyBackend()  # the merged groups of a HAVING on the node are few: evaluated on the host
+PIECE_ROWS = 1 << 20  # a fused projection's answer goes out in batches of at most this many rows
 
 
 # ---- pruning by block statistics ---------------------------------------------------------------
@@ -319,8 +321,8 @@ class BlockScan:
 
     def _blocks(self, jobs: list[Job]) -> Iterator[Piece]:
         task = self.plan.task
-        fused = self.backend.keeps_columns and self.backend.fuses and task.aggregating
-        if fused and not task.partition_buckets and jobs:
+        fused = self.backend.keeps_columns and self.backend.fuses and not task.partition_buckets
+        if fused and jobs and (task.aggregating or self.plan.limit is None):  # a LIMIT stops early, block by block
             pieces = self._fused(jobs)
             if pieces is not None:
                 yield from pieces
@@ -345,19 +347,20 @@ class BlockScan:
                 return
 
     def resident(self, jobs: list[Job]) -> ResidentScan | None:
-        """The partial aggregate of every job's block at once over the GPU's resident columns
-        (`gpu_kernels.resident`), ready to run; None where it cannot run so."""
+        """The partial aggregate (or the projection) of every job's block at once over the GPU's
+        resident columns (`gpu_kernels.resident`), ready to run; None where it cannot run so."""
         task, loaded = self.plan.task, self.loaded
         position = {entry.file: i for i, (entry, _) in enumerate(loaded.blocks)}
-        return plan_resident(
+        where = (
             self.backend,
             (str(loaded.table.store.root), loaded.table.name, loaded.version, loaded.stamp),
             [block for _, block in loaded.blocks],
             [position[entry.file] for entry, _, _ in jobs],
             task.predicate,
-            list(task.keys),
-            list(task.aggregates),
         )
+        if not task.aggregating:
+            return plan_resident_projection(*where, list(task.outputs))
+        return plan_resident(*where, list(task.keys), list(task.aggregates))
 
     def streamed(self, jobs: list[Job]) -> StreamedScan | None:
         """The partial aggregate of every job's block streamed from host memory through the fused
@@ -370,8 +373,9 @@ class BlockScan:
     def _fused(self, jobs: list[Job]) -> list[Piece] | None:
         """The partial aggregate of every job's block at once through the fused kernels: from the
         GPU's resident columns (one launch per signature, one wait), or, for columns that outgrow
-        the resident area, streamed from host memory in chunks (one wait). None where the fused
-        kernels cannot run it (the block pipeline then does)."""
+        the resident area, streamed from host memory in chunks (one wait). A projection likewise
+        from the resident columns (two launches per signature, a scan, two waits). None where the
+        fused kernels cannot run it (the block pipeline then does)."""
         started = time.perf_counter()
         try:
             prepared = self.resident(jobs)
@@ -380,7 +384,7 @@ class BlockScan:
                 return None
             scans, results, name = [prepared.scan], [accumulators], "resident"
         except TooLarge:
-            streamed = self.streamed(jobs)
+            streamed = self.streamed(jobs) if self.plan.task.aggregating else None
             if streamed is None:
                 return None
             scans, results, name = streamed.chunks, streamed.run(self.backend), "streamed"
@@ -397,7 +401,15 @@ class BlockScan:
         )
         for entry, _, _ in jobs:  # the time shared by the buckets as their rows
             self.seconds_read[entry.bucket] += seconds * entry.rows / max(1, rows)
-        return [Piece(scan.assemble(a), name) for scan, a in zip(scans, results, strict=True)]
+        batches = (scan.assemble(a) for scan, a in zip(scans, results, strict=True))
+        return [Piece(piece, name) for batch in batches for piece in _slices(batch)]
+
+
+def _slices(batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+    """A fused scan's answer in batches of at most PIECE_ROWS rows (a projection's can be large)."""
+    if batch.num_rows <= PIECE_ROWS:
+        return [batch]
+    return [batch.slice(start, PIECE_ROWS) for start in range(0, batch.num_rows, PIECE_ROWS)]
 
 
 def scan_table(

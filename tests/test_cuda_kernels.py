@@ -142,12 +142,17 @@ def test_the_gpu_benchmark_counts_launches_and_waits_per_query_on_the_stand_in(t
         "sorted, unselective",
         "unsorted, selective",
         "unsorted, unselective",
+        "projection, sorted range",
+        "projection, unsorted range",
     }
     assert figures["Q1"]["fused"]["blocks"] > 50
     for name, q in figures.items():
         general, fused = q["general"], q["fused"]
         assert fused["blocks"] == general["blocks"] > 0, name
-        assert fused["syncs"] == 1 and fused["launches"] <= 4, (name, fused)  # whatever the number of blocks
+        if name.startswith("projection"):  # the rows counted, then the answer: two waits, whatever the blocks
+            assert fused["syncs"] == 2 and fused["launches"] <= 6, (name, fused)
+        else:
+            assert fused["syncs"] == 1 and fused["launches"] <= 4, (name, fused)
         assert general["syncs"] > general["blocks"] and general["launches"] > 3 * general["blocks"], (name, general)
         assert fused["to_device_bytes"] < fused["first_to_device_bytes"] / 10, (name, fused)  # the columns stay
 
@@ -156,10 +161,15 @@ def test_the_timed_gpu_benchmark_runs_end_to_end_on_the_stand_in(tmp_path) -> No
     out = tmp_path / "timed.json"
     bench_gpu.main(["--standin", "--repeat", "1", "--json", str(out)])  # stops at any answer unlike NumPy's
     figures = json.loads(out.read_text())
-    assert figures["checks"]["operations"] > 0 and figures["checks"]["fused_scans"] > 0
-    assert set(figures["scans"]) - {"blocks"} == set(bench_gpu.QUERIES)
+    checks = figures["checks"]
+    assert checks["operations"] > 0 and checks["fused_scans"] > 0 and checks["fused_projections"] > 0
+    assert set(figures["scans"]) - {"blocks"} == set(bench_gpu.QUERIES) | set(bench_gpu.PROJECTIONS)
     scans = [q for n, q in figures["scans"].items() if n != "blocks"]
     assert all(q["resident_s"] > 0 and q["scan_s"] > 0 and q["overlap"] > 0 for q in scans)
-    assert all(q["streamed_s"] > 0 and q["streamed_overlap"] > 0 for q in scans)  # streamed from host memory too
+    aggregates = [figures["scans"][n] for n in bench_gpu.QUERIES]
+    assert all(q["streamed_s"] > 0 and q["streamed_overlap"] > 0 for q in aggregates)  # streamed from host memory too
+    service = figures["service"]  # through HTTP, every answer DuckDB's
+    assert set(service) == {"Q1", "Q6", "projection"}
+    assert all(q["cupy_s"] > 0 and q["numpy_s"] > 0 and q["duckdb_s"] > 0 for q in service.values())
     assert len(figures["compressed_transfer"]) == 2 * 9 and set(figures["partitioning"]) == {"16", "256"}
     assert all(v > 0 for v in figures["ceilings"].values())

@@ -1,7 +1,8 @@
 """Memory on the device: the scans on a GPU share a budget (`storage.device_memory`, four areas of a
 fourth: the block pipeline's three and the resident columns'), a table larger than it goes through
-within it (block by block, or streamed in chunks for an aggregate), and a scan that needs more than
-is left fails alone with `device_out_of_memory` while the node goes on."""
+within it (block by block, or streamed in chunks for an aggregate; a projection fused over resident
+columns answers in the result area, or block by block where its answer would outgrow it), and a
+scan that needs more than is left fails alone with `device_out_of_memory` while the node goes on."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ def store(tmp_path) -> Store:
     load_table([store], TableSchema.from_arrow("big", big.schema), big, LoadOptions(block_budget=640_000))
     tiny = pa.table({"x": pa.array(range(100), pa.int64())})
     load_table([store], TableSchema.from_arrow("tiny", tiny.schema), tiny)
+    narrow = pa.table({"x": rng.integers(0, 8, rows), "y": rng.integers(0, 1 << 12, rows)})  # a few bits a value
+    load_table([store], TableSchema.from_arrow("narrow", narrow.schema), narrow, LoadOptions(block_budget=160_000))
     return store
 
 
@@ -72,6 +75,29 @@ def test_a_table_larger_than_the_device_budget_goes_through_within_it(store, cup
         assert 0 < max(pool.peak for pool in (areas.input, areas.decoded, areas.result)) <= areas.size == BUDGET // 4
         [resident] = [a for (_, memory), a in get_backend("cupy").resident.items() if memory == BUDGET]
         assert resident.budget == BUDGET // 4 and resident.residency.loads == 0  # no column of big fits it
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cupy_node", [BUDGET], indirect=True)
+def test_a_projection_whose_answer_outgrows_the_result_area_goes_block_by_block(store, cupy_node, cupy_standin):
+    """The columns of `narrow` fit the resident area, so its projections are fused over them, their
+    answer in the result area; one whose answer (8 bytes a value) would outgrow it is answered by the
+    block pipeline instead, block by block within the budget. Both equal the NumPy backend's."""
+    selective = {"table": "narrow", "columns": ["x", "y"], "filter": {"op": "<", "args": [{"col": "y"}, {"lit": 64}]}}
+    everything = {"table": "narrow", "columns": ["x", "y"]}
+    order = [("y", "ascending"), ("x", "ascending")]
+    waits = []
+    for request in (selective, everything):
+        before = cupy_standin.counts.syncs if cupy_standin is not None else 0
+        got, _ = cupy_node.scan_table(request)
+        assert got.sort_by(order).equals(_expected(store, request).sort_by(order))
+        waits.append(cupy_standin.counts.syncs - before if cupy_standin is not None else None)
+    if cupy_standin is not None:  # fused: the count and the answer; then block by block: a wait a block
+        assert waits[0] == 2 and waits[1] > len(TableCache(store).get("narrow").blocks) >= 40
+        [resident] = [a for (_, memory), a in get_backend("cupy").resident.items() if memory == BUDGET]
+        assert resident.residency.loads == 2  # x and y, kept for the second
+        [areas] = [a for (_, memory), a in get_backend("cupy").areas.items() if memory == BUDGET]
+        assert 0 < areas.result.peak <= areas.size
 
 
 def pc_sum(table: pa.Table, column: str) -> int:

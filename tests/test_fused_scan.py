@@ -65,10 +65,12 @@ def test_every_backend_operation_against_numpy_on_fresh_data() -> None:
 @pytest.mark.slow
 def test_fused_kernels_run_clean_under_address_and_undefined_behaviour_sanitizers() -> None:
     out = run_sanitized(
-        "from benchmarks.cupy_standin import installed\nfrom benchmarks.kernel_checks import compare_fused\n"
-        "with installed(sanitize=True) as standin:\n    print(compare_fused(40, standin))"
+        "from benchmarks.cupy_standin import installed\n"
+        "from benchmarks.kernel_checks import compare_fused, compare_projections\n"
+        "with installed(sanitize=True) as standin:\n"
+        "    print(compare_fused(40, standin), compare_projections(30, standin))"
     )
-    assert int(out.split()[-1]) == 40
+    assert out.split()[-2:] == ["40", "30"]
 
 
 @pytest.mark.gpu

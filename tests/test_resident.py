@@ -177,20 +177,25 @@ def test_a_scan_whose_columns_were_evicted_meanwhile_is_not_run(tmp_path, cupy_s
     assert plan_resident(cupy, "t", blocks, range(len(blocks)), None, [], count_only) is None  # no column to keep
 
 
+PROJECTION = """SELECT l_orderkey, l_linenumber, l_extendedprice * (1 - l_discount) AS price, l_returnflag, l_shipdate
+FROM lineitem WHERE l_shipdate BETWEEN DATE '1995-03-01' AND DATE '1995-03-20' AND l_quantity < 10
+ORDER BY l_orderkey, l_linenumber"""
+
+
 @pytest.mark.gpu
 def test_tpch_single_table_queries_through_sql_on_gpu_nodes_equal_duckdbs(region_stores, spark_settings, duck) -> None:
-    """The nodes of a region on the CuPy backend answer TPC-H Q1 and Q6 from their resident
-    columns, through the gateway's SQL over HTTP, with DuckDB's answers and no Spark."""
+    """The nodes of a region on the CuPy backend answer TPC-H Q1 and Q6, and a projection of
+    lineitem, from their resident columns, through the gateway's SQL over HTTP, with DuckDB's
+    answers and no Spark."""
     from gateway.sql.engine import Engine  # pyspark: its module, never a session here
 
     cupy = get_backend("cupy")
     with ExitStack() as stack:
         nodes = {s.node: stack.enter_context(serve(Node(s, cupy, slots=2).app())) for s in region_stores}
         engine = Engine(nodes, spark_settings, lambda: pytest.fail("a single-table query started Spark"))
-        for number in SINGLE_TABLE:
-            sql = query(number)
+        for sql in [*(query(n) for n in SINGLE_TABLE), PROJECTION]:
             result = engine.execute(sql)
             assert result.engine == "nodes"
-            assert rows_match(rows(result.table), duck.sql(sql).fetchall(), ordered=True), number
+            assert rows_match(rows(result.table), duck.sql(sql).fetchall(), ordered=True), sql
     areas = list(cupy.resident.values())
     assert sum(a.residency.loads for a in areas) >= 2 * 4  # each node kept lineitem's columns it read
