@@ -40,12 +40,16 @@ def device_map(
     results: dict[int, Any] = {}
     ready = threading.Condition()
     errors: list[BaseException] = []
+    finished = threading.Event()  # the consumer stopped (a LIMIT reached, a failure): no more blocks
+
+    def stopped() -> bool:
+        return cancel.is_set() or finished.is_set()
 
     def device_worker(device: int) -> None:
         try:
             with cupy.cuda.Device(device):
                 lane = _DeviceLane(backend)
-                for index, result in lane.run([jobs[i] for i in shares[device]], work, parts_of, cancel):
+                for index, result in lane.run([jobs[i] for i in shares[device]], work, parts_of, stopped):
                     with ready:
                         results[shares[device][index]] = result
                         ready.notify_all()
@@ -56,19 +60,24 @@ def device_map(
                 errors.append(e)
                 ready.notify_all()
 
-    workers = [threading.Thread(target=device_worker, args=(d,), daemon=True) for d in range(devices)]
+    workers = [
+        threading.Thread(target=device_worker, args=(d,), name=f"cxg-device-{d}", daemon=True) for d in range(devices)
+    ]
     for w in workers:
         w.start()
-    for i in range(len(jobs)):
-        with ready:
-            ready.wait_for(lambda i=i: i in results or errors or cancel.is_set())
-            if errors:
-                raise errors[0]
-            if cancel.is_set():
-                return
-            yield results.pop(i)
-    for w in workers:
-        w.join()
+    try:
+        for i in range(len(jobs)):
+            with ready:
+                ready.wait_for(lambda i=i: i in results or errors or cancel.is_set())
+                if errors:
+                    raise errors[0]
+                if cancel.is_set():
+                    return
+                yield results.pop(i)
+    finally:  # whatever ended it, the devices stop after their current block, before the scan ends
+        finished.set()
+        for w in workers:
+            w.join()
 
 
 DEVICE_MEMORY_FRACTION = 0.9  # of each device's memory, split into four areas: the three below, resident columns
@@ -150,14 +159,14 @@ class _DeviceLane:
             done = self.copy_stream.record()
         return uploaded, done, staged
 
-    def run(self, jobs, work, parts_of, cancel) -> Iterator[tuple[int, Any]]:
+    def run(self, jobs, work, parts_of, stopped: Callable[[], bool]) -> Iterator[tuple[int, Any]]:
         if not jobs:
             return
         self.backend.stage_results(self.areas.result, self.copy_stream)
         upcoming = self._upload(parts_of(jobs[0]))
         try:
             for index, job in enumerate(jobs):
-                if cancel.is_set():
+                if stopped():
                     return
                 parts, copied, staged = upcoming
                 if index + 1 < len(jobs):
