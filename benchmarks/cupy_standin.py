@@ -14,10 +14,11 @@ It is NumPy underneath, and as strict as CuPy where CuPy is strict:
   memory pools and each device's memory have limits (`OutOfMemoryError` past them).
 - **Raw CUDA kernels run their own source** (`cupy.RawModule`), compiled as C++ on the CPU by g++
   through a small shim (with `sanitize`, under AddressSanitizer and UndefinedBehaviorSanitizer): a
-  kernel whose threads synchronize (`__syncthreads`, shared memory) runs each CUDA block's threads
-  as real threads at once, one block after another, with real atomics; any other runs the grid's
-  blocks and threads in loops. Their pointer arguments are read after their writes, like any
-  operation's.
+  kernel whose threads synchronize (`__syncthreads`, shared memory, warp shuffles and ballots)
+  runs each CUDA block's threads as real threads at once, one block after another, with real
+  atomics, a warp's 32 lanes meeting at a barrier of their own to exchange values (whole warps only,
+  as the kernels call them); any other runs the grid's blocks and threads in loops. Their pointer
+  arguments are read after their writes, like any operation's.
 - **What happened is counted** (`StandIn.counts`): launches, host synchronizations, bytes moved
   each way, per device.
 
@@ -520,10 +521,18 @@ _BUILD_DIR = Path(tempfile.gettempdir()) / "cxg-standin-kernels"
 _CUDA_RUNTIME = r"""
 #include <barrier>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 struct dim3 { unsigned int x, y, z; };
 thread_local dim3 blockIdx, threadIdx, blockDim, gridDim;
+// A warp of the CUDA block running: its lanes meet at its barrier to exchange values (a shuffle, a
+// ballot), each through its slot.
+struct Warp {
+    std::unique_ptr<std::barrier<>> barrier;
+    unsigned long long slot[32];
+};
 // The threads of a CUDA block, kept from launch to launch (as many as the largest block yet). Never
 // destroyed: at exit, a condition variable's destructor would wait for the threads waiting on it.
 struct Pool {
@@ -533,9 +542,22 @@ struct Pool {
     void (*body)(void*) = nullptr;
     void* context = nullptr;
     std::barrier<>* barrier = nullptr;
+    std::vector<Warp> warps;
 };
 static Pool& pool = *new Pool;
 extern "C" void cxg_syncthreads() { pool.barrier->arrive_and_wait(); }
+// Every lane's `value` of this thread's warp into `lanes` (the warp's lanes, in order): all of them
+// must call it, as a full-mask shuffle needs on a GPU. Returns the warp's width.
+extern "C" unsigned int cxg_warp_exchange(unsigned long long value, unsigned long long* lanes) {
+    Warp& warp = pool.warps[threadIdx.x / 32];
+    warp.slot[threadIdx.x % 32] = value;
+    warp.barrier->arrive_and_wait();
+    const unsigned int width = blockDim.x - threadIdx.x / 32 * 32 < 32 ? blockDim.x - threadIdx.x / 32 * 32 : 32;
+    for (unsigned int i = 0; i < width; ++i) lanes[i] = warp.slot[i];
+    warp.barrier->arrive_and_wait();  // the slots are written again by the next exchange
+    return width;
+}
+extern "C" void cxg_syncwarp() { pool.warps[threadIdx.x / 32].barrier->arrive_and_wait(); }
 static void worker(unsigned int t) {
     unsigned int seen = 0;
     while (true) {
@@ -566,6 +588,10 @@ static void worker(unsigned int t) {
 extern "C" void cxg_run_grid(unsigned int gx, unsigned int bx, void (*body)(void*), void* context) {
     std::lock_guard<std::mutex> hold(pool.launching);
     std::barrier<> barrier(bx);
+    pool.warps = std::vector<Warp>((bx + 31) / 32);
+    for (unsigned int w = 0; w < pool.warps.size(); ++w) {
+        pool.warps[w].barrier = std::make_unique<std::barrier<>>(bx - w * 32 < 32 ? bx - w * 32 : 32);
+    }
     std::unique_lock<std::mutex> lock(pool.state);
     for (; pool.workers < bx; ++pool.workers) std::thread(worker, pool.workers).detach();
     pool.grid_x = gx, pool.block_x = bx, pool.body = body, pool.context = context, pool.barrier = &barrier;
@@ -591,6 +617,40 @@ template <class F> static void cxg_call(void* f) { (*static_cast<F*>(f))(); }
 #define __restrict__ __restrict
 #define __shared__ static  // one per kernel: the CUDA blocks of a launch run one after another
 static inline void __syncthreads() { cxg_syncthreads(); }
+// Warp-level operations, full-mask only: the warp's lanes (real threads) meet and exchange values.
+extern "C" unsigned int cxg_warp_exchange(unsigned long long value, unsigned long long* lanes);
+extern "C" void cxg_syncwarp();
+static inline void __syncwarp(unsigned int = 0xFFFFFFFFu) { cxg_syncwarp(); }
+template <class T> static inline T cxg_shuffle(unsigned int mask, T value, int mode, int arg) {
+    static_assert(sizeof(T) <= 8, "a shuffled value is at most 64 bits");
+    if (mask != 0xFFFFFFFFu) __builtin_trap();  // the kernels shuffle whole warps only
+    unsigned long long bits = 0, lanes[32];
+    __builtin_memcpy(&bits, &value, sizeof(T));
+    const unsigned int width = cxg_warp_exchange(bits, lanes), lane = threadIdx.x % 32;
+    const int from = mode == 0 ? int(lane) - arg : mode == 1 ? int(lane) + arg : mode == 2 ? int(lane ^ arg) : arg % 32;
+    if (from < 0 || from >= int(width)) return value;  // past the warp's lanes: a lane keeps its own
+    T out;
+    __builtin_memcpy(&out, &lanes[from], sizeof(T));
+    return out;
+}
+template <class T> static inline T __shfl_up_sync(unsigned int m, T v, unsigned int d) {
+    return cxg_shuffle(m, v, 0, d);
+}
+template <class T> static inline T __shfl_down_sync(unsigned int m, T v, unsigned int d) {
+    return cxg_shuffle(m, v, 1, d);
+}
+template <class T> static inline T __shfl_xor_sync(unsigned int m, T v, int x) { return cxg_shuffle(m, v, 2, x); }
+template <class T> static inline T __shfl_sync(unsigned int m, T v, int from) { return cxg_shuffle(m, v, 3, from); }
+static inline unsigned int __ballot_sync(unsigned int mask, int predicate) {
+    if (mask != 0xFFFFFFFFu) __builtin_trap();
+    unsigned long long lanes[32];
+    const unsigned int width = cxg_warp_exchange(predicate != 0, lanes);
+    unsigned int bits = 0;
+    for (unsigned int i = 0; i < width; ++i) bits |= unsigned(lanes[i] != 0) << i;
+    return bits;
+}
+static inline int __popc(unsigned int x) { return __builtin_popcount(x); }
+static inline int __ffs(unsigned int x) { return __builtin_ffs(int(x)); }
 // atomics as real ones: a CUDA block's threads run at once
 template <class T> static inline T cxg_update(T* at, T v, int op) {
     if constexpr (std::is_integral_v<T>) {
@@ -664,7 +724,7 @@ def compile_cuda(code: str, sanitize: bool = False) -> tuple[ctypes.CDLL, dict[s
             f"{'const ' if p.const else ''}{p.ctype}{'*' if p.pointer else ''} {p.name}" for p in params
         )
         call = f"{name}({', '.join(p.name for p in params)});"
-        if "__syncthreads" in code:  # a CUDA block's threads at once, on the runtime's threads
+        if "__syncthreads" in code or "_sync(" in code:  # a CUDA block's threads at once, on the runtime's threads
             run = f"  auto body = [&] {{ {call} }};\n  cxg_run_grid(gx, bx, &cxg_call<decltype(body)>, &body);\n"
         else:  # one after another, here: cheaper, and the same for a kernel whose threads never wait
             run = (

@@ -6,10 +6,11 @@ The kernels are those of `gpu_kernels.fused_scan` (the same device block table, 
 and predicate, and the same narrowing of sorted runs to row ranges) with another end. Per signature
 a `<name>_count` kernel counts each tile's holding rows, an inclusive scan of the counts
 (`cupy.cumsum`) gives each tile's place in the answer, and a `<name>_write` kernel evaluates the
-predicate again, ranks the tile's holding rows in row order with one shared-memory scan for all of a
-thread's rows (`gpu_kernels/cuda/fused_project.cu`) and writes each projected value at its row's
-place. The answer keeps the row order of the blocks within a launch; launches (signatures) follow
-one another. The host waits twice: for the number of rows (to size the answer) and for the answer.
+predicate again, ranks the tile's holding rows in row order with one scan for all of a thread's
+rows (warp shuffles, then the warps' totals in shared memory: `gpu_kernels/cuda/fused_project.cu`)
+and writes each projected value at its row's place. The answer keeps the row order of the blocks
+within a launch; launches (signatures) follow one another. The host waits twice: for the number of
+rows (to size the answer) and for the answer.
 
 Projected values are 64-bit integers in the kernel (integers, decimals as scaled integers, dates as
 days); a column of strings stored as a dictionary or runs is projected as its codes over all its
@@ -159,7 +160,7 @@ def _output(g: Generator, output: NamedExpr) -> tuple[str, Values]:
 def _tile(condition: str, setup: str, fields: int) -> str:
     """The start of both kernels' loop over tiles: the tile's rows, the bits of the thread's rows
     that hold, and their ranks."""
-    return f"""    __shared__ unsigned long long scratch[{THREADS}];
+    return f"""    __shared__ unsigned long long warps[{THREADS // 32}];
     for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {{
         const long long* t = table + cxg_block_of(table, blocks, {fields}, tile) * {fields};
         const long long end = t[2] + t[0], first = t[2] + (tile - t[1]) * {TILE}LL;
@@ -184,7 +185,7 @@ def _count_body(condition: str, setup: str, fields: int) -> str:
     every = " + ".join(f"cxg_field(total, {k})" for k in range(ITEMS))
     return (
         _tile(condition, setup, fields)
-        + f"""        cxg_tile_rank(held, scratch, &total);
+        + f"""        cxg_tile_rank(held, warps, &total);
         if (threadIdx.x == 0) {{
             counts[base + tile] = {every};
         }}
@@ -196,7 +197,7 @@ def _count_body(condition: str, setup: str, fields: int) -> str:
 def _write_body(condition: str, setup: str, stores: str, fields: int) -> str:
     return (
         _tile(condition, setup, fields)
-        + f"""        const unsigned long long before = cxg_tile_rank(held, scratch, &total);
+        + f"""        const unsigned long long before = cxg_tile_rank(held, warps, &total);
         if (held != 0) {{
             long long at = ends[base + tile] - counts[base + tile];
             {setup}

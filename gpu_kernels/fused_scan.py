@@ -549,8 +549,8 @@ def block_table(
 
 def _kernel_body(condition: str, group: str, values, groups: int, width: int, slots, setup, fields: int) -> str:
     """The kernel: accumulators set, the tiles strided over, each CUDA block's accumulators added to
-    the scan's. One group accumulates in registers (one shared atomic per thread at the end), more
-    in shared memory (a shared atomic per row and accumulator)."""
+    the scan's. One group accumulates in registers (at the end reduced over each warp by shuffles:
+    one shared atomic per warp), more in shared memory (a shared atomic per row and accumulator)."""
     n = groups * width
     extremes = {s.index: s.kind for s in slots if s.kind in ("min", "max")}
     initial = "".join(
@@ -563,19 +563,26 @@ def _kernel_body(condition: str, group: str, values, groups: int, width: int, sl
     if groups == 1:
         registers.append("unsigned long long count = 0;")
         updates.append("++count;")
-        flush.append("atomicAdd(&acc[0], count);")
+        flush.append("count = cxg_warp_sum(count);")
+        flush.append("if (threadIdx.x % 32 == 0) { atomicAdd(&acc[0], count); }")
         for slot, code in values:
             r = f"a{slot.index}"
             if slot.kind == "sum":
                 registers.append(f"unsigned long long {r}[2] = {{0, 0}};")
                 updates.append(f"cxg_add_local({r}, {code});")
-                flush.append(f"atomicAdd(&acc[{slot.index}], {r}[0]); atomicAdd(&acc[{slot.index + 1}], {r}[1]);")
+                flush.append(f"{r}[0] = cxg_warp_sum({r}[0]); {r}[1] = cxg_warp_sum({r}[1]);")
+                flush.append(
+                    f"if (threadIdx.x % 32 == 0) {{ atomicAdd(&acc[{slot.index}], {r}[0]); "
+                    f"atomicAdd(&acc[{slot.index + 1}], {r}[1]); }}"
+                )
             else:
                 start = "0x7FFFFFFFFFFFFFFFLL" if slot.kind == "min" else "(-0x7FFFFFFFFFFFFFFFLL - 1)"
                 better = "<" if slot.kind == "min" else ">"
                 registers.append(f"long long {r} = {start};")
                 updates.append(f"{{ const long long v = {code}; {r} = v {better} {r} ? v : {r}; }}")
-                flush.append(f"atomic{slot.kind.capitalize()}((long long*)&acc[{slot.index}], {r});")
+                flush.append(f"{r} = cxg_warp_{slot.kind}({r});")
+                update = f"atomic{slot.kind.capitalize()}((long long*)&acc[{slot.index}], {r});"
+                flush.append(f"if (threadIdx.x % 32 == 0) {{ {update} }}")
     else:
         updates.append(f"unsigned long long* g = acc + {group} * {width};")
         updates.append("atomicAdd(g, 1ULL);")

@@ -123,6 +123,45 @@ def run_sanitized(code: str) -> str:
     return done.stdout
 
 
+WARP_PROBE = r"""
+extern "C" __global__ void probe(const long long* __restrict__ in, long long* __restrict__ out) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    const long long v = in[t];
+    long long* o = out + 6 * t;
+    o[0] = __shfl_up_sync(0xFFFFFFFFu, v, 3);
+    o[1] = __shfl_down_sync(0xFFFFFFFFu, v, 5);
+    o[2] = __shfl_xor_sync(0xFFFFFFFFu, v, 9);
+    o[3] = __shfl_sync(0xFFFFFFFFu, v, 7);
+    o[4] = __ballot_sync(0xFFFFFFFFu, v % 3 == 0);
+    o[5] = __popc((unsigned int)o[4]) + 100 * __ffs((unsigned int)o[4]);
+}
+"""
+
+
+@pytest.mark.gpu
+def test_warp_operations_on_the_cpu_follow_cuda() -> None:
+    """The stand-in's warps: lanes exchange values as CUDA's full-mask shuffles and ballots define
+    (a lane whose source is past the warp keeps its own value), for two CUDA blocks of two warps."""
+    import cupy
+
+    values = np.random.default_rng(8).integers(-1000, 1000, 128)
+    out = cupy.empty(6 * 128, dtype=cupy.int64)
+    cupy.RawModule(code=WARP_PROBE).get_function("probe")((2,), (64,), (cupy.asarray(values), out))
+    got = cupy.asnumpy(out).reshape(128, 6)
+    for t in range(128):
+        warp, lane = values[t - t % 32 : t - t % 32 + 32], t % 32
+        ballot = sum(1 << i for i, v in enumerate(warp) if v % 3 == 0)
+        expected = [
+            warp[lane - 3] if lane >= 3 else warp[lane],
+            warp[lane + 5] if lane + 5 < 32 else warp[lane],
+            warp[lane ^ 9],
+            warp[7],
+            ballot,
+            bin(ballot).count("1") + 100 * ((ballot & -ballot).bit_length()),
+        ]
+        assert list(got[t]) == expected, t
+
+
 @pytest.mark.slow
 def test_kernels_run_clean_under_address_and_undefined_behaviour_sanitizers() -> None:
     code = "from tests.test_cuda_kernels import check_partition, check_unpack\n"
