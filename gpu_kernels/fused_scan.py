@@ -49,6 +49,7 @@ ITEMS = 4  # rows per thread in a tile (of THREADS x ITEMS rows)
 FIXED = 3  # a device block table's row: rows in range, first tile, first row in range; then the fields
 TILE = THREADS * ITEMS
 MAX_GROUPS = 1024
+WARP_GROUPS = 8  # at most this many groups are aggregated warp by warp (`_warp_rows`), more by shared atomics
 SHARED_BYTES = 32 << 10  # a CUDA block's accumulators in shared memory, at most
 MAX_IN_ITEMS = 32
 _C_TYPES = {
@@ -514,7 +515,7 @@ def _launch(images, blocks: np.ndarray, ranges: np.ndarray, predicate, keys, agg
             if v.type.kind not in INTEGRAL:
                 raise NotFusable(f"{kind} of a {v.type.kind.value} value")
             slots[(kind, spec.arg)] = slot = Slot(kind, spec.arg, width)
-            values.append((slot, v.code))
+            values.append((slot, v.code, v.bound))
             width += 2 if kind == "sum" else 1
     if groups * width * 8 > SHARED_BYTES:
         raise NotFusable(f"{groups} groups of {width} accumulators outgrow a CUDA block's shared memory")
@@ -550,7 +551,8 @@ def block_table(
 def _kernel_body(condition: str, group: str, values, groups: int, width: int, slots, setup, fields: int) -> str:
     """The kernel: accumulators set, the tiles strided over, each CUDA block's accumulators added to
     the scan's. One group accumulates in registers (at the end reduced over each warp by shuffles:
-    one shared atomic per warp), more in shared memory (a shared atomic per row and accumulator)."""
+    one shared atomic per warp), a few in shared memory warp by warp (`_warp_rows`), more in shared
+    memory (a shared atomic per row and accumulator)."""
     n = groups * width
     extremes = {s.index: s.kind for s in slots if s.kind in ("min", "max")}
     initial = "".join(
@@ -565,7 +567,7 @@ def _kernel_body(condition: str, group: str, values, groups: int, width: int, sl
         updates.append("++count;")
         flush.append("count = cxg_warp_sum(count);")
         flush.append("if (threadIdx.x % 32 == 0) { atomicAdd(&acc[0], count); }")
-        for slot, code in values:
+        for slot, code, _ in values:
             r = f"a{slot.index}"
             if slot.kind == "sum":
                 registers.append(f"unsigned long long {r}[2] = {{0, 0}};")
@@ -583,14 +585,27 @@ def _kernel_body(condition: str, group: str, values, groups: int, width: int, sl
                 flush.append(f"{r} = cxg_warp_{slot.kind}({r});")
                 update = f"atomic{slot.kind.capitalize()}((long long*)&acc[{slot.index}], {r});"
                 flush.append(f"if (threadIdx.x % 32 == 0) {{ {update} }}")
-    else:
+    elif groups > WARP_GROUPS:
         updates.append(f"unsigned long long* g = acc + {group} * {width};")
         updates.append("atomicAdd(g, 1ULL);")
-        for slot, code in values:
+        for slot, code, _ in values:
             at = f"g + {slot.index}"
             extreme = f"atomic{slot.kind.capitalize()}((long long*)({at}), {code});"
             updates.append(f"cxg_add({at}, {code});" if slot.kind == "sum" else extreme)
     nl = "\n"
+    rows = (
+        _warp_rows(condition, group, values, width)
+        if 1 < groups <= WARP_GROUPS
+        else f"""for (int k = 0; k < {ITEMS}; ++k) {{
+            const long long r = first + k * {THREADS} + threadIdx.x;
+            if (r >= end) {{
+                break;
+            }}
+            if ({condition}) {{
+                {nl.join("                " + u for u in updates).strip()}
+            }}
+        }}"""
+    )
     return f"""    __shared__ unsigned long long acc[{n}];
     for (int i = threadIdx.x; i < {n}; i += blockDim.x) {{
         {f"const int s = i % {width};" if extremes else ""}
@@ -602,15 +617,7 @@ def _kernel_body(condition: str, group: str, values, groups: int, width: int, sl
         const long long* t = table + cxg_block_of(table, blocks, {fields}, tile) * {fields};
         const long long end = t[2] + t[0], first = t[2] + (tile - t[1]) * {TILE}LL;
         {nl.join("        " + x for x in setup).strip()}
-        for (int k = 0; k < {ITEMS}; ++k) {{
-            const long long r = first + k * {THREADS} + threadIdx.x;
-            if (r >= end) {{
-                break;
-            }}
-            if ({condition}) {{
-                {nl.join("                " + u for u in updates).strip()}
-            }}
-        }}
+        {rows}
     }}
     {nl.join("    " + f for f in flush).strip()}
     __syncthreads();
@@ -628,6 +635,55 @@ def _kernel_body(condition: str, group: str, values, groups: int, width: int, sl
         }}
     }}
 """
+
+
+def _warp_rows(condition: str, group: str, values, width: int) -> str:
+    """A tile's rows aggregated warp by warp (a few groups): for each group held in the warp at row
+    k, its lanes' count and values reduced by shuffles and added by one lane, one shared atomic per
+    group present and accumulator rather than one per row. A sum whose 32 values may pass 64 bits
+    is reduced as its two halves."""
+    reads, adds = [], []
+    for slot, code, bound in values:
+        v = f"v{slot.index}"
+        at = f"at + {slot.index}"
+        if slot.kind == "sum":
+            reads.append(f"const long long {v} = held ? (long long)({code}) : 0LL;")
+            if bound * 32 <= INT64_MAX:
+                adds.append(f"{{ const long long s = (long long)cxg_warp_sum((unsigned long long)(mine ? {v} : 0LL));")
+                adds.append(f"  if (lead) {{ cxg_add({at}, s); }} }}")
+            else:
+                low, high = f"(unsigned long long)({v} & 0xFFFFFFFFLL)", f"(unsigned long long)({v} >> 32)"
+                adds.append(f"{{ const unsigned long long lo = cxg_warp_sum(mine ? {low} : 0ULL);")
+                adds.append(f"  const unsigned long long hi = cxg_warp_sum(mine ? {high} : 0ULL);")
+                adds.append(f"  if (lead) {{ atomicAdd({at}, lo); atomicAdd({at} + 1, hi); }} }}")
+        else:
+            neutral = "0x7FFFFFFFFFFFFFFFLL" if slot.kind == "min" else "(-0x7FFFFFFFFFFFFFFFLL - 1)"
+            reads.append(f"const long long {v} = held ? (long long)({code}) : {neutral};")
+            adds.append(f"{{ const long long m = cxg_warp_{slot.kind}(mine ? {v} : {neutral});")
+            adds.append(f"  if (lead) {{ atomic{slot.kind.capitalize()}((long long*)({at}), m); }} }}")
+    pad = "\n                "
+    return f"""for (int k = 0; k < {ITEMS}; ++k) {{
+            const long long r = first + k * {THREADS} + threadIdx.x;
+            const bool held = r < end && ({condition});
+            unsigned int active = __ballot_sync(0xFFFFFFFFu, held);
+            if (active == 0u) {{
+                continue;
+            }}
+            const long long g = held ? (long long)({group}) : -1LL;
+            {(pad[:-4]).join(reads)}
+            while (active != 0u) {{  // the same on every lane of the warp: one group a turn
+                const int leader = __ffs(active) - 1;
+                const long long lg = __shfl_sync(0xFFFFFFFFu, g, leader);
+                const bool mine = g == lg, lead = (int)(threadIdx.x % 32) == leader;
+                const unsigned int peers = __ballot_sync(0xFFFFFFFFu, mine);
+                unsigned long long* at = acc + lg * {width};
+                if (lead) {{
+                    atomicAdd(at, (unsigned long long)__popc(peers));
+                }}
+                {pad.join(adds)}
+                active &= ~peers;
+            }}
+        }}"""
 
 
 def _assemble(accumulators: np.ndarray, keys, key_values, aggregates, slots) -> pa.RecordBatch:

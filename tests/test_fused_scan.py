@@ -74,15 +74,26 @@ def test_fused_kernels_run_clean_under_address_and_undefined_behaviour_sanitizer
 
 
 @pytest.mark.gpu
-def test_exact_sums_past_64_bits() -> None:
+@pytest.mark.parametrize("grouped", [False, True], ids=["one group", "two groups, warp by warp"])
+def test_exact_sums_past_64_bits(grouped: bool) -> None:
+    """Sums of values near 2**62 pass 64 bits within a warp already: exact in registers (one group)
+    and reduced as two halves over a warp (a few groups)."""
     n = 4000
     values = np.full(n, (1 << 62) - 1, dtype=np.int64)  # sums to about 2**74
-    block = EncodedBlock(n, {"a": EncodedColumn("a", pa.decimal128(38, 0), BitPacked.encode(values), None, 0)})
+    columns = {"a": EncodedColumn("a", pa.decimal128(38, 0), BitPacked.encode(values), None, 0)}
+    keys = []
+    if grouped:
+        flags = pa.array(["x" if i % 3 else "y" for i in range(n)])
+        columns["k"] = EncodedColumn("k", pa.string(), dictionary_encoded(np.random.default_rng(1), flags), None, 0)
+        keys = [NamedExpr("k", Col("k"), pa.string())]
     spec = AggSpec("total", "sum", Col("a"), pa.decimal128(38, 0))
     backend = get_backend("cupy")
-    scan = fused_scan.plan_block(block, None, [], [spec])
+    scan = fused_scan.plan_block(EncodedBlock(n, columns), None, keys, [spec])
+    assert scan.groups == (2 if grouped else 1) and "cxg_warp_sum" in scan.launches[0].source
     batch = scan.assemble(backend.fused_aggregate(scan, lambda c, k: backend.asarray(scan.images[c].buffers[k])))
-    assert batch.column("total").to_pylist() == [decimal.Decimal(n * ((1 << 62) - 1))]
+    counts = [n - len(range(0, n, 3)), len(range(0, n, 3))] if grouped else [n]
+    rows = sorted(zip(batch.column(0).to_pylist(), batch.column("total").to_pylist(), strict=True))
+    assert [total for _, total in rows] == [decimal.Decimal(c * ((1 << 62) - 1)) for c in counts]
 
 
 DAY = Type(Kind.DATE)

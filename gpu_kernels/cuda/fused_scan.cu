@@ -55,26 +55,26 @@ __device__ __forceinline__ void cxg_add_local(unsigned long long* halves, long l
     halves[1] += (unsigned long long)(value >> 32);
 }
 
-// A warp's sum, minimum or maximum of its lanes' values, by shuffles; lane 0 holds it (every lane of
-// the warp must call it). Unsigned sums wrap as the atomics that add them do.
+// A warp's sum, minimum or maximum of its lanes' values, by shuffles (a butterfly: every lane ends
+// with it; every lane of the warp must call it). Unsigned sums wrap as the atomics that add them do.
 __device__ __forceinline__ unsigned long long cxg_warp_sum(unsigned long long value) {
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        value += __shfl_down_sync(0xFFFFFFFFu, value, offset);
+    for (int mask = 16; mask > 0; mask >>= 1) {
+        value += __shfl_xor_sync(0xFFFFFFFFu, value, mask);
     }
     return value;
 }
 
 __device__ __forceinline__ long long cxg_warp_min(long long value) {
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        const long long other = __shfl_down_sync(0xFFFFFFFFu, value, offset);
+    for (int mask = 16; mask > 0; mask >>= 1) {
+        const long long other = __shfl_xor_sync(0xFFFFFFFFu, value, mask);
         value = other < value ? other : value;
     }
     return value;
 }
 
 __device__ __forceinline__ long long cxg_warp_max(long long value) {
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        const long long other = __shfl_down_sync(0xFFFFFFFFu, value, offset);
+    for (int mask = 16; mask > 0; mask >>= 1) {
+        const long long other = __shfl_xor_sync(0xFFFFFFFFu, value, mask);
         value = other > value ? other : value;
     }
     return value;
