@@ -32,6 +32,8 @@ from gpu_kernels.aggregate import NamedExpr
 from gpu_kernels.column_image import ColumnImage
 from gpu_kernels.column_types import from_domain
 from gpu_kernels.cuda_kernels import THREADS, cuda_source
+from gpu_kernels.encoded_block import EncodedColumn
+from gpu_kernels.encodings import Dictionary, RunLength
 from gpu_kernels.expr import Col
 from gpu_kernels.fused_scan import (
     FIXED,
@@ -89,6 +91,26 @@ def columns_read(predicate: E.Expr | None, outputs: Sequence[NamedExpr]) -> list
     """The columns a projection reads, in name order."""
     expressions = [predicate, *(o.expr for o in outputs)]
     return sorted(set().union(*(E.columns_of(e) for e in expressions if e is not None)))
+
+
+def may_fuse(
+    columns: Sequence[Mapping[str, EncodedColumn]], predicate: E.Expr | None, outputs: Sequence[NamedExpr]
+) -> bool:
+    """Whether the kernels can read what a projection reads in every block (`columns`, a block's
+    columns each): no NULLs, integers, decimals and dates in any encoding, and other columns
+    projected as they are from a dictionary or runs. Asked before the columns are made resident, so
+    that a projection the general kernels run (`SELECT *` over free text) evicts nothing."""
+    compared = E.columns_of(predicate) if predicate is not None else set()
+    for name in columns_read(predicate, outputs):
+        for block in columns:
+            column = block.get(name)
+            if column is None or column.null_count:
+                return False
+            if E.arrow_kind(column.type).kind not in INTEGRAL and (
+                name in compared or not isinstance(column.encoding, Dictionary | RunLength)
+            ):
+                return False
+    return True
 
 
 def plan(

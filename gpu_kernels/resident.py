@@ -174,6 +174,8 @@ def plan_resident_projection(
 ) -> ResidentScan | None:
     """The projection of the `selected` of a table's `blocks` as `plan_resident` plans an aggregate
     (`gpu_kernels.fused_project`); TooLarge where a column outgrows the area."""
+    if not fused_project.may_fuse([blocks[i].columns for i in selected], predicate, outputs):
+        return None
     area, images = _images(backend, table, blocks, fused_project.columns_read(predicate, outputs))
     scan = fused_project.plan(images, selected, predicate, outputs) if images else None
     return None if scan is None else ResidentScan(scan, area, table)

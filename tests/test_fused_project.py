@@ -149,6 +149,21 @@ def test_a_node_projects_over_its_resident_columns_in_two_waits(tmp_path, cupy_s
     assert not [t for t in threading.enumerate() if t.name.startswith("cxg-device")]  # no block after the answer
 
 
+@pytest.mark.gpu
+def test_a_projection_of_free_text_leaves_the_resident_columns_alone(tmp_path, cupy_standin) -> None:
+    """Free text is stored neither as a dictionary nor as runs: its projection runs block by block,
+    and no column is made resident for it (nor evicted for it)."""
+    store = Store(tmp_path / "node")
+    rng = np.random.default_rng(5)
+    data = pa.table({"key": rng.integers(0, 1000, 20_000), "note": [f"note {i} {i * 7919}" for i in range(20_000)]})
+    load_table([store], TableSchema.from_arrow("t", data.schema), data, LoadOptions(block_budget=20_000))
+    request = {"filter": {"op": "<", "args": [{"col": "key"}, {"lit": 10}]}, "columns": ["key", "note"]}
+    cupy = get_backend("cupy")
+    got, blocks = _rows(store, cupy, request)
+    assert got == _rows(store, get_backend("numpy"), request)[0] and "resident" not in blocks
+    assert sum(area.residency.loads for area in cupy.resident.values()) == 0
+
+
 def projection_kernels() -> str:
     """The generated kernels of a typical projection: a date range, a decimal product, a string."""
     rng = np.random.default_rng(1)
@@ -201,6 +216,7 @@ def test_what_the_fused_projection_leaves_to_the_general_kernels(why: str) -> No
     images = {name: ColumnImage.of(name, [column]) for name, column in block.columns.items()}
     predicate = Call(">", (Col("s"), random_literal(rng, "s")))
     assert fused_project.plan(images, [0], predicate, outputs) is None
+    assert fused_project.may_fuse([block.columns], predicate, outputs) is (why == "division")  # asked first
     task = BlockTask(predicate, outputs=tuple(outputs))
     expected = run_block(task, block, get_backend("numpy"), ScanStats(), predicate)[0][0]
     got = run_block(task, block, get_backend("cupy"), ScanStats(), predicate)[0][0]
