@@ -88,3 +88,28 @@ def test_a_slow_node_serves_its_last_listing_until_silent_past_the_grace(tmp_pat
         hung.clear()
         region.refresh()
         assert region.table("t").rows == 3
+
+
+def test_a_version_released_between_its_listing_and_its_description_is_read_again(tmp_path) -> None:
+    """Appends commit one version after another: a catalog may list a version that is released
+    before it asks for its description. It reads the nodes again rather than call the table
+    undefined (once a cause of a flaky `table does not exist` while appends went as fast as they go)."""
+    store = Store(tmp_path, node="node-0")
+    _load(store, 3)
+    racing = [True]
+
+    @web.middleware
+    async def commit_after_listing(request: web.Request, handler):
+        response = await handler(request)
+        if request.path == "/v1/tables" and racing:
+            racing.pop()
+            _load(store, 5, mode="append")  # version 2 committed ...
+            assert store.release("t", 1)  # ... and version 1 released, before the catalog describes it
+        return response
+
+    app = Node(store, get_backend("numpy"), slots=1).app()
+    app.middlewares.append(commit_after_listing)
+    with serve(app) as url:
+        region = catalog.RegionCatalog({"node-0": url}, max_age=3600, releases=False)
+        served = region.table("t")
+        assert (served.version, served.rows) == (2, 8) and not racing

@@ -33,6 +33,7 @@ MAX_AGE_S = 1.0  # a catalog older than this reads the nodes again before a quer
 READ_TIMEOUT_S = 1.0  # a node that does not list its tables within this is slow ...
 SLOW_GRACE_S = 5.0  # ... and what it listed last serves until it has been silent this long (a node
 # not listed yet has nothing to serve meanwhile: its first listing is waited for this long)
+RACED_READS = 3  # readings in a row, where a version listed was released before it was described
 _NEVER = float("-inf")  # when a catalog not read yet was read: older than any max_age, whatever the uptime
 _RELEASER = ThreadPoolExecutor(1, thread_name_prefix="catalog-release")
 _READERS = ThreadPoolExecutor(16, thread_name_prefix="catalog-read")
@@ -114,10 +115,18 @@ class RegionCatalog:
         node holds no query up; its first listing within `SLOW_GRACE_S`); choose each table's
         served version."""
         with self._refreshing:
-            self._refresh()
+            self._read()
         self._release_unpinned()
 
-    def _refresh(self) -> None:
+    def _read(self) -> None:
+        """`_refresh`, again where a table's only version listed was released before it could be
+        described (appends committing one version after another): the next listing has the new one."""
+        for _ in range(RACED_READS):
+            if not self._refresh():
+                return
+
+    def _refresh(self) -> bool:
+        """Whether a table went unserved because its version listed was released meanwhile."""
         began = time.monotonic()
         clients = dict(self.clients)
         held: dict[tuple[str, int], list[_Held]] = defaultdict(list)
@@ -147,6 +156,7 @@ class RegionCatalog:
                     current = version == row["version"]
                     said = (row.get("load", ""), row.get("data", "")) if current else ("", "")
                     held[(row["name"], version)].append(_Held(node, row["rows"] if current else None, *said))
+        released: set[str] = set()
         for (name, version), holders in list(held.items()):
             try:
                 if (name, version) not in self._schemas:
@@ -154,6 +164,7 @@ class RegionCatalog:
             except NodeError as e:  # released or gone meanwhile: not served
                 log.info("catalog: %s version %s is not readable (%s)", name, version, e)
                 del held[(name, version)]
+                released.add(name)
                 continue
             for h in holders:
                 if h.rows is None:  # a kept version's rows, read once (0 for now if it cannot be)
@@ -176,6 +187,7 @@ class RegionCatalog:
                 del self._schemas[key]
             for key in [k for k in self._counts if k[:2] not in held]:
                 del self._counts[key]
+        return bool(released - tables.keys())
 
     def _describe(self, name: str, version: int, holders: list[_Held], clients) -> TableSchema:
         return TableSchema.from_json(_once(clients[holders[0].node]).get(f"/v1/tables/{name}?version={version}"))
@@ -201,7 +213,7 @@ class RegionCatalog:
             return
         if self._refreshing.acquire(blocking=self._read_at == _NEVER):
             try:
-                self._refresh()
+                self._read()
             finally:
                 self._refreshing.release()
             self._release_unpinned()
