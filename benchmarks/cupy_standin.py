@@ -15,9 +15,10 @@ It is NumPy underneath, and as strict as CuPy where CuPy is strict:
 - **Raw CUDA kernels run their own source** (`cupy.RawModule`), compiled as C++ on the CPU by g++
   through a small shim (with `sanitize`, under AddressSanitizer and UndefinedBehaviorSanitizer): a
   kernel whose threads synchronize (`__syncthreads`, shared memory, warp shuffles and ballots)
-  runs each CUDA block's threads as real threads at once, one block after another, with real
-  atomics, a warp's 32 lanes meeting at a barrier of their own to exchange values (whole warps only,
-  as the kernels call them); any other runs the grid's blocks and threads in loops. Their pointer
+  runs each CUDA block's threads as fibers on the launching thread, one block after another, each
+  thread running until it meets the others (at `__syncthreads`, or its warp's lanes at a shuffle,
+  which they exchange values through; whole warps only, as the kernels call them); any other runs
+  the grid's blocks and threads in loops. Their pointer
   arguments are read after their writes, like any operation's.
 - **What happened is counted** (`StandIn.counts`): launches, host synchronizations, bytes moved
   each way, per device.
@@ -517,88 +518,96 @@ _BUILD_DIR = Path(tempfile.gettempdir()) / "cxg-standin-kernels"
 
 # ---- RawModule and RawKernel: CUDA C run on the CPU ---------------------------------------------------
 
-# The runtime every kernel library links to, built once: the grid's threads, the CUDA blocks' barrier.
+# The runtime every kernel library links to, built once: a CUDA block's threads as fibers, where they meet.
 _CUDA_RUNTIME = r"""
-#include <barrier>
-#include <condition_variable>
-#include <memory>
 #include <mutex>
-#include <thread>
+#include <ucontext.h>
 #include <vector>
 struct dim3 { unsigned int x, y, z; };
 thread_local dim3 blockIdx, threadIdx, blockDim, gridDim;
-// A warp of the CUDA block running: its lanes meet at its barrier to exchange values (a shuffle, a
-// ballot), each through its slot.
-struct Warp {
-    std::unique_ptr<std::barrier<>> barrier;
-    unsigned long long slot[32];
+// A CUDA block's threads as fibers on the launching thread: each runs until it reaches a point
+// where threads meet (`__syncthreads`, a warp's exchange), then the next runs. Every pass over the
+// fibers brings each to its next meeting point; a warp's lanes, convergent, reach the same one, so
+// one pass is one warp barrier; fibers at `__syncthreads` wait until every fiber is there.
+enum State { READY, AT_WARP, AT_BLOCK, DONE };
+struct Fiber {
+    ucontext_t context;
+    State state = READY;
+    std::vector<char> stack;
 };
-// The threads of a CUDA block, kept from launch to launch (as many as the largest block yet). Never
-// destroyed: at exit, a condition variable's destructor would wait for the threads waiting on it.
-struct Pool {
-    std::mutex launching, state;
-    std::condition_variable started, finished;
-    unsigned int generation = 0, running = 0, workers = 0, grid_x = 0, block_x = 0;
+struct Launch {
+    ucontext_t scheduler;
+    std::vector<Fiber> fibers;
+    unsigned int current = 0;
     void (*body)(void*) = nullptr;
     void* context = nullptr;
-    std::barrier<>* barrier = nullptr;
-    std::vector<Warp> warps;
+    std::vector<unsigned long long> slots;  // a warp's exchange: 32 per warp
 };
-static Pool& pool = *new Pool;
-extern "C" void cxg_syncthreads() { pool.barrier->arrive_and_wait(); }
+static thread_local Launch* launch = nullptr;  // the launch this thread runs
+static std::mutex launching;  // shared memory is one per kernel: one launch at a time
+static void yield(State state) {
+    Fiber& fiber = launch->fibers[launch->current];
+    fiber.state = state;
+    swapcontext(&fiber.context, &launch->scheduler);
+}
+static void fiber_main() {
+    launch->body(launch->context);
+    yield(DONE);
+}
+extern "C" void cxg_syncthreads() { yield(AT_BLOCK); }
+extern "C" void cxg_syncwarp() { yield(AT_WARP); }
 // Every lane's `value` of this thread's warp into `lanes` (the warp's lanes, in order): all of them
 // must call it, as a full-mask shuffle needs on a GPU. Returns the warp's width.
 extern "C" unsigned int cxg_warp_exchange(unsigned long long value, unsigned long long* lanes) {
-    Warp& warp = pool.warps[threadIdx.x / 32];
-    warp.slot[threadIdx.x % 32] = value;
-    warp.barrier->arrive_and_wait();
-    const unsigned int width = blockDim.x - threadIdx.x / 32 * 32 < 32 ? blockDim.x - threadIdx.x / 32 * 32 : 32;
-    for (unsigned int i = 0; i < width; ++i) lanes[i] = warp.slot[i];
-    warp.barrier->arrive_and_wait();  // the slots are written again by the next exchange
+    const unsigned int first = threadIdx.x / 32 * 32;
+    const unsigned int width = blockDim.x - first < 32 ? blockDim.x - first : 32;
+    launch->slots[threadIdx.x] = value;
+    yield(AT_WARP);  // every lane has written
+    for (unsigned int i = 0; i < width; ++i) lanes[i] = launch->slots[first + i];
+    yield(AT_WARP);  // every lane has read: the slots may be written again
     return width;
 }
-extern "C" void cxg_syncwarp() { pool.warps[threadIdx.x / 32].barrier->arrive_and_wait(); }
-static void worker(unsigned int t) {
-    unsigned int seen = 0;
-    while (true) {
-        std::unique_lock<std::mutex> lock(pool.state);
-        pool.started.wait(lock, [&] { return pool.generation != seen; });
-        seen = pool.generation;
-        if (t >= pool.block_x) continue;
-        const unsigned int gx = pool.grid_x, bx = pool.block_x;
-        void (*body)(void*) = pool.body;
-        void* context = pool.context;
-        std::barrier<>* barrier = pool.barrier;
-        lock.unlock();
-        gridDim = {gx, 1, 1};
-        blockDim = {bx, 1, 1};
-        for (unsigned int b = 0; b < gx; ++b) {
-            blockIdx = {b, 0, 0};
-            threadIdx = {t, 0, 0};
-            body(context);
-            barrier->arrive_and_wait();  // a block's shared memory is not reused while another reads it
-        }
-        lock.lock();
-        if (--pool.running == 0) pool.finished.notify_all();
-    }
-}
-// A grid whose CUDA blocks synchronize their threads: `bx` threads at once, each running its thread
-// of every CUDA block in turn. One launch at a time (two devices launch from two host threads):
-// shared memory is one per kernel.
+// A grid whose CUDA blocks synchronize their threads: block after block, each block's `bx` threads
+// as fibers, passes over them until all are done.
 extern "C" void cxg_run_grid(unsigned int gx, unsigned int bx, void (*body)(void*), void* context) {
-    std::lock_guard<std::mutex> hold(pool.launching);
-    std::barrier<> barrier(bx);
-    pool.warps = std::vector<Warp>((bx + 31) / 32);
-    for (unsigned int w = 0; w < pool.warps.size(); ++w) {
-        pool.warps[w].barrier = std::make_unique<std::barrier<>>(bx - w * 32 < 32 ? bx - w * 32 : 32);
+    std::lock_guard<std::mutex> hold(launching);
+    static Launch here;  // its fibers' stacks kept from launch to launch
+    here.body = body, here.context = context;
+    if (here.fibers.size() < bx) here.fibers.resize(bx);
+    here.slots.assign(bx, 0);
+    for (unsigned int t = 0; t < bx; ++t) here.fibers[t].stack.resize(128 << 10);
+    launch = &here;
+    gridDim = {gx, 1, 1};
+    blockDim = {bx, 1, 1};
+    for (unsigned int b = 0; b < gx; ++b) {
+        blockIdx = {b, 0, 0};
+        for (Fiber& fiber : here.fibers) {
+            getcontext(&fiber.context);
+            fiber.context.uc_stack.ss_sp = fiber.stack.data();
+            fiber.context.uc_stack.ss_size = fiber.stack.size();
+            fiber.context.uc_link = nullptr;
+            makecontext(&fiber.context, fiber_main, 0);
+            fiber.state = READY;
+        }
+        for (unsigned int done = 0; done < bx;) {
+            bool ran = false;
+            for (unsigned int t = 0; t < bx; ++t) {
+                Fiber& fiber = here.fibers[t];
+                if (fiber.state == AT_BLOCK || fiber.state == DONE) continue;
+                here.current = t;
+                threadIdx = {t, 0, 0};
+                swapcontext(&here.scheduler, &fiber.context);
+                ran = true;
+                done += fiber.state == DONE;
+            }
+            if (!ran) {  // every thread still running waits at __syncthreads: they go on together
+                for (Fiber& fiber : here.fibers) {
+                    if (fiber.state == AT_BLOCK) fiber.state = READY;
+                }
+            }
+        }
     }
-    std::unique_lock<std::mutex> lock(pool.state);
-    for (; pool.workers < bx; ++pool.workers) std::thread(worker, pool.workers).detach();
-    pool.grid_x = gx, pool.block_x = bx, pool.body = body, pool.context = context, pool.barrier = &barrier;
-    pool.running = bx;
-    ++pool.generation;
-    pool.started.notify_all();
-    pool.finished.wait(lock, [] { return pool.running == 0; });
+    launch = nullptr;
 }
 """
 # What a kernel library sees of CUDA (light, so that each kernel builds fast).
@@ -617,7 +626,7 @@ template <class F> static void cxg_call(void* f) { (*static_cast<F*>(f))(); }
 #define __restrict__ __restrict
 #define __shared__ static  // one per kernel: the CUDA blocks of a launch run one after another
 static inline void __syncthreads() { cxg_syncthreads(); }
-// Warp-level operations, full-mask only: the warp's lanes (real threads) meet and exchange values.
+// Warp-level operations, full-mask only: the warp's lanes (fibers) meet and exchange values.
 extern "C" unsigned int cxg_warp_exchange(unsigned long long value, unsigned long long* lanes);
 extern "C" void cxg_syncwarp();
 static inline void __syncwarp(unsigned int = 0xFFFFFFFFu) { cxg_syncwarp(); }
@@ -715,7 +724,7 @@ def _kernel_params(text: str) -> list[_KernelParam]:
 
 def compile_cuda(code: str, sanitize: bool = False) -> tuple[ctypes.CDLL, dict[str, list[_KernelParam]]]:
     """A CUDA C source's kernels as C++ on the CPU: each `extern "C" __global__` function gets a
-    launcher running the grid's blocks, each block's threads at once on the runtime's threads if the
+    launcher running the grid's blocks, each block's threads as the runtime's fibers if the
     source synchronizes them, else in loops."""
     kernels = {name: _kernel_params(params) for name, params in _KERNEL.findall(code)}
     launchers = []
@@ -724,7 +733,7 @@ def compile_cuda(code: str, sanitize: bool = False) -> tuple[ctypes.CDLL, dict[s
             f"{'const ' if p.const else ''}{p.ctype}{'*' if p.pointer else ''} {p.name}" for p in params
         )
         call = f"{name}({', '.join(p.name for p in params)});"
-        if "__syncthreads" in code or "_sync(" in code:  # a CUDA block's threads at once, on the runtime's threads
+        if "__syncthreads" in code or "_sync(" in code:  # a CUDA block's threads as the runtime's fibers
             run = f"  auto body = [&] {{ {call} }};\n  cxg_run_grid(gx, bx, &cxg_call<decltype(body)>, &body);\n"
         else:  # one after another, here: cheaper, and the same for a kernel whose threads never wait
             run = (
@@ -735,7 +744,7 @@ def compile_cuda(code: str, sanitize: bool = False) -> tuple[ctypes.CDLL, dict[s
         signature = f"cxg_launch_{name}(unsigned int gx, unsigned int bx, {declared})"
         launchers.append(f'extern "C" void {signature} {{\n{run}}}\n')
     flags = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-omit-frame-pointer"] if sanitize else ["-O1"]
-    _build(_CUDA_RUNTIME, "runtime", [*flags, "-pthread", "-std=c++20"], globally=True)  # its symbols first
+    _build(_CUDA_RUNTIME, "runtime", [*flags, "-std=c++17"], globally=True)  # its symbols first
     return _build(_CUDA_SHIM + code + "\n" + "".join(launchers), "cuda", [*flags, "-std=c++17"]), kernels
 
 
