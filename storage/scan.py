@@ -15,6 +15,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -346,15 +347,25 @@ class BlockScan:
             if self.plan.limit is not None and emitted >= self.plan.limit:
                 return
 
-    def resident(self, jobs: list[Job]) -> ResidentScan | None:
-        """The partial aggregate (or the projection) of every job's block at once over the GPU's
-        resident columns (`gpu_kernels.resident`), ready to run; None where it cannot run so."""
+    def resident(self, jobs: list[Job], share: tuple[int, int] = (0, 1)) -> ResidentScan | None:
+        """The partial aggregate (or the projection) of every job's block at once over the current
+        GPU's resident columns (`gpu_kernels.resident`), ready to run; None where it cannot run so.
+        `share` (d, n): the GPU is the d-th of n, which keeps the table's blocks at positions d,
+        d + n, ... (the jobs must be among them)."""
         task, loaded = self.plan.task, self.loaded
-        position = {entry.file: i for i, (entry, _) in enumerate(loaded.blocks)}
+        device, devices = share
+        kept = range(device, len(loaded.blocks), devices)
+        position = {loaded.blocks[p][0].file: i for i, p in enumerate(kept)}
         where = (
             self.backend,
-            (str(loaded.table.store.root), loaded.table.name, loaded.version, loaded.stamp),
-            [block for _, block in loaded.blocks],
+            (
+                str(loaded.table.store.root),
+                loaded.table.name,
+                loaded.version,
+                loaded.stamp,
+                *(share if devices > 1 else ()),
+            ),
+            [loaded.blocks[p][1] for p in kept],
             [position[entry.file] for entry, _, _ in jobs],
             task.predicate,
         )
@@ -374,20 +385,27 @@ class BlockScan:
         """The partial aggregate of every job's block at once through the fused kernels: from the
         GPU's resident columns (one launch per signature, one wait), or, for columns that outgrow
         the resident area, streamed from host memory in chunks (one wait). A projection likewise
-        from the resident columns (two launches per signature, a scan, two waits). None where the
-        fused kernels cannot run it (the block pipeline then does)."""
+        from the resident columns (two launches per signature, a scan, two waits). Over several
+        GPUs, each takes the blocks at its positions (position mod GPUs) at once, on a thread of
+        its own. None where the fused kernels cannot run it (the block pipeline then does)."""
         started = time.perf_counter()
-        try:
-            prepared = self.resident(jobs)
-            accumulators = prepared.run(self.backend) if prepared is not None else None
-            if accumulators is None:
-                return None
-            scans, results, name = [prepared.scan], [accumulators], "resident"
-        except TooLarge:
-            streamed = self.streamed(jobs) if self.plan.task.aggregating else None
-            if streamed is None:
-                return None
-            scans, results, name = streamed.chunks, streamed.run(self.backend), "streamed"
+        devices = self.backend.xp.cuda.runtime.getDeviceCount()
+        position = {entry.file: i for i, (entry, _) in enumerate(self.loaded.blocks)}
+        shares = [(d, [j for j in jobs if position[j[0].file] % devices == d]) for d in range(devices)]
+        shares = [(d, share) for d, share in shares if share]
+        if devices == 1:
+            outcomes = [self._fused_on_this_device(jobs, (0, 1))]
+        else:
+            with ThreadPoolExecutor(len(shares), thread_name_prefix="cxg-fused") as pool:
+                outcomes = list(pool.map(lambda share: self._fused_on(share[0], devices, share[1]), shares))
+        if any(outcome is None for outcome in outcomes):
+            return None
+        ran = [
+            (scan, result, name)
+            for scans, results, name in outcomes
+            for scan, result in zip(scans, results, strict=True)
+        ]
+        scans, results = [scan for scan, _, _ in ran], [result for _, result, _ in ran]
         rows = sum(scan.rows for scan in scans)
         seconds = time.perf_counter() - started
         self.stats.add(
@@ -401,8 +419,22 @@ class BlockScan:
         )
         for entry, _, _ in jobs:  # the time shared by the buckets as their rows
             self.seconds_read[entry.bucket] += seconds * entry.rows / max(1, rows)
-        batches = (scan.assemble(a) for scan, a in zip(scans, results, strict=True))
-        return [Piece(piece, name) for batch in batches for piece in _slices(batch)]
+        return [Piece(piece, name) for scan, result, name in ran for piece in _slices(scan.assemble(result))]
+
+    def _fused_on(self, device: int, devices: int, jobs: list[Job]) -> tuple[list, list, str] | None:
+        with self.backend.xp.cuda.Device(device):
+            return self._fused_on_this_device(jobs, (device, devices))
+
+    def _fused_on_this_device(self, jobs: list[Job], share: tuple[int, int]) -> tuple[list, list, str] | None:
+        """(the fused scans, their results, where they ran) of `jobs` on the current GPU, the
+        `share` it keeps; None where they cannot run so."""
+        try:
+            prepared = self.resident(jobs, share)
+            result = prepared.run(self.backend) if prepared is not None else None
+            return None if result is None else ([prepared.scan], [result], "resident")
+        except TooLarge:
+            streamed = self.streamed(jobs) if self.plan.task.aggregating else None
+            return None if streamed is None else (streamed.chunks, streamed.run(self.backend), "streamed")
 
 
 def _slices(batch: pa.RecordBatch) -> list[pa.RecordBatch]:

@@ -59,6 +59,14 @@ def _answer(store: Store, backend, request: dict) -> pa.Table:
     return merged.sort_by([(k, "ascending") for k in keys]) if keys else merged
 
 
+def _result(store: Store, backend, request: dict) -> list:
+    """A scan's final rows, or a projection's rows in order."""
+    if "columns" not in request:
+        return _answer(store, backend, request).to_pylist()
+    scan = scan_table(TableCache(store), {"table": "t", **request}, backend)
+    return sorted(tuple(row.values()) for piece in scan.pieces() for row in piece.batch.to_pylist())
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("request_", [Q6_LIKE, GROUPED], ids=["one group", "groups"])
 def test_a_scan_is_one_launch_and_one_wait_over_its_resident_columns(tmp_path, cupy_standin, request_) -> None:
@@ -81,6 +89,34 @@ def test_a_scan_is_one_launch_and_one_wait_over_its_resident_columns(tmp_path, c
     encoded = sum(block.nbytes for _, block in cache.get("t").blocks)
     assert counts.to_device - copied < encoded / 20  # the block table and the accumulators, not the columns
     assert area.residency.hits >= 2 and _answer(store, cupy, request_).equals(expected)
+
+
+PROJECTION_REQUEST = {"filter": {"op": "<", "args": [{"col": "q"}, {"lit": 5}]}, "columns": ["p", "flag", "q"]}
+
+
+@pytest.mark.gpu(devices=2)
+@pytest.mark.parametrize("request_", [Q6_LIKE, GROUPED, PROJECTION_REQUEST], ids=["one group", "groups", "projection"])
+def test_over_two_gpus_each_keeps_and_scans_its_share_of_the_blocks(tmp_path, cupy_standin, request_) -> None:
+    """Each GPU keeps the columns of the blocks at its positions (position mod GPUs) and runs its
+    share's fused kernels at once with the other: both launch, each waits once for an aggregate
+    (twice for a projection), and the answer is the NumPy backend's."""
+    store = Store(tmp_path / "node")
+    _load(store, _table(1))
+    cache = TableCache(store)
+    blocks = len(cache.get("t").blocks)
+    cupy = get_backend("cupy")
+    expected = _result(store, get_backend("numpy"), request_)
+    assert _result(store, cupy, request_) == expected  # loads each GPU's share of the columns
+    areas = {device: area for (device, _), area in cupy.resident.items()}
+    assert set(areas) == {0, 1} and all(area.residency.loads > 0 for area in areas.values())
+    counts = cupy_standin.counts
+    launches, waits = dict(counts.launches), counts.syncs
+    scan = scan_table(cache, {"table": "t", **request_}, cupy)
+    pieces = list(scan.pieces())
+    assert {p.block for p in pieces} == {"resident"} and scan.stats.blocks == blocks
+    assert all(counts.launches[d] > launches.get(d, 0) for d in (0, 1))
+    assert counts.syncs - waits == (4 if "columns" in request_ else 2)
+    assert _result(store, cupy, request_) == expected and all(area.residency.hits > 0 for area in areas.values())
 
 
 @pytest.mark.gpu
@@ -127,6 +163,25 @@ def test_columns_larger_than_the_area_are_streamed_from_host_memory_in_chunks(tm
         assert counts.pinned - pinned <= 2 * 6  # the ring's buffers, once: two slots of a few columns' parts
         [area] = [a for (_, memory), a in cupy.resident.items() if memory == 4 * 50_000]
         assert area.used <= area.budget  # a column that fits may have been loaded, within the area
+    finally:
+        del cupy.device_memory
+
+
+@pytest.mark.gpu(devices=2)
+def test_over_two_gpus_each_streams_its_share_of_a_table_larger_than_the_area(tmp_path, cupy_standin) -> None:
+    store = Store(tmp_path / "node")
+    _load(store, _table(2))
+    cupy = get_backend("cupy")
+    cupy.device_memory = 4 * 50_000  # areas of 50 kB on each GPU: no column of the table is resident
+    try:
+        expected = _answer(store, get_backend("numpy"), GROUPED)
+        assert _answer(store, cupy, GROUPED).equals(expected)
+        counts = cupy_standin.counts
+        launches, waits = dict(counts.launches), counts.syncs
+        assert _answer(store, cupy, GROUPED).equals(expected)
+        assert all(counts.launches[d] > launches.get(d, 0) for d in (0, 1))
+        assert counts.syncs - waits == 2  # each GPU's read-back
+        assert len(cupy.rings) == 2  # a ring of pinned buffers each
     finally:
         del cupy.device_memory
 
