@@ -186,22 +186,16 @@ def compare_fused(
     rng = np.random.default_rng(seed)
     numpy, cupy_backend = get_backend("numpy"), get_backend("cupy")
     for case in range(cases):
-        blocks = [random_block(rng, int(rng.choice(sizes))) for _ in range(int(rng.integers(1, 5)))]
-        chosen = sorted(int(b) for b in rng.choice(len(blocks), int(rng.integers(1, len(blocks) + 1)), replace=False))
-        predicate = random_predicate(rng) if case % 5 else None
+        blocks, chosen, predicate = _random_scan(rng, sizes, case)
         task = BlockTask(predicate, keys=tuple(random_keys(rng)), aggregates=tuple(random_aggregates(rng)))
         partials = [run_block(task, blocks[b], numpy, ScanStats(), predicate)[0][0] for b in chosen]
         expected = final_rows(partials, task)
         images = {n: ColumnImage.of(n, [b.columns[n] for b in blocks]) for n in TYPES}
         scan = fused_scan.plan(images, chosen, predicate, list(task.keys), list(task.aggregates))
         _require(scan is not None, f"case {case}: {task} is not fused")
-        if case % 3 == 0:
-            for launch in scan.launches:
-                launch.max_grid = int(rng.integers(1, 4))
+        on_device = _on_device(scan, images, cupy_backend, rng, case)
         syncs = standin.counts.syncs if standin else 0
-        buffers = {pair for launch in scan.launches for pair in launch.buffers}
-        on_device = {(c, k): cupy_backend.asarray(images[c].buffers[k]) for c, k in buffers}
-        accumulators = cupy_backend.fused_aggregate(scan, lambda c, k, d=on_device: d[(c, k)])
+        accumulators = cupy_backend.fused_aggregate(scan, on_device)
         _require(not standin or standin.counts.syncs == syncs + 1, "the result is not read back in one wait")
         got = final_rows(scan.assemble(accumulators), task)
         _require(got == expected, f"case {case}: {task}\nfused: {got}\nnumpy: {expected}")
@@ -211,6 +205,24 @@ def compare_fused(
         through_operator = final_rows(run_block(task, block, cupy_backend, ScanStats(), predicate)[0][0], task)
         _require(through_operator == final_rows(partials[0], task), f"case {case}: the operator's fused path differs")
     return cases
+
+
+def _random_scan(rng: np.random.Generator, sizes: tuple[int, ...], case: int) -> tuple[list, list[int], Call | None]:
+    """One to four random blocks, the subset a scan reads (as after pruning), and its predicate."""
+    blocks = [random_block(rng, int(rng.choice(sizes))) for _ in range(int(rng.integers(1, 5)))]
+    chosen = sorted(int(b) for b in rng.choice(len(blocks), int(rng.integers(1, len(blocks) + 1)), replace=False))
+    return blocks, chosen, random_predicate(rng) if case % 5 else None
+
+
+def _on_device(scan: Any, images: dict, backend: Any, rng: np.random.Generator, case: int) -> Callable[[str, str], Any]:
+    """The buffers the scan's launches read, copied to the device; now and then its launches on a
+    grid of 1 to 3 CUDA blocks, so that they stride over many tiles."""
+    if case % 3 == 0:
+        for launch in scan.launches:
+            launch.max_grid = int(rng.integers(1, 4))
+    buffers = {pair for launch in scan.launches for pair in launch.buffers}
+    on_device = {(c, k): backend.asarray(images[c].buffers[k]) for c, k in buffers}
+    return lambda column, key: on_device[(column, key)]
 
 
 def random_outputs(rng: np.random.Generator) -> list[NamedExpr]:
@@ -232,9 +244,7 @@ def compare_projections(
     rng = np.random.default_rng(seed)
     numpy, cupy_backend = get_backend("numpy"), get_backend("cupy")
     for case in range(cases):
-        blocks = [random_block(rng, int(rng.choice(sizes))) for _ in range(int(rng.integers(1, 5)))]
-        chosen = sorted(int(b) for b in rng.choice(len(blocks), int(rng.integers(1, len(blocks) + 1)), replace=False))
-        predicate = random_predicate(rng) if case % 5 else None
+        blocks, chosen, predicate = _random_scan(rng, sizes, case)
         task = BlockTask(predicate, outputs=tuple(random_outputs(rng)))
         expected = [
             row for b in chosen for row in run_block(task, blocks[b], numpy, ScanStats(), predicate)[0][0].to_pylist()
@@ -242,13 +252,9 @@ def compare_projections(
         images = {n: ColumnImage.of(n, [b.columns[n] for b in blocks]) for n in TYPES}
         scan = fused_project.plan(images, chosen, predicate, list(task.outputs))
         _require(scan is not None, f"case {case}: {task} is not fused")
-        if case % 3 == 0:
-            for launch in scan.launches:
-                launch.max_grid = int(rng.integers(1, 4))
+        on_device = _on_device(scan, images, cupy_backend, rng, case)
         syncs = standin.counts.syncs if standin else 0
-        buffers = {pair for launch in scan.launches for pair in launch.buffers}
-        on_device = {(c, k): cupy_backend.asarray(images[c].buffers[k]) for c, k in buffers}
-        values = cupy_backend.fused_project(scan, lambda c, k, d=on_device: d[(c, k)])
+        values = cupy_backend.fused_project(scan, on_device)
         waits = 2 if expected else (1 if scan.tiles else 0)
         _require(not standin or standin.counts.syncs == syncs + waits, f"case {case}: not read back in {waits} waits")
         got = scan.assemble(values).to_pylist()
