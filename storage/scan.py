@@ -390,12 +390,12 @@ class BlockScan:
         its own. None where the fused kernels cannot run it (the block pipeline then does)."""
         started = time.perf_counter()
         devices = self.backend.xp.cuda.runtime.getDeviceCount()
-        position = {entry.file: i for i, (entry, _) in enumerate(self.loaded.blocks)}
-        shares = [(d, [j for j in jobs if position[j[0].file] % devices == d]) for d in range(devices)]
-        shares = [(d, share) for d, share in shares if share]
         if devices == 1:
             outcomes = [self._fused_on_this_device(jobs, (0, 1))]
         else:
+            position = {entry.file: i for i, (entry, _) in enumerate(self.loaded.blocks)}
+            shares = [(d, [j for j in jobs if position[j[0].file] % devices == d]) for d in range(devices)]
+            shares = [(d, share) for d, share in shares if share]
             with ThreadPoolExecutor(len(shares), thread_name_prefix="cxg-fused") as pool:
                 outcomes = list(pool.map(lambda share: self._fused_on(share[0], devices, share[1]), shares))
         if any(outcome is None for outcome in outcomes):
