@@ -44,6 +44,7 @@ from gpu_kernels.fused_scan import (
     Launch,
     NotFusable,
     block_table,
+    columns_of,
     launch_groups,
     rows_launched,
 )
@@ -89,8 +90,7 @@ class FusedProjection:
 
 def columns_read(predicate: E.Expr | None, outputs: Sequence[NamedExpr]) -> list[str]:
     """The columns a projection reads, in name order."""
-    expressions = [predicate, *(o.expr for o in outputs)]
-    return sorted(set().union(*(E.columns_of(e) for e in expressions if e is not None)))
+    return columns_of([predicate, *(o.expr for o in outputs)])
 
 
 def may_fuse(

@@ -355,7 +355,11 @@ def plan(
 
 def columns_read(predicate: E.Expr | None, keys: list[NamedExpr], aggregates: list[AggSpec]) -> list[str]:
     """The columns a partial aggregate reads, in name order."""
-    expressions = [predicate, *(k.expr for k in keys), *(a.arg for a in aggregates)]
+    return columns_of([predicate, *(k.expr for k in keys), *(a.arg for a in aggregates)])
+
+
+def columns_of(expressions: Sequence[E.Expr | None]) -> list[str]:
+    """The columns some expressions read (None: no expression), in name order."""
     return sorted(set().union(*(E.columns_of(e) for e in expressions if e is not None)))
 
 

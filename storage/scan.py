@@ -40,6 +40,7 @@ from gpu_kernels import (
     exact_fraction,
     final_aggregate,
     fold,
+    fused_scan,
     plan_resident,
     plan_resident_projection,
     plan_streamed,
@@ -316,9 +317,8 @@ class BlockScan:
     def columns_needed(self) -> list[str]:
         """The columns the task reads, in name order."""
         task = self.plan.task
-        expressions = [task.predicate, *(o.expr for o in task.outputs), *(k.expr for k in task.keys)]
-        expressions += [a.arg for a in task.aggregates]
-        return sorted(set().union(*(E.columns_of(e) for e in expressions if e is not None)))
+        outputs = [*(o.expr for o in task.outputs), *(k.expr for k in task.keys), *(a.arg for a in task.aggregates)]
+        return fused_scan.columns_of([task.predicate, *outputs])
 
     def _blocks(self, jobs: list[Job]) -> Iterator[Piece]:
         task = self.plan.task
