@@ -623,6 +623,7 @@ template <class F> static void cxg_call(void* f) { (*static_cast<F*>(f))(); }
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
 #define __restrict__ __restrict
 #define __shared__ static  // one per kernel: the CUDA blocks of a launch run one after another
 static inline void __syncthreads() { cxg_syncthreads(); }
@@ -676,7 +677,7 @@ template <class T> static inline T atomicAdd(T* at, T v) { return cxg_update(at,
 template <class T> static inline T atomicMin(T* at, T v) { return cxg_update(at, v, 1); }
 template <class T> static inline T atomicMax(T* at, T v) { return cxg_update(at, v, 2); }
 """
-_KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)', re.S)
+_KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(([^)]*)\)', re.S)
 _C_SCALARS = {
     "long long": ctypes.c_longlong,
     "unsigned long long": ctypes.c_ulonglong,

@@ -96,21 +96,21 @@ def compressed_transfer(
 
 
 def hash_partitioning(cupy: Any, cupyx: Any, rows: int, buckets: tuple[int, ...], repeat: int) -> dict[str, dict]:
-    """Bytes of int64 keys per second placed into P buckets (the placement hash fused with a
-    histogram, an exclusive scan and the scatter: `gpu_kernels/cuda/partition.cu`), for each P:
-    with the row order left on the device, and copied into pinned host memory."""
+    """Bytes of int64 keys per second moved into P buckets (the placement hash fused with a
+    histogram, an exclusive scan and the write-combined scatter of the keys and their rows' numbers:
+    `gpu_kernels/cuda/partition.cu`), for each P: with the keys left on the device, and copied into
+    pinned host memory."""
     backend = get_backend("cupy")
     keys = cupy.asarray(np.random.default_rng(2).integers(0, 1 << 40, rows)).view(cupy.uint64)
-    pinned = cupyx.empty_pinned(rows, dtype=np.int64)
+    pinned = cupyx.empty_pinned(rows, dtype=np.uint64)
 
-    def to_host(p: int) -> None:
-        order, _, _ = backend.partition_keys([keys], p)
-        order.get(out=pinned)
+    def on_device(p: int) -> Any:
+        return backend.partition_keys([keys], p, [keys]).moved[0]
 
     return {
         str(p): {
-            "on_device": rows * 8 / event_seconds(cupy, lambda p=p: backend.partition_keys([keys], p), repeat),
-            "to_pinned_host": rows * 8 / event_seconds(cupy, lambda p=p: to_host(p), repeat),
+            "on_device": rows * 8 / event_seconds(cupy, lambda p=p: on_device(p), repeat),
+            "to_pinned_host": rows * 8 / event_seconds(cupy, lambda p=p: on_device(p).get(out=pinned), repeat),
         }
         for p in buckets
     }

@@ -29,6 +29,7 @@ from gpu_kernels import (
     Kind,
     Lit,
     NamedExpr,
+    Partitioned,
     Plain,
     RunLength,
     ScanStats,
@@ -301,16 +302,19 @@ def _operations(rng: np.random.Generator, n: int) -> dict[str, tuple[Callable[[A
         "group_sum": lambda b: b.group_sum(*on(b, gid, values), groups),
         "group_count": lambda b: b.group_count(*on(b, gid), groups),
         "partition": lambda b: b.partition(*on(b, gid % 16), 16),
-        "partition_keys": lambda b: _rows_of_buckets(b, *b.partition_keys(on(b, hashed, hashed ^ offsets), 16)),
+        "partition_keys": lambda b: _rows_of_buckets(
+            b, b.partition_keys(on(b, hashed, hashed ^ offsets), 16, on(b, values, floats, mask, gid.astype(np.int32)))
+        ),
         "unique_inverse": lambda b: _distinct_values_of_rows(b, *b.unique_inverse(*on(b, values % 1000))),
     }
 
 
-def _rows_of_buckets(backend: Any, order: Any, counts: Any, offsets: Any) -> tuple[np.ndarray, ...]:
-    """What `partition_keys` promises, whatever the order of rows within a bucket: each bucket's rows."""
-    order, counts, offsets = backend.to_host(order), backend.to_host(counts), backend.to_host(offsets)
-    sorted_rows = np.concatenate([np.sort(order[o : o + c]) for o, c in zip(offsets, counts, strict=True)])
-    return sorted_rows.astype(np.int64), counts, offsets
+def _rows_of_buckets(backend: Any, parts: Partitioned) -> tuple[np.ndarray, ...]:
+    """What `partition_keys` promises, whatever the order of rows within a bucket: each bucket's
+    rows, and the payload's values moved with them."""
+    order, counts, offsets = (backend.to_host(a) for a in parts[:3])
+    within = np.concatenate([o + np.argsort(order[o : o + c]) for o, c in zip(offsets, counts, strict=True)])
+    return (order[within].astype(np.int64), counts, offsets, *(backend.to_host(a)[within] for a in parts.moved))
 
 
 def _distinct_values_of_rows(backend: Any, uniques: Any, inverse: Any) -> tuple[np.ndarray, np.ndarray]:

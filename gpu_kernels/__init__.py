@@ -14,7 +14,7 @@ import lazy_loader
 
 _FACE: dict[str, tuple[str, ...]] = {
     "aggregate": ("FUNCTIONS", "AggSpec", "NamedExpr", "final_aggregate"),
-    "backend": ("BackendUnavailable", "DeviceOutOfMemory", "NumpyBackend"),
+    "backend": ("BackendUnavailable", "DeviceOutOfMemory", "NumpyBackend", "Partitioned"),
     "backend_choice": ("cuda_available", "get_backend"),
     "column_types": (
         "DomainValues",

@@ -8,7 +8,8 @@ overrides. Which of the two a node runs on is `gpu_kernels.backend_choice`'s to 
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +20,16 @@ from gpu_kernels.placement_hash import bucket_ids
 
 Array = Any  # numpy.ndarray or cupy.ndarray
 _EXACT_FLOAT = 1 << 53
+
+
+class Partitioned(NamedTuple):
+    """Rows placed into buckets: bucket by bucket, their numbers (`order`) and the payload's arrays
+    in that order (`moved`), with each bucket's rows (`counts`) and where they start (`offsets`)."""
+
+    order: Array
+    counts: Array
+    offsets: Array
+    moved: list[Array]
 
 
 class BackendUnavailable(RuntimeError):
@@ -144,10 +155,11 @@ class NumpyBackend:
     def group_count(self, gid: Array, groups: int) -> Array:
         return self.xp.bincount(gid, minlength=groups).astype(self.xp.int64)
 
-    def partition_keys(self, inputs: list[Array], count: int) -> tuple[Array, Array, Array]:
+    def partition_keys(self, inputs: list[Array], count: int, payload: Sequence[Array] = ()) -> Partitioned:
         """Rows placed into `count` buckets by the placement hash of their key columns' uint64 hash
-        inputs: (row order grouped by bucket, counts, offsets)."""
-        return self.partition(bucket_ids(self.xp, inputs, count), count)
+        inputs, moving the arrays of `payload` (one value per row each) with them."""
+        order, counts, offsets = self.partition(bucket_ids(self.xp, inputs, count), count)
+        return Partitioned(order, counts, offsets, [array[order] for array in payload])
 
     def partition(self, buckets: Array, count: int) -> tuple[Array, Array, Array]:
         """Histogram, exclusive scan and scatter: (row order grouped by bucket, counts, offsets)."""

@@ -20,11 +20,11 @@ MAX_BLOCKS = 4096  # a grid-stride loop covers the rest: per-launch cost stays f
 @dataclass(frozen=True)
 class Kernel:
     name: str  # the __global__ function
-    file: str  # under gpu_kernels/cuda/
+    files: tuple[str, ...]  # its source, under gpu_kernels/cuda/
     registers: int  # per thread, at most, on every architecture of ARCHES (no spills either)
 
     def source(self) -> str:
-        return cuda_source(self.file)
+        return cuda_source(*self.files)
 
 
 @cache
@@ -38,12 +38,14 @@ def cuda_source(*files: str) -> str:
 KERNELS = {
     k.name: k
     for k in [
-        Kernel("cxg_unpack", "unpack.cu", 32),
-        Kernel("cxg_bucket_counts", "partition.cu", 32),
-        Kernel("cxg_bucket_scatter", "partition.cu", 32),
+        Kernel("cxg_unpack", ("unpack.cu",), 32),
+        Kernel("cxg_bucket_counts", ("tile_scan.cuh", "partition.cu"), 32),
+        Kernel("cxg_bucket_scatter", ("tile_scan.cuh", "partition.cu"), 48),
     ]
 }
-MAX_BUCKETS = 4096  # of the partitioning kernels (their shared memory): more go through the general kernels
+# of the partitioning kernels, four per thread of their tile scan (partition.cu takes 256 threads):
+# more go through the general kernels
+MAX_BUCKETS = 4 * THREADS
 PARTITION_ROWS = 16 * THREADS  # rows a CUDA block of the partitioning kernels takes, at least ...
 MAX_PARTITION_GRID = 1024  # ... and CUDA blocks at most (their counts are scanned: buckets x grid of them)
 

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from gpu_kernels.backend import Array, NumpyBackend
+from gpu_kernels.backend import Array, NumpyBackend, Partitioned
 from gpu_kernels.cuda_kernels import KERNELS, MAX_BUCKETS, MAX_PARTITION_GRID, PARTITION_ROWS, THREADS, launch_shape
-from gpu_kernels.fused_project import FusedProjection
+from gpu_kernels.fused_project import Answer, FusedProjection
 from gpu_kernels.fused_scan import FusedScan
 
 
@@ -80,34 +80,55 @@ class CupyBackend(NumpyBackend):
         self.fused_launch(scan, buffer, out)
         return self._read_back(out)
 
-    def fused_project(self, scan: FusedProjection, buffer: Callable[[str, str], Array]) -> np.ndarray:
+    def fused_project(self, scan: FusedProjection, buffer: Callable[[str, str], Array]) -> Answer:
         """Run a projection's fused kernels (`gpu_kernels.fused_project`): per signature the count
         kernel, a scan of the tiles' counts, the number of rows read back (the first wait), then per
         signature the write kernel into an answer of that size, read back (the second): one row of
-        64-bit values per output. Raises CuPy's OutOfMemoryError where the answer outgrows the
-        result area."""
+        64-bit values per output. A partitioned projection's answer is moved bucket by bucket by the
+        partitioning kernels first (its key rows hashed), its rows per bucket read back with it.
+        Raises CuPy's OutOfMemoryError where the answer outgrows the result area."""
         if not scan.tiles:
-            return np.empty((scan.outputs, 0), dtype=np.int64)
+            return scan.nothing()
         cupy = self.xp
-        calls, base = [], 0
         with self._in_result_area():
             counts = cupy.empty(scan.tiles, dtype=cupy.int64)
-            for launch in scan.launches:
-                pointers = [buffer(column, key) for column, key in launch.buffers]
-                head = (np.int64(launch.tiles), np.int64(len(launch.table)), cupy.asarray(launch.table))
-                arguments = (*head, *pointers, *launch.scalars, np.int64(base))
-                module = self._module(launch.source)
-                module.get_function(f"{launch.name}_count")((launch.grid,), (THREADS,), (*arguments, counts))
-                calls.append((module.get_function(f"{launch.name}_write"), launch.grid, arguments))
-                base += launch.tiles
+            write = self.project_counts(scan, buffer, counts, 0)
             ends = cupy.cumsum(counts)
             rows = int(self._read_back(ends[-1:])[0])
             if rows == 0:
-                return np.empty((scan.outputs, 0), dtype=np.int64)
+                return scan.nothing()
             out = cupy.empty((scan.outputs, rows), dtype=cupy.int64)
-        for kernel, grid, arguments in calls:
-            kernel((grid,), (THREADS,), (*arguments, counts, ends, np.int64(rows), out))
-        return self._read_back(out)
+        write(counts, ends, out)
+        if scan.partition is None:
+            return Answer(self._read_back(out))
+        keys, buckets = scan.partition
+        with self._in_result_area():  # the answer moved bucket by bucket, read back after its counts
+            parts = self._partition_words([out[k].view(cupy.uint64) for k in keys], buckets, out)
+            host = self._read_back(cupy.concatenate((parts.counts, parts.moved[0].ravel())))
+        return Answer(host[buckets:].reshape(scan.outputs, rows), host[:buckets])
+
+    def project_counts(
+        self, scan: FusedProjection, buffer: Callable[[str, str], Array], counts: Array, base: int
+    ) -> Callable[[Array, Array, Array], None]:
+        """A projection's count kernels launched on the current stream, each of its tiles' holding
+        rows counted into `counts` from index `base` on; returns the launch of its write kernels
+        once `counts` is scanned into `ends`: `write(counts, ends, out)`, each row at its place in
+        `out` (one row per output; a place past its end is not written)."""
+        calls = []
+        for launch in scan.launches:
+            pointers = [buffer(column, key) for column, key in launch.buffers]
+            head = (np.int64(launch.tiles), np.int64(len(launch.table)), self.xp.asarray(launch.table))
+            arguments = (*head, *pointers, *launch.scalars, np.int64(base))
+            module = self._module(launch.source)
+            module.get_function(f"{launch.name}_count")((launch.grid,), (THREADS,), (*arguments, counts))
+            calls.append((module.get_function(f"{launch.name}_write"), launch.grid, arguments))
+            base += launch.tiles
+
+        def write(counts: Array, ends: Array, out: Array) -> None:
+            for kernel, grid, arguments in calls:
+                kernel((grid,), (THREADS,), (*arguments, counts, ends, np.int64(out.shape[1]), out))
+
+        return write
 
     def fused_launch(self, scan: FusedScan, buffer: Callable[[str, str], Array], out: Array) -> None:
         """A scan's fused kernels launched on the current stream, adding into the accumulators `out`
@@ -120,22 +141,40 @@ class CupyBackend(NumpyBackend):
             arguments = (np.int64(launch.tiles), np.int64(len(launch.table)), table, *pointers, *launch.scalars, out)
             kernel((launch.grid,), (THREADS,), arguments)
 
-    def partition_keys(self, inputs: list[Array], count: int) -> tuple[Array, Array, Array]:
+    def partition_keys(self, inputs: list[Array], count: int, payload: Sequence[Array] = ()) -> Partitioned:
         """The partitioning kernels (`gpu_kernels/cuda/partition.cu`): the hash fused with a
-        shared-memory histogram per CUDA block, an exclusive scan of the counts, and the scatter."""
+        shared-memory histogram per CUDA block, an exclusive scan of the counts, and the
+        write-combined scatter of the rows' numbers and payload (as 64-bit words, one launch for
+        all of its arrays)."""
         n = len(inputs[0])
-        if count > MAX_BUCKETS or n == 0:
-            return super().partition_keys(inputs, count)
-        cupy = self.xp
+        if n == 0:
+            return super().partition_keys(inputs, count, payload)
+        words = [_words(array) for array in payload]
+        if len(words) == 1:
+            words = words[0].reshape(1, n)
+        else:
+            words = self.xp.stack(words) if words else self.xp.empty((0, n), "i8")
+        parts = self._partition_words(inputs, count, words)
+        return parts._replace(moved=[_from_words(w, a.dtype) for w, a in zip(parts.moved[0], payload, strict=True)])
+
+    def _partition_words(self, inputs: list[Array], count: int, words: Array) -> Partitioned:
+        """`partition_keys` with the payload a matrix of int64 words (a row per array), moved as one
+        matrix (`moved[0]`); past MAX_BUCKETS, the general kernels."""
+        cupy, n = self.xp, len(inputs[0])
+        if count > MAX_BUCKETS:
+            order, counts, offsets, _ = super().partition_keys(inputs, count)
+            return Partitioned(order, counts, offsets, [words[:, order]])
         keys = inputs[0] if len(inputs) == 1 else cupy.concatenate(inputs)
         grid = max(1, min(MAX_PARTITION_GRID, -(-n // PARTITION_ROWS)))
         shape = (np.int64(n), np.int32(len(inputs)), np.int32(count))
         counts = cupy.empty(count * grid, dtype=cupy.int64)
         self._kernel("cxg_bucket_counts")((grid,), (THREADS,), (keys, *shape, counts))
         starts = cupy.cumsum(counts) - counts
-        order = cupy.empty(n, dtype=cupy.int64)
-        self._kernel("cxg_bucket_scatter")((grid,), (THREADS,), (keys, *shape, starts, order))
-        return order, counts.reshape(count, grid).sum(axis=1), cupy.ascontiguousarray(starts[::grid])
+        order, moved = cupy.empty(n, dtype=cupy.int64), cupy.empty_like(words)
+        arguments = (keys, *shape, starts, words, np.int32(len(words)), order, moved)
+        self._kernel("cxg_bucket_scatter")((grid,), (THREADS,), arguments)
+        offsets = cupy.ascontiguousarray(starts[::grid])
+        return Partitioned(order, counts.reshape(count, grid).sum(axis=1), offsets, [moved])
 
     def asarray(self, host: np.ndarray) -> Array:
         return self.xp.asarray(host)
@@ -215,6 +254,16 @@ class CupyBackend(NumpyBackend):
             picked = cupy.concatenate((cupy.zeros(1, dtype=edges.dtype), edges + 1))
         out[groups[picked]] = ordered[picked]
         return out
+
+
+def _words(array: Array) -> Array:
+    """An array of up to 8-byte values as int64 words (its bits, sign-extended)."""
+    return array.view(f"i{array.dtype.itemsize}").astype("i8", copy=False)
+
+
+def _from_words(words: Array, dtype: np.dtype) -> Array:
+    """The array `_words` made `words` of."""
+    return words.astype(f"i{dtype.itemsize}", copy=False).view(dtype)
 
 
 # the dtypes cupyx.scatter_min and scatter_max take exactly: no 64-bit signed integers and no narrow

@@ -7,10 +7,12 @@ and predicate, and the same narrowing of sorted runs to row ranges) with another
 a `<name>_count` kernel counts each tile's holding rows, an inclusive scan of the counts
 (`cupy.cumsum`) gives each tile's place in the answer, and a `<name>_write` kernel evaluates the
 predicate again, ranks the tile's holding rows in row order with one scan for all of a thread's
-rows (warp shuffles, then the warps' totals in shared memory: `gpu_kernels/cuda/fused_project.cu`)
+rows (warp shuffles, then the warps' totals in shared memory: `gpu_kernels/cuda/tile_scan.cuh`)
 and writes each projected value at its row's place. The answer keeps the row order of the blocks
 within a launch; launches (signatures) follow one another. The host waits twice: for the number of
-rows (to size the answer) and for the answer.
+rows (to size the answer) and for the answer. A projection asked for hash-partitioned is moved
+bucket by bucket on the device before it is read back (`gpu_kernels/cuda/partition.cu`, the answer
+as the payload, its key rows as the hash inputs), its rows per bucket read back with it.
 
 Projected values are 64-bit integers in the kernel (integers, decimals as scaled integers, dates as
 days); a column of strings stored as a dictionary or runs is projected as its codes over all its
@@ -52,6 +54,16 @@ from gpu_kernels.fused_scan import (
 assert ITEMS * 16 <= 64, "a thread's rows' holding bits are packed as 16-bit counts in one word"
 
 Values = Callable[[np.ndarray], pa.Array]  # an output's 64-bit values (or codes) as its Arrow array
+Partition = tuple[tuple[int, ...], int]  # the outputs that are the keys, and the buckets
+
+
+@dataclass
+class Answer:
+    """A projection's answer read back: one row of 64-bit values (or codes) per output, and where it
+    is partitioned, the rows per bucket (the rows come bucket by bucket)."""
+
+    values: np.ndarray
+    counts: np.ndarray | None = None
 
 
 @dataclass
@@ -64,6 +76,7 @@ class FusedProjection:
     columns_read: int  # columns the predicate and the outputs read (for the scan's statistics)
     images: Mapping[str, ColumnImage]  # the launches' buffers are theirs
     _values: list[Values] = field(repr=False)
+    partition: Partition | None = None  # the answer hash-partitioned on the device by these outputs
 
     @property
     def tiles(self) -> int:
@@ -78,14 +91,29 @@ class FusedProjection:
         """Rows the kernels read: those of the blocks' ranges, not launched past them."""
         return rows_launched(self.launches)
 
-    def selected(self, values: np.ndarray) -> int:
+    def selected(self, answer: Answer) -> int:
         """Rows the predicate kept."""
-        return int(values.shape[1])
+        return int(answer.values.shape[1])
 
-    def assemble(self, values: np.ndarray) -> pa.RecordBatch:
-        """The projection from the answer read back: one row of 64-bit values per output."""
-        arrays = [to_arrow(column) for to_arrow, column in zip(self._values, values, strict=True)]
+    def nothing(self) -> Answer:
+        """The answer where no row holds."""
+        counts = None if self.partition is None else np.zeros(self.partition[1], dtype=np.int64)
+        return Answer(np.empty((self.outputs, 0), dtype=np.int64), counts)
+
+    def assemble(self, answer: Answer) -> pa.RecordBatch:
+        """The projection from its answer (bucket by bucket where partitioned)."""
+        arrays = [to_arrow(column) for to_arrow, column in zip(self._values, answer.values, strict=True)]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def pieces(self, answer: Answer) -> list[tuple[pa.RecordBatch, int | None]]:
+        """The projection as (batch, bucket) pieces: one, with no bucket, unless partitioned."""
+        batch = self.assemble(answer)
+        if answer.counts is None:
+            return [(batch, None)]
+        starts = np.cumsum(answer.counts) - answer.counts
+        return [
+            (batch.slice(int(s), int(c)), b) for b, (s, c) in enumerate(zip(starts, answer.counts, strict=True)) if c
+        ]
 
 
 def columns_read(predicate: E.Expr | None, outputs: Sequence[NamedExpr]) -> list[str]:
@@ -114,17 +142,21 @@ def may_fuse(
 
 
 def plan(
-    images: Mapping[str, ColumnImage], blocks: Sequence[int], predicate: E.Expr | None, outputs: Sequence[NamedExpr]
+    images: Mapping[str, ColumnImage],
+    blocks: Sequence[int],
+    predicate: E.Expr | None,
+    outputs: Sequence[NamedExpr],
+    partition: Partition | None = None,
 ) -> FusedProjection | None:
-    """The fused kernels of a projection over `blocks` (indices into the images' blocks), or None
-    where the general kernels run it."""
+    """The fused kernels of a projection over `blocks` (indices into the images' blocks), its answer
+    hash-partitioned on the device where `partition` says; None where the general kernels run it."""
     try:
-        return _plan(images, np.asarray(blocks, dtype=np.int64), predicate, list(outputs))
+        return _plan(images, np.asarray(blocks, dtype=np.int64), predicate, list(outputs), partition)
     except (NotFusable, E.ExprError):  # a mistyped task fails on the general kernels, with their message
         return None
 
 
-def _plan(images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate, outputs: list[NamedExpr]):
+def _plan(images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate, outputs: list[NamedExpr], partition):
     any_image = next(iter(images.values()), None)
     if any_image is None or not outputs or not len(any_image.rows):
         raise NotFusable("a projection that reads no column")
@@ -137,9 +169,14 @@ def _plan(images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate, outp
     if values is None:  # no row can hold: any block shows what the outputs are, or that they do not fuse
         whole = np.array([[0, any_image.rows[0]]], dtype=np.int64)
         _, values = _launch(images, np.zeros(1, dtype=np.int64), whole, predicate, outputs)
+    for k in partition[0] if partition else ():  # hashed as values: codes of strings are not
+        e = outputs[k].expr
+        if isinstance(e, Col) and E.arrow_kind(images[e.name].type).kind not in INTEGRAL:
+            raise NotFusable("a partition key that is not an integer, a decimal or a date")
     schema = pa.schema([pa.field(o.name, o.arrow_type) for o in outputs])
     rows = int(any_image.rows[blocks].sum())
-    return FusedProjection(rows, launches, schema, len(columns_read(predicate, outputs)), images, values)
+    read = len(columns_read(predicate, outputs))
+    return FusedProjection(rows, launches, schema, read, images, values, partition)
 
 
 def _launch(images, members: np.ndarray, ranges: np.ndarray, predicate, outputs: list[NamedExpr]):
@@ -155,11 +192,11 @@ def _launch(images, members: np.ndarray, ranges: np.ndarray, predicate, outputs:
     answer = ["const long long* __restrict__ counts", "const long long* __restrict__ ends", "long long n"]
     write = ", ".join([*common, *answer, "long long* __restrict__ out"])
     setup = "\n".join(g.setup.values())
-    stores = "\n".join(f"out[{i} * n + at + cxg_field(before, k)] = {code};" for i, code in enumerate(codes))
+    stores = "\n".join(f"out[{i} * n + to] = {code};" for i, code in enumerate(codes))
     bodies = (_count_body(condition, setup, fields), _write_body(condition, setup, stores, fields))
     digest = hashlib.sha256((count + write + "".join(bodies)).encode()).hexdigest()[:12]
     name = f"cxg_project_{digest}"
-    source = cuda_source("fused_scan.cu", "fused_project.cu") + "".join(
+    source = cuda_source("fused_scan.cu", "tile_scan.cuh") + "".join(
         f'\nextern "C" __global__ void {name}_{kind}({declared}) {{\n{body}}}\n'
         for kind, declared, body in (("count", count, bodies[0]), ("write", write, bodies[1]))
     )
@@ -224,7 +261,8 @@ def _write_body(condition: str, setup: str, stores: str, fields: int) -> str:
             long long at = ends[base + tile] - counts[base + tile];
             {setup}
             for (int k = 0; k < {ITEMS}; ++k) {{
-                if ((held >> (16 * k)) & 1ULL) {{
+                const long long to = at + cxg_field(before, k);
+                if (((held >> (16 * k)) & 1ULL) && to < n) {{  // past `n`: an answer outgrowing its room
                     const long long r = first + k * {THREADS} + threadIdx.x;
                     {stores}
                 }}

@@ -127,6 +127,10 @@ class FusedScan:
         """The partial aggregate from the accumulators (read back to the host)."""
         return self._assemble(accumulators)
 
+    def pieces(self, accumulators: np.ndarray) -> list[tuple[pa.RecordBatch, None]]:
+        """The partial aggregate as one piece with no bucket (as `FusedProjection.pieces`)."""
+        return [(self.assemble(accumulators), None)]
+
     @property
     def rows_read(self) -> int:
         """Rows the kernels read: those of the blocks' ranges (`row_ranges`), not launched past them."""

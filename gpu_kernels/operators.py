@@ -14,7 +14,7 @@ from gpu_kernels.decoding import ScanStats
 from gpu_kernels.encoded_block import EncodedBlock
 from gpu_kernels.evaluate import BlockEvaluator
 from gpu_kernels.expr import Expr
-from gpu_kernels.partition import partition
+from gpu_kernels.partition import partition, partition_vecs
 from gpu_kernels.vector_functions import materialize
 from gpu_kernels.vectors import from_arrow, to_arrow
 
@@ -70,13 +70,14 @@ def run_block(
         batch = partial_aggregate(ev, sel, list(task.keys), list(task.aggregates))
         return _partitioned(task, backend, batch) if task.partition_buckets else [(batch, None)]
     rows = sel.count()
-    vecs = {o.name: ev.vec(o.expr, sel) for o in task.outputs}
-    arrays = [to_arrow(backend, vecs[o.name], rows, o.arrow_type) for o in task.outputs]
+    vecs = [ev.vec(o.expr, sel) for o in task.outputs]
+    if task.partition_buckets:
+        names = [o.name for o in task.outputs]
+        keys = [materialize(backend, vecs[names.index(name)], rows) for name in task.partition_keys]
+        vecs, counts, offsets = partition_vecs(backend, vecs, keys, task.partition_buckets)
+    arrays = [to_arrow(backend, vec, rows, o.arrow_type) for vec, o in zip(vecs, task.outputs, strict=True)]
     batch = pa.RecordBatch.from_arrays(arrays, schema=task.schema())
-    if not task.partition_buckets:
-        return [(batch, None)]
-    key_vecs = [materialize(backend, vecs[name], rows) for name in task.partition_keys]
-    return _split(batch, *partition(backend, key_vecs, task.partition_buckets))
+    return _buckets(batch, counts, offsets) if task.partition_buckets else [(batch, None)]
 
 
 def _partitioned(task: BlockTask, backend: NumpyBackend, batch: pa.RecordBatch) -> list[tuple[pa.RecordBatch, int]]:
@@ -86,5 +87,9 @@ def _partitioned(task: BlockTask, backend: NumpyBackend, batch: pa.RecordBatch) 
 
 
 def _split(batch, order, counts, offsets) -> list[tuple[pa.RecordBatch, int]]:
-    ordered = batch.take(pa.array(order))
+    return _buckets(batch.take(pa.array(order)), counts, offsets)
+
+
+def _buckets(ordered: pa.RecordBatch, counts, offsets) -> list[tuple[pa.RecordBatch, int]]:
+    """The non-empty buckets of a batch whose rows come bucket by bucket."""
     return [(ordered.slice(int(offsets[b]), int(counts[b])), b) for b in range(len(counts)) if counts[b]]

@@ -3,11 +3,14 @@
 The bucket of every row is computed on the device with the placement hash
 (`gpu_kernels.placement_hash`), then a histogram (rows per bucket), an exclusive scan (where each bucket
 starts) and a scatter (rows reordered bucket by bucket) give the partitioned result: on a GPU, two
-CUDA C kernels and a scan (`gpu_kernels/cuda/partition.cu`). Rows keep their order within a bucket
-on the CPU, not on a GPU.
+CUDA C kernels and a scan (`gpu_kernels/cuda/partition.cu`), the scatter moving the projected
+columns' values with their rows, so that they leave the device bucket by bucket. Rows keep their
+order within a bucket on the CPU, not on a GPU.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -34,5 +37,21 @@ def key_hash(backend: NumpyBackend, vec: Vec) -> Array:
 
 def partition(backend: NumpyBackend, keys: list[Vec], buckets: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(row order grouped by bucket, rows per bucket, start of each bucket), on the host."""
-    order, counts, offsets = backend.partition_keys([key_hash(backend, vec) for vec in keys], buckets)
+    order, counts, offsets, _ = backend.partition_keys([key_hash(backend, vec) for vec in keys], buckets)
     return backend.to_host(order), backend.to_host(counts), backend.to_host(offsets)
+
+
+def partition_vecs(
+    backend: NumpyBackend, vecs: list[Vec], keys: list[Vec], buckets: int
+) -> tuple[list[Vec], np.ndarray, np.ndarray]:
+    """`vecs` (values of the same rows) with their rows moved on the device bucket by bucket (the
+    buckets of `keys`), and the rows per bucket and start of each bucket, on the host."""
+    moving = [
+        (i, field) for i, vec in enumerate(vecs) for field in ("data", "valid") if getattr(vec, field) is not None
+    ]
+    payload = [getattr(vecs[i], field) for i, field in moving]
+    parts = backend.partition_keys([key_hash(backend, vec) for vec in keys], buckets, payload)
+    moved = list(vecs)
+    for (i, field), array in zip(moving, parts.moved, strict=True):
+        moved[i] = replace(moved[i], **{field: array})
+    return moved, backend.to_host(parts.counts), backend.to_host(parts.offsets)

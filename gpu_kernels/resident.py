@@ -130,8 +130,8 @@ class ResidentScan:
     def buffer(self, column: str, key: str) -> Any:
         return self.area.buffer((self.table, column), key)
 
-    def run(self, backend: CupyBackend) -> np.ndarray | None:
-        """The accumulators (or the projection's values), or None if a column was evicted meanwhile
+    def run(self, backend: CupyBackend) -> np.ndarray | fused_project.Answer | None:
+        """The accumulators (or the projection's answer), or None if a column was evicted meanwhile
         by a concurrent scan's load, or a projection's answer outgrows the result area."""
         try:
             if not isinstance(self.scan, fused_project.FusedProjection):
@@ -171,13 +171,15 @@ def plan_resident_projection(
     selected: Sequence[int],
     predicate: E.Expr | None,
     outputs: list[NamedExpr],
+    partition: fused_project.Partition | None = None,
 ) -> ResidentScan | None:
     """The projection of the `selected` of a table's `blocks` as `plan_resident` plans an aggregate
-    (`gpu_kernels.fused_project`); TooLarge where a column outgrows the area."""
+    (`gpu_kernels.fused_project`), hash-partitioned on the device where `partition` says; TooLarge
+    where a column outgrows the area."""
     if not fused_project.may_fuse([blocks[i].columns for i in selected], predicate, outputs):
         return None
     area, images = _images(backend, table, blocks, fused_project.columns_read(predicate, outputs))
-    scan = fused_project.plan(images, selected, predicate, outputs) if images else None
+    scan = fused_project.plan(images, selected, predicate, outputs, partition) if images else None
     return None if scan is None else ResidentScan(scan, area, table)
 
 

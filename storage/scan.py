@@ -322,7 +322,7 @@ class BlockScan:
 
     def _blocks(self, jobs: list[Job]) -> Iterator[Piece]:
         task = self.plan.task
-        fused = self.backend.keeps_columns and self.backend.fuses and not task.partition_buckets
+        fused = self.backend.keeps_columns and self.backend.fuses and not (task.aggregating and task.partition_buckets)
         if fused and jobs and (task.aggregating or self.plan.limit is None):  # a LIMIT stops early, block by block
             pieces = self._fused(jobs)
             if pieces is not None:
@@ -370,7 +370,10 @@ class BlockScan:
             task.predicate,
         )
         if not task.aggregating:
-            return plan_resident_projection(*where, list(task.outputs))
+            names = [o.name for o in task.outputs]
+            keys = tuple(names.index(key) for key in task.partition_keys)
+            partition = (keys, task.partition_buckets) if task.partition_buckets else None
+            return plan_resident_projection(*where, list(task.outputs), partition)
         return plan_resident(*where, list(task.keys), list(task.aggregates))
 
     def streamed(self, jobs: list[Job]) -> StreamedScan | None:
@@ -385,7 +388,8 @@ class BlockScan:
         """The partial aggregate of every job's block at once through the fused kernels: from the
         GPU's resident columns (one launch per signature, one wait), or, for columns that outgrow
         the resident area, streamed from host memory in chunks (one wait). A projection likewise
-        from the resident columns (two launches per signature, a scan, two waits). Over several
+        from the resident columns (two launches per signature, a scan, two waits), hash-partitioned
+        there where the request asks (its keys integers, decimals or dates). Over several
         GPUs, each takes the blocks at its positions (position mod GPUs) at once, on a thread of
         its own. None where the fused kernels cannot run it (the block pipeline then does)."""
         started = time.perf_counter()
@@ -419,7 +423,12 @@ class BlockScan:
         )
         for entry, _, _ in jobs:  # the time shared by the buckets as their rows
             self.seconds_read[entry.bucket] += seconds * entry.rows / max(1, rows)
-        return [Piece(piece, name) for scan, result, name in ran for piece in _slices(scan.assemble(result))]
+        return [
+            Piece(piece, name, bucket)
+            for scan, result, name in ran
+            for batch, bucket in scan.pieces(result)
+            for piece in _slices(batch)
+        ]
 
     def _fused_on(self, device: int, devices: int, jobs: list[Job]) -> tuple[list, list, str] | None:
         with self.backend.xp.cuda.Device(device):

@@ -121,10 +121,15 @@ def test_partitioning_by_the_placement_hash_places_every_row_in_its_bucket(backe
     backend = get_backend(backend_name)
     rng = np.random.default_rng(5)
     for n in SIZES:
-        for count in (1, 7, 256, 5000):  # past the partitioning kernels' shared memory, the general path
+        for count in (1, 7, 256, 1024, 1025):  # past the partitioning kernels' shared memory, the general path
             inputs = [rng.integers(0, 1 << 62, n).astype(np.uint64) for _ in range(columns)]
-            order, counts, offsets = backend.partition_keys([backend.asarray(i) for i in inputs], count)
-            order, counts, offsets = (backend.to_host(a) for a in (order, counts, offsets))
+            payload = [rng.integers(-(1 << 31), 1 << 31, n).astype(np.int32), rng.random(n) < 0.3]
+            parts = backend.partition_keys(
+                [backend.asarray(i) for i in inputs], count, list(map(backend.asarray, payload))
+            )
+            order, counts, offsets = (backend.to_host(a) for a in parts[:3])
+            for moved, values in zip(parts.moved, payload, strict=True):  # each value moved with its row
+                np.testing.assert_array_equal(backend.to_host(moved), values[order])
             ids = bucket_ids(np, inputs, count)
             expected_counts = np.bincount(ids, minlength=count).astype(np.int64)
             np.testing.assert_array_equal(counts, expected_counts)

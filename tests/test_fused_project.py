@@ -33,8 +33,10 @@ from gpu_kernels import (
     run_block,
 )
 from gpu_kernels.column_image import ColumnImage
+from gpu_kernels.column_types import to_domain
 from gpu_kernels.cuda_kernels import ARCHES
 from storage import LoadOptions, Store, TableCache, TableSchema, load_table, scan_table
+from storage.partitioning import buckets_of
 from tests.test_cuda_kernels import nvrtc_compile
 
 REGISTER_BUDGET = 64  # per thread, as the fused scans'
@@ -147,6 +149,36 @@ def test_a_node_projects_over_its_resident_columns_in_two_waits(tmp_path, cupy_s
     limited, blocks = _rows(store, cupy, {**request, "limit": 3})
     assert len(limited) == min(3, len(expected)) and "resident" not in blocks
     assert not [t for t in threading.enumerate() if t.name.startswith("cxg-device")]  # no block after the answer
+
+
+@pytest.mark.parametrize(
+    "devices", [pytest.param(1, marks=pytest.mark.gpu), pytest.param(2, marks=pytest.mark.gpu(devices=2))]
+)
+def test_a_partitioned_projection_moves_its_rows_into_buckets_on_the_device(tmp_path, cupy_standin, devices) -> None:
+    """Partitioned by integer and date keys, a projection runs over the resident columns and is
+    partitioned where it was computed (two waits per GPU, whatever the blocks and buckets): every
+    row is in its keys' bucket with its values, as on the CPU; by a string key it goes block by
+    block."""
+    store = Store(tmp_path / "node")
+    data = _lineitem_like(30_000)
+    load_table([store], TableSchema.from_arrow("t", data.schema), data, LoadOptions(block_budget=20_000))
+    request = {**PROJECTIONS["a range of the unsorted column"], "columns": ["key", "price", "flag", "day"]}
+    cupy, numpy = get_backend("cupy"), get_backend("numpy")
+    for keys, buckets in ((["key"], 16), (["day", "key"], 300), (["key"], 1500)):
+        partitioned = {**request, "partition": {"keys": keys, "buckets": buckets}}
+        _rows(store, cupy, partitioned)  # loads the columns
+        waits = cupy_standin.counts.syncs
+        pieces = list(scan_table(TableCache(store), {"table": "t", **partitioned}, cupy).pieces())
+        assert cupy_standin.counts.syncs - waits == 2 * devices
+        assert {p.block for p in pieces} == {"resident"}
+        for piece in pieces:
+            hashed = [to_domain(piece.batch.column(k)) for k in keys]
+            assert set(buckets_of(hashed, buckets).tolist()) == {piece.partition}
+        got = sorted(tuple(r.values()) for p in pieces for r in p.batch.to_pylist())
+        assert got == _rows(store, numpy, partitioned)[0] == _rows(store, numpy, request)[0]
+    by_string = {**request, "partition": {"keys": ["flag"], "buckets": 4}}
+    got, blocks = _rows(store, cupy, by_string)
+    assert got == _rows(store, numpy, request)[0] and "resident" not in blocks
 
 
 @pytest.mark.gpu

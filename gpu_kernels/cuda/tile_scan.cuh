@@ -1,12 +1,11 @@
-// Device functions of the fused projection kernels (gpu_kernels.fused_project generates each pair of
-// kernels from a scan's predicate and outputs and appends it to this source, after fused_scan.cu).
+// A CUDA block's scan, shared by the kernels that rank a tile's rows (gpu_kernels.fused_project, partition.cu).
 
-// A tile's holding rows ranked in row order with one scan for all of a thread's rows: `held` has
-// bit 16k set where the thread's row k (of at most four, THREADS apart) holds, so that adding such
-// words adds four 16-bit counts at once. Each warp scans its lanes' words with shuffles; the warps'
-// totals meet in shared memory (`warps`, a word per warp of the CUDA block). Returns, per k, the
-// holding rows k of the threads before this one, and sets `total` to those of all of them. A count
-// never passes blockDim.x, so no field carries into the next. blockDim.x is a multiple of 32.
+// Four 16-bit counts per thread (count k in bits 16k to 16k + 15 of `held`) scanned over a CUDA
+// block, one addition adding all four: each warp scans its lanes' words with shuffles, and the
+// warps' totals meet in shared memory (`warps`, a word per warp of the CUDA block). Returns each
+// count summed over the threads before this one, and sets `total` to the sums over all of them.
+// Each count's sum over the CUDA block stays below 2^16, so no field carries into the next.
+// blockDim.x is a multiple of 32.
 __device__ __forceinline__ unsigned long long cxg_tile_rank(unsigned long long held, unsigned long long* warps,
                                                             unsigned long long* total) {
     const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -32,7 +31,8 @@ __device__ __forceinline__ unsigned long long cxg_tile_rank(unsigned long long h
     return earlier + inclusive - held;
 }
 
-// Field k (a 16-bit count) of a packed word.
+
+// Count k of a word of four 16-bit counts.
 __device__ __forceinline__ long long cxg_field(unsigned long long packed, int k) {
     return (long long)((packed >> (16 * k)) & 0xFFFFULL);
 }
