@@ -54,7 +54,7 @@ _FACE: dict[str, tuple[str, ...]] = {
     "pipeline": ("BlockPipeline", "block_parts"),
     "placement_hash": ("bucket_ids", "string_hashes"),
     "resident": ("ResidentArea", "ResidentScan", "TooLarge", "area_of", "plan_resident", "plan_resident_projection"),
-    "streamed": ("StreamedScan", "plan_streamed", "streamed_chunk_bytes"),
+    "streamed": ("StreamedScan", "plan_streamed", "plan_streamed_projection", "streamed_chunk_bytes"),
     "value_predicates": ("membership_of",),
     "vectors": ("OverflowInExpression", "Vec", "arrow_type", "exact_fraction", "scalar_literal", "to_arrow"),
 }

@@ -1,22 +1,26 @@
-"""A scan's partial aggregate streamed from host memory through the fused kernels, for a table whose
-columns outgrow the resident area (`gpu_kernels.resident`).
+"""A scan's partial aggregate or projection streamed from host memory through the fused kernels, for
+a table whose columns outgrow the resident area (`gpu_kernels.resident`).
 
 The blocks go in *chunks* of about `CHUNK_BYTES` of the encoded parts the scan reads (16 MB: the
 size past which a copy to the H200 reaches its bandwidth, seed 004 Tables 5.1/5.2), each with its
-own column images and fused kernels (`gpu_kernels.fused_scan`). Two streams and a ring of `RING`
-slots of pinned host memory, which the backend keeps across scans (each slot grown to the largest
-chunk it has carried), carry them: chunk i+1 is packed into its slot and copied in on the copy
-stream while chunk i's kernels run on the compute stream, which waits for the copy's event; the
-copy into a slot waits, on the device, for the kernels that read the slot's previous chunk, and
-the host packs a slot again only once its previous copy is done (an event, not a stream
-synchronized). Each chunk's accumulators stay on the device; at the end they are read back
-together, the scan's one read-back.
+own column images and fused kernels (`gpu_kernels.fused_scan`, `gpu_kernels.fused_project`). Two
+streams and a ring of `RING` slots of pinned host memory, which the backend keeps across scans
+(each slot grown to the largest chunk it has carried), carry them: chunk i+1 is packed into its
+slot and copied in on the copy stream while chunk i's kernels run on the compute stream, which
+waits for the copy's event; the copy into a slot waits, on the device, for the kernels that read
+the slot's previous chunk, and the host packs a slot again only once its previous copy is done (an
+event, not a stream synchronized). Each chunk's accumulators stay on the device; at the end they
+are read back together, the scan's one read-back. A projection's chunks write into one answer on
+the device, each tile's place the scan of the tile counts of all chunks so far (a chunk's counts
+scanned on the device and added to the previous chunks' total there): the host waits once for
+where each chunk's rows end and once for the answer, whatever the chunks. The answer has room for
+`ANSWER_SHARE` of the result area; one that outgrows it goes block by block.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -25,35 +29,86 @@ import numpy as np
 import pyarrow as pa
 
 from gpu_kernels import expr as E
-from gpu_kernels import fused_scan
+from gpu_kernels import fused_project, fused_scan
 from gpu_kernels.aggregate import AggSpec, NamedExpr
 from gpu_kernels.column_image import ColumnImage
 from gpu_kernels.cupy_backend import CupyBackend
 from gpu_kernels.device_pipeline import DeviceAreas, device_out_of_memory
 from gpu_kernels.encoded_block import EncodedBlock
 
+Buffer = Callable[[str, str], Any]  # (column, key) -> the device copy of a chunk's buffer
 CHUNK_BYTES = 16 << 20
 RING = 2
+ANSWER_SHARE = 0.5  # of the result area, at most, for a streamed projection's answer
+
+
+Chunk = fused_scan.FusedScan | fused_project.FusedProjection
 
 
 @dataclass
 class StreamedScan:
-    """The chunks of a streamed scan, each a fused scan over its own blocks' images."""
+    """The chunks of a streamed scan, each a fused scan (or projection) over its own blocks' images."""
 
-    chunks: list[fused_scan.FusedScan]
+    chunks: list[Chunk]
 
-    def run(self, backend: CupyBackend) -> list[np.ndarray]:
-        """Each chunk's accumulators (see the module's doc); DeviceOutOfMemory where the device's
-        areas have no room left for a chunk."""
+    def run(self, backend: CupyBackend) -> list[np.ndarray] | list[fused_project.Answer] | None:
+        """Each chunk's accumulators or answer (see the module's doc); None where a projection's
+        answer outgrows its room; DeviceOutOfMemory where the device's areas have no room left for
+        a chunk."""
         try:
             with _Ring._taken(backend) as ring:
-                return ring.run(self.chunks)
+                if isinstance(self.chunks[0], fused_project.FusedProjection):
+                    return _projected(ring, self.chunks)
+                return _aggregated(ring, self.chunks)
         except backend.xp.cuda.memory.OutOfMemoryError as e:
             raise device_out_of_memory(backend, backend.device(), e) from None
 
     def assemble(self, accumulators: list[np.ndarray]) -> list[pa.RecordBatch]:
         """The partial aggregate of each chunk."""
         return [chunk.assemble(a) for chunk, a in zip(self.chunks, accumulators, strict=True)]
+
+
+def _aggregated(ring: _Ring, chunks: list[fused_scan.FusedScan]) -> list[np.ndarray]:
+    """Each chunk's accumulators, added into on the device and read back together."""
+    outs = []
+
+    def launch(chunk: fused_scan.FusedScan, buffer: Buffer) -> None:
+        outs.append(out := ring.cupy.asarray(chunk.initial))
+        ring.backend.fused_launch(chunk, buffer, out)
+
+    ring.stream(chunks, launch)
+    with ring.computing():
+        host = ring.read(ring.cupy.concatenate(outs) if len(outs) > 1 else outs[0])
+    bounds = np.cumsum([0, *(len(c.initial) for c in chunks)])
+    return [host[a:z] for a, z in itertools.pairwise(bounds)]
+
+
+def _projected(ring: _Ring, chunks: list[fused_project.FusedProjection]) -> list[fused_project.Answer] | None:
+    """Each chunk's answer: all written into one on the device, then read back (two waits)."""
+    cupy, outputs = ring.cupy, chunks[0].outputs
+    starts = np.cumsum([0, *(chunk.tiles for chunk in chunks)])
+    room = int(DeviceAreas.of_current_device(ring.backend).size * ANSWER_SHARE) // (8 * outputs)
+    with ring.computing():
+        counts = cupy.empty(max(1, int(starts[-1])), dtype=cupy.int64)
+        ends = cupy.zeros(int(starts[-1]) + 1, dtype=cupy.int64)  # ends[t + 1]: rows up to tile t's end
+        out = cupy.empty((outputs, max(1, min(room, sum(chunk.rows_read for chunk in chunks)))), dtype=cupy.int64)
+    chunk_start = iter(starts)
+
+    def launch(chunk: fused_project.FusedProjection, buffer: Buffer) -> None:
+        base = int(next(chunk_start))
+        if chunk.tiles:
+            write = ring.backend.project_counts(chunk, buffer, counts, base)
+            part = slice(base, base + chunk.tiles)
+            ends[base + 1 : base + 1 + chunk.tiles] = cupy.cumsum(counts[part]) + ends[base : base + 1]
+            write(counts, ends[1:], out)
+
+    ring.stream(chunks, launch)
+    with ring.computing():
+        bounds = ring.read(ends[cupy.asarray(starts)])
+        if bounds[-1] > out.shape[1]:
+            return None
+        values = ring.read(cupy.ascontiguousarray(out[:, : int(bounds[-1])]))
+    return [fused_project.Answer(values[:, a:z]) for a, z in itertools.pairwise(bounds)]
 
 
 def streamed_chunk_bytes(backend: CupyBackend) -> int:
@@ -74,6 +129,38 @@ def plan_streamed(
     `chunk_bytes` of the parts it reads (a larger block alone); None where the fused kernels cannot
     run it."""
     names = fused_scan.columns_read(predicate, keys, aggregates)
+    return _planned(
+        blocks,
+        selected,
+        names,
+        chunk_bytes,
+        lambda images, n: fused_scan.plan(images, range(n), predicate, keys, aggregates),
+    )
+
+
+def plan_streamed_projection(
+    blocks: Sequence[EncodedBlock],
+    selected: Sequence[int],
+    predicate: E.Expr | None,
+    outputs: list[NamedExpr],
+    chunk_bytes: int = CHUNK_BYTES,
+) -> StreamedScan | None:
+    """The projection of the `selected` of `blocks` as `plan_streamed` plans an aggregate."""
+    names = fused_project.columns_read(predicate, outputs)
+    return _planned(
+        blocks, selected, names, chunk_bytes, lambda images, n: fused_project.plan(images, range(n), predicate, outputs)
+    )
+
+
+def _planned(
+    blocks: Sequence[EncodedBlock],
+    selected: Sequence[int],
+    names: list[str],
+    chunk_bytes: int,
+    plan: Callable[[dict[str, ColumnImage], int], Chunk | None],
+) -> StreamedScan | None:
+    """`plan(images, blocks)` of each chunk of the `selected` of `blocks` (the columns `names` of
+    consecutive blocks, up to `chunk_bytes` of them; a larger block alone); None where any is."""
     if not names or not selected:
         return None
     groups: list[list[int]] = [[]]
@@ -88,7 +175,7 @@ def plan_streamed(
     chunks = []
     for group in groups:
         images = {n: ColumnImage.of(n, [blocks[b].columns[n] for b in group]) for n in names}
-        scan = fused_scan.plan(images, range(len(group)), predicate, keys, aggregates)
+        scan = plan(images, len(group))
         if scan is None:
             return None
         chunks.append(scan)
@@ -105,8 +192,9 @@ class _Ring:
         self.compute_stream = self.cupy.cuda.Stream(non_blocking=True)
         self.slots: list[np.ndarray | None] = [None] * RING  # per slot: its pinned bytes
 
-    def run(self, chunks: list[fused_scan.FusedScan]) -> list[np.ndarray]:
-        cupy = self.cupy
+    def stream(self, chunks: Sequence[Chunk], launch: Callable[[Chunk, Buffer], None]) -> None:
+        """Each chunk copied in and `launch(chunk, buffer)` called on the compute stream once its copy
+        is in, allocating in the result area (see the module's doc); nothing waited for."""
         areas = DeviceAreas.of_current_device(self.backend)
         largest = max(int(_packed(chunk)[2][-1]) for chunk in chunks)
         for slot, staged in enumerate(self.slots):  # grown once, before any copy from it is in flight
@@ -115,7 +203,6 @@ class _Ring:
         copied: list[Any] = [None] * RING  # per slot: the event after its last copy in
         consumed: list[Any] = [None] * RING  # per slot: the event after the kernels that read it
         held: list[Any] = [None] * RING  # per slot: its chunk's device buffers, kept until read
-        outs = []
         for i, chunk in enumerate(chunks):
             slot = i % RING
             if copied[slot] is not None and not copied[slot].done:
@@ -123,23 +210,30 @@ class _Ring:
             if consumed[slot] is not None:
                 self.copy_stream.wait_event(consumed[slot])  # its device buffers may be reused
                 held[slot] = None
-            with self.copy_stream, cupy.cuda.using_allocator(areas.input.malloc):
+            with self.copy_stream, self.cupy.cuda.using_allocator(areas.input.malloc):
                 held[slot] = device = self._copied_in(chunk, slot)
             copied[slot] = self.copy_stream.record()
             self.compute_stream.wait_event(copied[slot])
-            with self.compute_stream, cupy.cuda.using_allocator(areas.result.malloc):
-                out = cupy.asarray(chunk.initial)
-                self.backend.fused_launch(chunk, lambda c, k, d=device: d[(c, k)], out)
-                outs.append(out)
+            with self.computing():
+                launch(chunk, lambda c, k, d=device: d[(c, k)])
             consumed[slot] = self.compute_stream.record()
-        with self.compute_stream, cupy.cuda.using_allocator(areas.result.malloc):
-            joined = cupy.concatenate(outs) if len(outs) > 1 else outs[0]
-            host = joined.get(stream=self.compute_stream)
-        self.compute_stream.synchronize()  # the read-back: the scan's one wait for the device
-        bounds = np.cumsum([0, *(len(c.initial) for c in chunks)])
-        return [host[a:z] for a, z in itertools.pairwise(bounds)]
 
-    def _copied_in(self, chunk: fused_scan.FusedScan, slot: int) -> dict[tuple[str, str], Any]:
+    @contextmanager
+    def computing(self) -> Iterator[None]:
+        """Work on the compute stream, allocating in the result area."""
+        with (
+            self.compute_stream,
+            self.cupy.cuda.using_allocator(DeviceAreas.of_current_device(self.backend).result.malloc),
+        ):
+            yield
+
+    def read(self, array: Any) -> np.ndarray:
+        """A device array made on the compute stream, on the host: a wait for the device."""
+        host = array.get(stream=self.compute_stream)
+        self.compute_stream.synchronize()
+        return host
+
+    def _copied_in(self, chunk: Chunk, slot: int) -> dict[tuple[str, str], Any]:
         """The chunk's buffers packed into the slot's pinned bytes and copied in on the copy stream."""
         needed, hosts, offsets = _packed(chunk)
         staged = self.slots[slot]
@@ -167,7 +261,7 @@ class _Ring:
                 free.append(ring)
 
 
-def _packed(chunk: fused_scan.FusedScan) -> tuple[list[tuple[str, str]], list[np.ndarray], np.ndarray]:
+def _packed(chunk: Chunk) -> tuple[list[tuple[str, str]], list[np.ndarray], np.ndarray]:
     """The buffers a chunk's kernels read, their host arrays, and where each starts in a slot
     (8-byte aligned; the last offset is the bytes they take)."""
     needed = sorted({pair for launch in chunk.launches for pair in launch.buffers})

@@ -44,6 +44,7 @@ from gpu_kernels import (
     plan_resident,
     plan_resident_projection,
     plan_streamed,
+    plan_streamed_projection,
     streamed_chunk_bytes,
 )
 from gpu_kernels import expr as E
@@ -377,11 +378,12 @@ class BlockScan:
         return plan_resident(*where, list(task.keys), list(task.aggregates))
 
     def streamed(self, jobs: list[Job]) -> StreamedScan | None:
-        """The partial aggregate of every job's block streamed from host memory through the fused
-        kernels, in chunks (`gpu_kernels.streamed`); None where they cannot run it."""
+        """The partial aggregate (or the projection) of every job's block streamed from host memory
+        through the fused kernels, in chunks (`gpu_kernels.streamed`); None where they cannot run it."""
         task = self.plan.task
-        blocks = [block for _, block, _ in jobs]
-        chunk = streamed_chunk_bytes(self.backend)
+        blocks, chunk = [block for _, block, _ in jobs], streamed_chunk_bytes(self.backend)
+        if not task.aggregating:
+            return plan_streamed_projection(blocks, range(len(blocks)), task.predicate, list(task.outputs), chunk)
         return plan_streamed(blocks, range(len(blocks)), task.predicate, list(task.keys), list(task.aggregates), chunk)
 
     def _fused(self, jobs: list[Job]) -> list[Piece] | None:
@@ -441,9 +443,10 @@ class BlockScan:
             prepared = self.resident(jobs, share)
             result = prepared.run(self.backend) if prepared is not None else None
             return None if result is None else ([prepared.scan], [result], "resident")
-        except TooLarge:
-            streamed = self.streamed(jobs) if self.plan.task.aggregating else None
-            return None if streamed is None else (streamed.chunks, streamed.run(self.backend), "streamed")
+        except TooLarge:  # streamed, but for a partitioned projection (block by block)
+            streamed = None if self.plan.task.partition_buckets else self.streamed(jobs)
+            results = None if streamed is None else streamed.run(self.backend)
+            return None if results is None else (streamed.chunks, results, "streamed")
 
 
 def _slices(batch: pa.RecordBatch) -> list[pa.RecordBatch]:

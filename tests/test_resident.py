@@ -167,6 +167,54 @@ def test_columns_larger_than_the_area_are_streamed_from_host_memory_in_chunks(tm
         del cupy.device_memory
 
 
+PROJECTED = {"filter": {"op": "<", "args": [{"col": "q"}, {"lit": 2}]}, "columns": ["p", "flag", "q"]}  # 2% of the rows
+
+
+@pytest.mark.gpu
+def test_a_projection_of_columns_larger_than_the_area_is_streamed_in_chunks_with_two_waits(
+    tmp_path, cupy_standin
+) -> None:
+    """A projection over a table whose columns outgrow the resident area goes through the ring of
+    chunks too: every chunk's kernels write into one answer on the device, placed by a scan of the
+    tile counts of all chunks so far, so the host waits twice (where each chunk's rows end, then
+    the answer) whatever the chunks; rows as the NumPy backend's, in each chunk's order. An answer
+    outgrowing its room in the result area goes block by block, as do partitioned projections and
+    those the fused kernels do not take."""
+    store = Store(tmp_path / "node")
+    _load(store, _table(2))
+    cupy, numpy = get_backend("cupy"), get_backend("numpy")
+    cupy.device_memory = 4 * 50_000  # areas of 50 kB: no column of the table is resident
+    try:
+        expected = _result(store, numpy, PROJECTED)
+        assert _result(store, cupy, PROJECTED) == expected  # compiles the kernels
+        counts = cupy_standin.counts
+        waits = counts.syncs
+        scan = scan_table(TableCache(store), {"table": "t", **PROJECTED}, cupy)
+        pieces = list(scan.pieces())
+        assert {p.block for p in pieces} == {"streamed"} and 2 < len(pieces) < scan.stats.blocks
+        assert counts.syncs - waits == 2
+        assert sorted(tuple(r.values()) for p in pieces for r in p.batch.to_pylist()) == expected
+        block_by_block = scan_table(TableCache(store), {"table": "t", **PROJECTED}, numpy).pieces()
+        in_order = [r["p"] for p in block_by_block for r in p.batch.to_pylist()]
+        assert [r["p"] for p in pieces for r in p.batch.to_pylist()] == in_order  # in the blocks' order
+        everything = {**PROJECTED, "filter": {"op": ">", "args": [{"col": "q"}, {"lit": 0}]}}  # 40,000 rows
+        scan = scan_table(TableCache(store), {"table": "t", **everything}, cupy)
+        assert "streamed" not in {p.block for p in scan.pieces()}  # 3 x 8 bytes each: past 25 kB
+        assert scan.stats.rows_selected == 40_000
+        by_string = {"filter": {"op": "=", "args": [{"col": "flag"}, {"lit": "A"}]}, "columns": ["q"]}  # not fused
+        scan = scan_table(TableCache(store), {"table": "t", **by_string}, cupy)
+        assert scan.streamed(scan.jobs()) is None and "streamed" not in {p.block for p in scan.pieces()}
+        assert _result(store, cupy, by_string) == _result(store, numpy, by_string)
+        partitioned = {**PROJECTED, "partition": {"keys": ["q"], "buckets": 4}}
+        got, blocks = (
+            _result(store, cupy, partitioned),
+            [p.block for p in scan_table(TableCache(store), {"table": "t", **partitioned}, cupy).pieces()],
+        )
+        assert got == expected and "streamed" not in blocks
+    finally:
+        del cupy.device_memory
+
+
 @pytest.mark.gpu(devices=2)
 def test_over_two_gpus_each_streams_its_share_of_a_table_larger_than_the_area(tmp_path, cupy_standin) -> None:
     store = Store(tmp_path / "node")
