@@ -1,9 +1,10 @@
 // Hash partitioning (gpu_kernels.partition): each row's bucket is the placement hash of its key
 // columns (splitmix64 chained over their uint64 hash inputs, gpu_kernels.placement_hash) mod the
 // buckets, computed in the kernel that uses it. Each CUDA block takes a contiguous share of the
-// rows: cxg_bucket_counts counts its rows per bucket in shared memory, an exclusive scan of the
-// counts (bucket-major, so that it gives each CUDA block's start in each bucket) follows, and
-// cxg_bucket_scatter moves the rows, with their payload, to their buckets' places.
+// rows: cxg_bucket_counts counts its rows per bucket in shared memory (a warp's rows of one bucket
+// by one atomic, as below), an exclusive scan of the counts (bucket-major, so that it gives each
+// CUDA block's start in each bucket) follows, and cxg_bucket_scatter moves the rows, with their
+// payload, to their buckets' places.
 //
 // The scatter is write-combined: a CUDA block takes its share a tile of CXG_TILE rows at a time,
 // ranks the tile's rows within their buckets (a warp's lanes of one bucket found by ballots over
@@ -41,22 +42,13 @@ __device__ __forceinline__ void cxg_share(long long n, long long* begin, long lo
     *end = *begin + share < n ? *begin + share : n;
 }
 
-extern "C" __global__ void cxg_bucket_counts(const unsigned long long* __restrict__ keys, long long n, int columns,
-                                             int buckets, long long* __restrict__ counts) {
-    __shared__ unsigned int histogram[CXG_MAX_BUCKETS];
-    for (int b = threadIdx.x; b < buckets; b += blockDim.x) {
-        histogram[b] = 0;
+// Bits enough for the numbers 0 .. buckets (`buckets` marks a lane with no row).
+__device__ __forceinline__ int cxg_bucket_bits(int buckets) {
+    int bits = 0;
+    while ((1 << bits) <= buckets) {
+        ++bits;
     }
-    __syncthreads();
-    long long begin, end;
-    cxg_share(n, &begin, &end);
-    for (long long r = begin + threadIdx.x; r < end; r += blockDim.x) {
-        atomicAdd(&histogram[cxg_bucket(keys, n, columns, r, buckets)], 1u);
-    }
-    __syncthreads();
-    for (int b = threadIdx.x; b < buckets; b += blockDim.x) {
-        counts[(long long)b * gridDim.x + blockIdx.x] = histogram[b];
-    }
+    return bits;
 }
 
 // The lanes of this warp whose `bucket` is this lane's: a ballot per bit of the buckets' numbers.
@@ -68,6 +60,32 @@ __device__ __forceinline__ unsigned int cxg_same_bucket(int bucket, int bits) {
         same &= bit ? set : ~set;
     }
     return same;
+}
+
+// Each CUDA block's rows per bucket: a warp's lanes of one bucket are counted by one shared atomic.
+extern "C" __global__ void cxg_bucket_counts(const unsigned long long* __restrict__ keys, long long n, int columns,
+                                             int buckets, long long* __restrict__ counts) {
+    __shared__ unsigned int histogram[CXG_MAX_BUCKETS];
+    for (int b = threadIdx.x; b < buckets; b += blockDim.x) {
+        histogram[b] = 0;
+    }
+    __syncthreads();
+    long long begin, end;
+    cxg_share(n, &begin, &end);
+    const int bits = cxg_bucket_bits(buckets);
+    const unsigned int below = (1u << (threadIdx.x % 32)) - 1u;
+    for (long long first = begin; first < end; first += blockDim.x) {  // as many steps for every lane
+        const long long r = first + threadIdx.x;
+        const int bucket = r < end ? cxg_bucket(keys, n, columns, r, buckets) : buckets;
+        const unsigned int same = cxg_same_bucket(bucket, bits);
+        if ((same & below) == 0 && bucket < buckets) {
+            atomicAdd(&histogram[bucket], (unsigned int)__popc(same));
+        }
+    }
+    __syncthreads();
+    for (int b = threadIdx.x; b < buckets; b += blockDim.x) {
+        counts[(long long)b * gridDim.x + blockIdx.x] = histogram[b];
+    }
 }
 
 // Launched with 256 threads per CUDA block (CXG_TILE), as cxg_bucket_counts was, over `width`
@@ -87,11 +105,8 @@ extern "C" __global__ void __launch_bounds__(256, 5) cxg_bucket_scatter(const un
         cursor[b] = (unsigned long long)starts[(long long)b * gridDim.x + blockIdx.x];
         tile_count[b] = 0;
     }
-    int bits = 0;  // enough for 0 .. buckets, `buckets` marking a row past the share
-    while ((1 << bits) <= buckets) {
-        ++bits;
-    }
-    const unsigned int lane = threadIdx.x % 32, below = (1u << lane) - 1u;
+    const int bits = cxg_bucket_bits(buckets);
+    const unsigned int below = (1u << (threadIdx.x % 32)) - 1u;
     __syncthreads();
     long long begin, end;
     cxg_share(n, &begin, &end);
