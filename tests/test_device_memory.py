@@ -46,9 +46,11 @@ def cupy_node(store: Store, request: pytest.FixtureRequest):
 
 
 COUNT_SUM = [{"name": "n", "func": "count"}, {"name": "s", "func": "sum", "arg": {"col": "c1"}}]
-REQUESTS = [
+SELECTIVE = {"table": "big", "columns": ["c0", "c2"], "filter": {"op": "<", "args": [{"col": "c3"}, {"lit": 1 << 30}]}}
+REQUESTS = [  # streamed in chunks (an aggregate, a projection), and block by block (partitioned)
     {"table": "big", "aggregates": COUNT_SUM},
-    {"table": "big", "columns": ["c0", "c2"], "filter": {"op": "<", "args": [{"col": "c3"}, {"lit": 1 << 30}]}},
+    SELECTIVE,
+    {**SELECTIVE, "partition": {"keys": ["c0"], "buckets": 4}},
 ]
 
 
@@ -65,7 +67,7 @@ def test_a_table_larger_than_the_device_budget_goes_through_within_it(store, cup
     for request in REQUESTS:
         partials, _ = cupy_node.scan_table(request)
         expected = _expected(store, request)
-        if "columns" in request:  # block by block
+        if "columns" in request:  # streamed, its answer in one; partitioned: block by block
             assert partials.sort_by("c0").equals(expected.sort_by("c0"))
         else:  # streamed in chunks (`gpu_kernels.streamed`): a partial row a chunk
             assert 1 < partials.num_rows < expected.num_rows
@@ -107,7 +109,7 @@ def pc_sum(table: pa.Table, column: str) -> int:
 @pytest.mark.gpu
 @pytest.mark.parametrize("cupy_node", [30_000], indirect=True)
 def test_a_scan_past_the_device_memory_fails_alone_and_the_node_goes_on(cupy_node) -> None:
-    for request in REQUESTS:  # streamed in chunks, and block by block
+    for request in REQUESTS:
         with pytest.raises(NodeError) as failed:
             cupy_node.scan_table(request)
         assert failed.value.code == "device_out_of_memory" and "GPU 0 has no room left" in str(failed.value)
