@@ -207,9 +207,11 @@ def timed_run(
     def stage(key: str, status: str | None, measure: Callable[[], Any]) -> None:
         started = time.perf_counter()
         with console.status(status) if status else contextlib.nullcontext():
-            figures[key] = measure()
+            figures[key], failure = attempted(measure)
+        if failure:
+            figures.setdefault("failed", {})[key] = failure
         figures.setdefault("stage_seconds", {})[key] = seconds = round(time.perf_counter() - started, 1)
-        console.print(f"{key}: {seconds} s")
+        console.print(f"{key}: {seconds} s" + (f", failed: {failure}" if failure else ""))
         write_json(json, figures)
 
     stage(
@@ -281,39 +283,58 @@ def _timed_scans(
     cupy: Any, cache: TableCache, con: duckdb.DuckDBPyConnection, ceilings: dict[str, float], repeat: int
 ) -> dict[str, Any]:
     """Each query: NumPy on one core, DuckDB on every core, and CuPy resident, through the pipeline
-    and streamed from host memory, answers checked against NumPy's."""
-    numpy, backend = get_backend("numpy"), get_backend("cupy")
+    and streamed from host memory, answers checked against NumPy's; a query that raises is
+    recorded as failed and the next goes on."""
     results: dict[str, Any] = {"blocks": len(cache.get("lineitem").blocks)}
+    copy, pinned = ceilings["device_to_device"], ceilings["host_to_device_pinned"]
     for name, (request, sql, keys) in SCANS.items():
         with console.status(f"{name}"):
-            expected, _ = _scan(cache, numpy, request, keys)
-            row: dict[str, Any] = {"numpy_s": _wall(lambda r=request, k=keys: _scan(cache, numpy, r, k), repeat)}
-            row["duckdb_s"] = _wall(lambda q=sql: con.sql(q).to_arrow_table(), repeat)
-            row["resident_s"], row["compressed_bytes"] = _resident(cupy, cache, backend, request, repeat)
-            row["scan_s"] = _checked(cache, backend, request, keys, expected, repeat)
-            backend.keeps_columns = False  # block by block from host memory
-            try:
-                row["pipeline_s"] = _checked(cache, backend, request, keys, expected, repeat)
-            finally:
-                del backend.keeps_columns
-            if "partition" not in request:  # a partitioned projection is not streamed
-                row["streamed_s"] = _wall(
-                    lambda r=request, k=keys, e=expected: _streamed(cache, backend, r, k, e), repeat
-                )
-            stats = scan_table(cache, {"table": "lineitem", **request}, numpy)
-            list(stats.pieces())
-            row["decoded_bytes"] = decoded_bytes(cache, request, stats.stats)
-            results[name] = row
-    copy, pinned = ceilings["device_to_device"], ceilings["host_to_device_pinned"]
-    for name in SCANS:
-        row = results[name]
+            row, failure = attempted(lambda r=request, q=sql, k=keys: _timed_scan(cupy, cache, con, r, q, k, repeat))
+        if failure:
+            results[name] = {"failed": failure}
+            continue
         row["effective_bytes_per_s"] = row["decoded_bytes"] / row["resident_s"]
         row["of_copy_bandwidth"] = row["effective_bytes_per_s"] / copy
         row["compressed_of_copy_bandwidth"] = row["compressed_bytes"] / row["resident_s"] / copy
         row["overlap"] = (row["compressed_bytes"] / pinned + row["resident_s"]) / row["pipeline_s"]
         if "streamed_s" in row:
             row["streamed_overlap"] = (row["compressed_bytes"] / pinned + row["resident_s"]) / row["streamed_s"]
+        results[name] = row
     return results
+
+
+def _timed_scan(
+    cupy: Any, cache: TableCache, con: duckdb.DuckDBPyConnection, request: dict, sql: str, keys: list[str], repeat: int
+) -> dict[str, Any]:
+    """One query's times (`_timed_scans`) and the bytes its rates count."""
+    numpy, backend = get_backend("numpy"), get_backend("cupy")
+    expected, _ = _scan(cache, numpy, request, keys)
+    row: dict[str, Any] = {"numpy_s": _wall(lambda: _scan(cache, numpy, request, keys), repeat)}
+    row["duckdb_s"] = _wall(lambda: con.sql(sql).to_arrow_table(), repeat)
+    row["resident_s"], row["compressed_bytes"] = _resident(cupy, cache, backend, request, repeat)
+    row["scan_s"] = _checked(cache, backend, request, keys, expected, repeat)
+    backend.keeps_columns = False  # block by block from host memory
+    try:
+        row["pipeline_s"] = _checked(cache, backend, request, keys, expected, repeat)
+    finally:
+        del backend.keeps_columns
+    if "partition" not in request:  # a partitioned projection is not streamed
+        row["streamed_s"] = _wall(lambda: _streamed(cache, backend, request, keys, expected), repeat)
+    stats = scan_table(cache, {"table": "lineitem", **request}, numpy)
+    list(stats.pieces())
+    row["decoded_bytes"] = decoded_bytes(cache, request, stats.stats)
+    return row
+
+
+def attempted(work: Callable[[], Any]) -> tuple[Any, str | None]:
+    """(what `work` returns, None), or (None, what it raised) where it raised an Exception: a
+    stage or query of the timed run that fails on a device is recorded and the run goes on (a
+    SystemExit, an answer unlike NumPy's, still stops it)."""
+    try:
+        return work(), None
+    except Exception as e:  # whatever failed, the other figures of the device's time still count
+        console.print_exception(max_frames=8)
+        return None, f"{type(e).__name__}: {e}"
 
 
 def _through_the_service(cache: TableCache, con: duckdb.DuckDBPyConnection, repeat: int) -> dict[str, Any]:
@@ -389,11 +410,37 @@ def _wall(work: Any, repeat: int) -> float:
 
 
 def timed_report(figures: dict[str, Any]) -> None:
+    """The timed run's tables, of the stages that ran, then what failed."""
+    for key, report in (
+        ("checks", _report_checks),
+        ("ceilings", _report_ceilings),
+        ("scans", _report_scans),
+        ("service", _report_service),
+        ("compressed_transfer", _report_sweep),
+        ("partitioning", _report_partitioning),
+    ):
+        if figures.get(key) is not None:
+            report(figures)
+    for what, failure in failures(figures).items():
+        console.print(f"[red]{what} failed[/red]: {failure}")
+
+
+def failures(figures: dict[str, Any]) -> dict[str, str]:
+    """The stages and queries of a timed run that failed, and how."""
+    scans = figures.get("scans") or {}
+    queries = {name: q["failed"] for name, q in scans.items() if isinstance(q, dict) and "failed" in q}
+    return {**figures.get("failed", {}), **queries}
+
+
+def _report_checks(figures: dict[str, Any]) -> None:
     checks = figures["checks"]
     console.print(
         f"{figures['device']}: {checks['operations']} backend operations, {checks['fused_scans']} fused scans and "
         f"{checks['fused_projections']} fused projections equal to the NumPy backend's"
     )
+
+
+def _report_ceilings(figures: dict[str, Any]) -> None:
     c = figures["ceilings"]
     print_table(
         "Copy ceilings, GB/s",
@@ -410,10 +457,16 @@ def timed_report(figures: dict[str, Any]) -> None:
             ]
         ],
     )
+
+
+def _report_scans(figures: dict[str, Any]) -> None:
     scans = figures["scans"]
     rows = []
     for name in SCANS:
         q = scans[name]
+        if "failed" in q:
+            rows.append([name, "failed", *["-"] * 10])
+            continue
         streamed = (
             [f"{q['streamed_s'] * 1000:.1f}", f"{q['streamed_overlap']:.2f}"] if "streamed_s" in q else ["-", "-"]
         )
@@ -450,20 +503,25 @@ def timed_report(figures: dict[str, Any]) -> None:
         ],
         rows,
     )
-    if "service" in figures:
-        print_table(
-            f"Through the SQL engine to one node over HTTP, lineitem SF {figures['sf']:g}: ms, and times DuckDB's",
-            ["query", "GPU node", "CPU node", "DuckDB", "GPU node vs DuckDB", "GPU node vs CPU node"],
+
+
+def _report_service(figures: dict[str, Any]) -> None:
+    print_table(
+        f"Through the SQL engine to one node over HTTP, lineitem SF {figures['sf']:g}: ms, and times DuckDB's",
+        ["query", "GPU node", "CPU node", "DuckDB", "GPU node vs DuckDB", "GPU node vs CPU node"],
+        [
             [
-                [
-                    name,
-                    *(f"{q[k] * 1000:.1f}" for k in ("cupy_s", "numpy_s", "duckdb_s")),
-                    f"{q['duckdb_s'] / q['cupy_s']:.2f}x",
-                    f"{q['numpy_s'] / q['cupy_s']:.2f}x",
-                ]
-                for name, q in figures["service"].items()
-            ],
-        )
+                name,
+                *(f"{q[k] * 1000:.1f}" for k in ("cupy_s", "numpy_s", "duckdb_s")),
+                f"{q['duckdb_s'] / q['cupy_s']:.2f}x",
+                f"{q['numpy_s'] / q['cupy_s']:.2f}x",
+            ]
+            for name, q in figures["service"].items()
+        ],
+    )
+
+
+def _report_sweep(figures: dict[str, Any]) -> None:
     sweep = figures["compressed_transfer"]
     blocks = sorted({r["block_mb"] for r in sweep})
     ratios = sorted({r["ratio"] for r in sweep})
@@ -473,9 +531,12 @@ def timed_report(figures: dict[str, Any]) -> None:
         ["K", *(f"{b:g} MB" for b in blocks)],
         [[str(k), *(f"{speedup[(k, b)]:.2f}" for b in blocks)] for k in ratios],
     )
+
+
+def _report_partitioning(figures: dict[str, Any]) -> None:
     print_table(
-        "Hash partitioning of int64 keys, GB/s",
-        ["buckets", "order on the device", "order into pinned host memory"],
+        "Hash partitioning of int64 keys (the keys moved into their buckets), GB/s",
+        ["buckets", "left on the device", "copied into pinned host memory"],
         [
             [p, f"{rate['on_device'] / 1e9:.1f}", f"{rate['to_pinned_host'] / 1e9:.1f}"]
             for p, rate in figures["partitioning"].items()
@@ -508,7 +569,7 @@ def main(argv: list[str] | None = None) -> None:
         write_json(args.json, figures)
     elif args.standin:
         with installed():
-            timed_report(
+            reported(
                 timed_run(
                     args.sf or 0.01, args.data, args.repeat, small=True, json=args.json, block_budget=args.block_budget
                 )
@@ -516,7 +577,14 @@ def main(argv: list[str] | None = None) -> None:
     elif not cuda_available():
         raise SystemExit("no CUDA device here: --dry-run counts on the stand-in, --standin runs this on it")
     else:
-        timed_report(timed_run(args.sf or 10, args.data, args.repeat, json=args.json, block_budget=args.block_budget))
+        reported(timed_run(args.sf or 10, args.data, args.repeat, json=args.json, block_budget=args.block_budget))
+
+
+def reported(figures: dict[str, Any]) -> None:
+    """A timed run's tables; SystemExit after them where any stage or query failed."""
+    timed_report(figures)
+    if failures(figures):
+        raise SystemExit(f"failed: {', '.join(failures(figures))} (the rest measured, in the figures)")
 
 
 if __name__ == "__main__":

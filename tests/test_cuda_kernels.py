@@ -222,3 +222,20 @@ def test_the_timed_gpu_benchmark_runs_end_to_end_on_the_stand_in(tmp_path) -> No
     assert all(q["cupy_s"] > 0 and q["numpy_s"] > 0 and q["duckdb_s"] > 0 for q in service.values())
     assert len(figures["compressed_transfer"]) == 2 * 9 and set(figures["partitioning"]) == {"16", "256"}
     assert all(v > 0 for v in figures["ceilings"].values())
+
+
+def test_a_stage_or_query_of_the_timed_run_that_fails_is_recorded_and_the_rest_reported(capsys) -> None:
+    """Time on a device is short: a stage or query that raises is kept as failed in the figures,
+    the rest still measured and reported, and the run then exits with what failed; an answer unlike
+    NumPy's (SystemExit) still stops it at once."""
+    value, failure = bench_gpu.attempted(lambda: 1 // 0)
+    assert value is None and failure == "ZeroDivisionError: integer division or modulo by zero"
+    assert bench_gpu.attempted(lambda: 7) == (7, None)
+    with pytest.raises(SystemExit):
+        bench_gpu.attempted(lambda: sys.exit("Q6: CuPy answers 1, NumPy 2"))
+    scans = {name: {"failed": "RuntimeError: no kernel"} for name in bench_gpu.SCANS}
+    figures = {"device": "a GPU", "sf": 10, "scans": {"blocks": 176, **scans}, "failed": {"partitioning": "E: x"}}
+    with pytest.raises(SystemExit, match="failed: partitioning, Q1, Q6"):
+        bench_gpu.reported(figures)
+    out = capsys.readouterr().out
+    assert "lineitem SF 10 (176 blocks)" in out and "partitioning failed" in out and "Q6 failed" in out
