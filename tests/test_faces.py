@@ -75,3 +75,10 @@ def test_the_coordinators_sql_code_loads_none_of_the_nodes_server() -> None:
     loaded = _loaded_by("gateway.sql.engine")
     assert "gateway.sql.execute" in loaded and "storage.node_client" in loaded
     assert not {m for m in loaded if _within(m, ["storage.node", "storage.scan", "storage.scan_workers"])}
+
+
+@pytest.mark.parametrize("module", ["gateway.sql.engine", "benchmarks.bench_gpu"])
+def test_spark_is_loaded_only_when_a_query_needs_it(module: str) -> None:
+    """The engine answers single-node queries without Spark, and a GPU machine may have none
+    installed: the GPU benchmark, which goes through the engine, must import there."""
+    assert not {m for m in _loaded_by(module) if _within(m, ["pyspark", "py4j", "storage.spark_source"])}

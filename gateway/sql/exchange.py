@@ -36,12 +36,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sqlglot import exp
 
+import storage  # storage.spark_schema looked up when used: importing it loads Spark
 from gateway.sql.catalog import RegionCatalog
 from gateway.sql.local import CANCELLED, in_threads
 from gateway.sql.plan import Plan, TableQuery
 from gateway.sql.profile import node_scan
 from gateway.sql.spark_dialect import spark_text
-from storage import NodeClient, ScanCancelled, ScanRequest, output_schema, spark_schema
+from storage import NodeClient, ScanCancelled, ScanRequest, output_schema
 
 INLINE_ROWS = 100_000  # "source": up to this size a fetched sub-query is a local relation
 LOCAL_ROWS = 20_000  # "files": up to this size too (Spark plans local relations faster than files)
@@ -159,7 +160,9 @@ class Exchange:
             schema = output_schema(request, scan.info.schema)
             if rows is not None and rows.num_rows <= self.options.local_rows:
                 # one chunk: PySpark loses rows after an empty first chunk
-                self._frames[key] = self.spark.createDataFrame(rows.combine_chunks(), schema=spark_schema(schema))
+                self._frames[key] = self.spark.createDataFrame(
+                    rows.combine_chunks(), schema=storage.spark_schema(schema)
+                )
             elif self.root is not None:
                 self._frames[key] = self._files(scan, request, rows, schema)
             else:
@@ -185,14 +188,14 @@ class Exchange:
                 write_scan(NodeClient(url), routed, paths[i], schema, cancelled, step)
 
             in_threads(one, range(len(routes)))
-        return self.spark.read.schema(spark_schema(schema)).parquet(*map(str, paths))
+        return self.spark.read.schema(storage.spark_schema(schema)).parquet(*map(str, paths))
 
     def _source(self, scan: TableQuery, request: ScanRequest, schema: pa.Schema):
         self.reads_nodes = True
         routes = self.catalog.routes(scan.info, request)  # the version the query pinned, a node's buckets
         reader = (
             self.spark.read.format("cxg")
-            .schema(spark_schema(schema))
+            .schema(storage.spark_schema(schema))
             .option("nodes", ",".join(url for url, _ in routes))
             .option("table", scan.table)
             .option("request", json.dumps(replace(routes[0][1], buckets=request.buckets).to_json()))
@@ -254,7 +257,7 @@ def values_relation(rows: pa.Table) -> exp.Select:
         expressions=tuples,
         alias=exp.TableAlias(this=exp.to_identifier("t"), columns=[exp.to_identifier(n) for n in names]),
     )
-    spark_types = spark_schema(rows.schema)
+    spark_types = storage.spark_schema(rows.schema)
     return exp.select(
         *(
             exp.alias_(
