@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +19,8 @@ from benchmarks import bench_gpu
 from benchmarks.cupy_standin import installed
 from gpu_kernels import bitpack, get_backend
 from gpu_kernels.cuda_kernels import ARCHES, KERNELS, launch_shape
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SHAPES = [((1,), (1,)), ((1,), (32,)), ((3,), (7,)), ((2,), (256,)), None]  # None: the backend's own
 SIZES = [1, 7, 8, 9, 255, 256, 257, 5000]
@@ -178,9 +181,12 @@ def test_kernels_run_clean_under_address_and_undefined_behaviour_sanitizers() ->
 
 
 def test_the_gpu_benchmark_counts_launches_and_waits_per_query_on_the_stand_in(tmp_path) -> None:
-    out = tmp_path / "gpu.json"
-    bench_gpu.main(["--dry-run", "--sf", "0.01", "--block-rows", "1000", "--json", str(out)])  # answers checked
-    figures = json.loads(out.read_text())["queries"]
+    """Through the prepared command a GPU machine runs (scripts/gpu_bench.sh), its output kept."""
+    options = ["--dry-run", "--sf", "0.01", "--block-rows", "1000"]  # answers checked against NumPy's
+    done = subprocess.run([ROOT / "scripts" / "gpu_bench.sh", tmp_path, *options], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "launches" in (tmp_path / "gpu.log").read_text()
+    figures = json.loads((tmp_path / "gpu.json").read_text())["queries"]
     assert set(figures) == {
         "Q1",
         "Q6",
@@ -222,6 +228,14 @@ def test_the_timed_gpu_benchmark_runs_end_to_end_on_the_stand_in(tmp_path) -> No
     assert all(q["cupy_s"] > 0 and q["numpy_s"] > 0 and q["duckdb_s"] > 0 for q in service.values())
     assert len(figures["compressed_transfer"]) == 2 * 9 and set(figures["partitioning"]) == {"16", "256"}
     assert all(v > 0 for v in figures["ceilings"].values())
+
+
+def test_the_wheels_a_gpu_machine_is_given_are_the_pinned_packages() -> None:
+    """scripts/gpu_wheels.sh downloads, at the project's pins, what the benchmark needs beyond a
+    CUDA image's Python; each name it lists must be pinned in pyproject.toml."""
+    needs = re.search(r"^needs=\((.*)\)$", (ROOT / "scripts" / "gpu_wheels.sh").read_text(), re.M)[1].split()
+    text = (ROOT / "pyproject.toml").read_text()
+    assert needs and all(re.search(rf'"{name}==[\d.]+"', text) for name in needs), needs
 
 
 def test_a_stage_or_query_of_the_timed_run_that_fails_is_recorded_and_the_rest_reported(capsys) -> None:
