@@ -204,24 +204,29 @@ def timed_run(
         "machine": machine(),
     }
 
+    def save() -> None:
+        write_json(json, figures)
+
     def stage(key: str, status: str | None, measure: Callable[[], Any]) -> None:
         started = time.perf_counter()
         with console.status(status) if status else contextlib.nullcontext():
-            figures[key], failure = attempted(measure)
-        if failure:
+            value, failure = attempted(measure)
+        if failure:  # what it measured before it failed, if it keeps that in figures itself, stays
             figures.setdefault("failed", {})[key] = failure
+        else:
+            figures[key] = value
         figures.setdefault("stage_seconds", {})[key] = seconds = round(time.perf_counter() - started, 1)
         console.print(f"{key}: {seconds} s" + (f", failed: {failure}" if failure else ""))
-        write_json(json, figures)
+        save()
 
     stage(
         "checks",
         "checking every CuPy kernel against NumPy's",
         lambda: {
             "operations": kernel_checks.check_operations(sizes=(0, 1, 7, 1000, 70_000) if small else CHECK_SIZES),
-            "fused_scans": kernel_checks.compare_fused(40 if small else 400, sizes=(1, 257, 3000) if small else FUSED),
+            "fused_scans": kernel_checks.compare_fused(40 if small else 250, sizes=(1, 257, 3000) if small else FUSED),
             "fused_projections": kernel_checks.compare_projections(
-                20 if small else 200, sizes=(1, 257, 3000) if small else FUSED
+                20 if small else 100, sizes=(1, 257, 3000) if small else FUSED
             ),
         },
     )
@@ -238,8 +243,11 @@ def timed_run(
         "hash partitioning",
         lambda: gpu_timing.hash_partitioning(cupy, cupyx, 100_000 if small else 16 << 20, (16, 256), repeat),
     )
+    started = time.perf_counter()
     with _lineitem(sf, data, block_budget) as cache, _duckdb(cache) as con:
-        stage("scans", None, lambda: _timed_scans(cupy, cache, con, figures["ceilings"], repeat))
+        figures["stage_seconds"]["lineitem"] = round(time.perf_counter() - started, 1)  # generated and loaded
+        scans = figures["scans"] = {}  # saved after each query too: a run cut short keeps those done
+        stage("scans", None, lambda: _timed_scans(cupy, cache, con, figures["ceilings"], repeat, scans, save))
         stage("service", None, lambda: _through_the_service(cache, con, repeat))
     return figures
 
@@ -280,18 +288,25 @@ def _duckdb(cache: TableCache) -> Iterator[duckdb.DuckDBPyConnection]:
 
 
 def _timed_scans(
-    cupy: Any, cache: TableCache, con: duckdb.DuckDBPyConnection, ceilings: dict[str, float], repeat: int
+    cupy: Any,
+    cache: TableCache,
+    con: duckdb.DuckDBPyConnection,
+    ceilings: dict[str, float],
+    repeat: int,
+    results: dict[str, Any],
+    save: Callable[[], None],
 ) -> dict[str, Any]:
-    """Each query: NumPy on one core, DuckDB on every core, and CuPy resident, through the pipeline
-    and streamed from host memory, answers checked against NumPy's; a query that raises is
-    recorded as failed and the next goes on."""
-    results: dict[str, Any] = {"blocks": len(cache.get("lineitem").blocks)}
+    """Each query into `results` (then `save()`d, and returned): NumPy on one core, DuckDB on every
+    core, and CuPy resident, through the pipeline and streamed from host memory, answers checked
+    against NumPy's; a query that raises is recorded as failed and the next goes on."""
+    results["blocks"] = len(cache.get("lineitem").blocks)
     copy, pinned = ceilings["device_to_device"], ceilings["host_to_device_pinned"]
     for name, (request, sql, keys) in SCANS.items():
         with console.status(f"{name}"):
             row, failure = attempted(lambda r=request, q=sql, k=keys: _timed_scan(cupy, cache, con, r, q, k, repeat))
         if failure:
             results[name] = {"failed": failure}
+            save()
             continue
         row["effective_bytes_per_s"] = row["decoded_bytes"] / row["resident_s"]
         row["of_copy_bandwidth"] = row["effective_bytes_per_s"] / copy
@@ -300,6 +315,7 @@ def _timed_scans(
         if "streamed_s" in row:
             row["streamed_overlap"] = (row["compressed_bytes"] / pinned + row["resident_s"]) / row["streamed_s"]
         results[name] = row
+        save()
     return results
 
 
@@ -463,9 +479,9 @@ def _report_scans(figures: dict[str, Any]) -> None:
     scans = figures["scans"]
     rows = []
     for name in SCANS:
-        q = scans[name]
-        if "failed" in q:
-            rows.append([name, "failed", *["-"] * 10])
+        q = scans.get(name, {})
+        if "resident_s" not in q:  # failed, or not reached
+            rows.append([name, "failed" if "failed" in q else "not run", *["-"] * 10])
             continue
         streamed = (
             [f"{q['streamed_s'] * 1000:.1f}", f"{q['streamed_overlap']:.2f}"] if "streamed_s" in q else ["-", "-"]
@@ -486,7 +502,7 @@ def _report_scans(figures: dict[str, Any]) -> None:
             ]
         )
     print_table(
-        f"lineitem SF {figures['sf']:g} ({scans['blocks']} blocks) on {figures['device']}",
+        f"lineitem SF {figures['sf']:g} ({scans.get('blocks', '?')} blocks) on {figures['device']}",
         [
             "query",
             "kernels ms",
