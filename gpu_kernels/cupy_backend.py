@@ -102,9 +102,11 @@ class CupyBackend(NumpyBackend):
         if scan.partition is None:
             return Answer(self._read_back(out))
         keys, buckets = scan.partition
-        with self._in_result_area():  # the answer moved bucket by bucket, read back after its counts
-            parts = self._partition_words([out[k].view(cupy.uint64) for k in keys], buckets, out)
-            host = self._read_back(cupy.concatenate((parts.counts, parts.moved[0].ravel())))
+        with self._in_result_area():  # the counts per bucket, then the answer moved bucket by bucket
+            both = cupy.empty(buckets + scan.outputs * rows, dtype=cupy.int64)
+            moved = both[buckets:].reshape(scan.outputs, rows)
+            both[:buckets] = self._partition_words([out[k].view(cupy.uint64) for k in keys], buckets, out, moved).counts
+            host = self._read_back(both)
         return Answer(host[buckets:].reshape(scan.outputs, rows), host[:buckets])
 
     def project_counts(
@@ -157,20 +159,22 @@ class CupyBackend(NumpyBackend):
         parts = self._partition_words(inputs, count, words)
         return parts._replace(moved=[_from_words(w, a.dtype) for w, a in zip(parts.moved[0], payload, strict=True)])
 
-    def _partition_words(self, inputs: list[Array], count: int, words: Array) -> Partitioned:
+    def _partition_words(self, inputs: list[Array], count: int, words: Array, into: Array | None = None) -> Partitioned:
         """`partition_keys` with the payload a matrix of int64 words (a row per array), moved as one
-        matrix (`moved[0]`); past MAX_BUCKETS, the general kernels."""
+        matrix (`moved[0]`: `into` where given); past MAX_BUCKETS, the general kernels."""
         cupy, n = self.xp, len(inputs[0])
+        moved = cupy.empty_like(words) if into is None else into
         if count > MAX_BUCKETS:
             order, counts, offsets, _ = super().partition_keys(inputs, count)
-            return Partitioned(order, counts, offsets, [words[:, order]])
+            moved[...] = words[:, order]
+            return Partitioned(order, counts, offsets, [moved])
         keys = inputs[0] if len(inputs) == 1 else cupy.concatenate(inputs)
         grid = max(1, min(MAX_PARTITION_GRID, -(-n // PARTITION_ROWS)))
         shape = (np.int64(n), np.int32(len(inputs)), np.int32(count))
         counts = cupy.empty(count * grid, dtype=cupy.int64)
         self._kernel("cxg_bucket_counts")((grid,), (THREADS,), (keys, *shape, counts))
         starts = cupy.cumsum(counts) - counts
-        order, moved = cupy.empty(n, dtype=cupy.int64), cupy.empty_like(words)
+        order = cupy.empty(n, dtype=cupy.int64)
         arguments = (keys, *shape, starts, words, np.int32(len(words)), order, moved)
         self._kernel("cxg_bucket_scatter")((grid,), (THREADS,), arguments)
         offsets = cupy.ascontiguousarray(starts[::grid])

@@ -122,12 +122,16 @@ def columns_read(predicate: E.Expr | None, outputs: Sequence[NamedExpr]) -> list
 
 
 def may_fuse(
-    columns: Sequence[Mapping[str, EncodedColumn]], predicate: E.Expr | None, outputs: Sequence[NamedExpr]
+    columns: Sequence[Mapping[str, EncodedColumn]],
+    predicate: E.Expr | None,
+    outputs: Sequence[NamedExpr],
+    partition: Partition | None = None,
 ) -> bool:
     """Whether the kernels can read what a projection reads in every block (`columns`, a block's
     columns each): no NULLs, integers, decimals and dates in any encoding, and other columns
-    projected as they are from a dictionary or runs. Asked before the columns are made resident, so
-    that a projection the general kernels run (`SELECT *` over free text) evicts nothing."""
+    projected as they are from a dictionary or runs; a partition's keys integers, decimals or dates.
+    Asked before the columns are made resident, so that a projection the general kernels run
+    (`SELECT *` over free text) evicts nothing."""
     compared = E.columns_of(predicate) if predicate is not None else set()
     for name in columns_read(predicate, outputs):
         for block in columns:
@@ -138,7 +142,14 @@ def may_fuse(
                 name in compared or not isinstance(column.encoding, Dictionary | RunLength)
             ):
                 return False
-    return True
+    return not columns or _hashable(lambda name: columns[0][name].type, outputs, partition)
+
+
+def _hashable(type_of: Callable[[str], pa.DataType], outputs: Sequence[NamedExpr], partition: Partition | None) -> bool:
+    """Whether the partition's keys are hashed as the kernels' values (integers, decimals, dates:
+    the placement hash's inputs); a column of strings is projected as codes, which are not."""
+    keys = [outputs[k].expr for k in partition[0]] if partition else []
+    return not any(isinstance(e, Col) and E.arrow_kind(type_of(e.name)).kind not in INTEGRAL for e in keys)
 
 
 def plan(
@@ -169,10 +180,8 @@ def _plan(images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate, outp
     if values is None:  # no row can hold: any block shows what the outputs are, or that they do not fuse
         whole = np.array([[0, any_image.rows[0]]], dtype=np.int64)
         _, values = _launch(images, np.zeros(1, dtype=np.int64), whole, predicate, outputs)
-    for k in partition[0] if partition else ():  # hashed as values: codes of strings are not
-        e = outputs[k].expr
-        if isinstance(e, Col) and E.arrow_kind(images[e.name].type).kind not in INTEGRAL:
-            raise NotFusable("a partition key that is not an integer, a decimal or a date")
+    if not _hashable(lambda name: images[name].type, outputs, partition):
+        raise NotFusable("a partition key that is not an integer, a decimal or a date")
     schema = pa.schema([pa.field(o.name, o.arrow_type) for o in outputs])
     rows = int(any_image.rows[blocks].sum())
     read = len(columns_read(predicate, outputs))

@@ -53,13 +53,16 @@ class StreamedScan:
 
     def run(self, backend: CupyBackend) -> list[np.ndarray] | list[fused_project.Answer] | None:
         """Each chunk's accumulators or answer (see the module's doc); None where a projection's
-        answer outgrows its room; DeviceOutOfMemory where the device's areas have no room left for
-        a chunk."""
+        answer outgrows its room, or the device has no room left for it; DeviceOutOfMemory where
+        the device's areas have no room left for an aggregate's chunk."""
         try:
             with _Ring._taken(backend) as ring:
-                if isinstance(self.chunks[0], fused_project.FusedProjection):
+                if not isinstance(self.chunks[0], fused_project.FusedProjection):
+                    return _aggregated(ring, self.chunks)
+                try:
                     return _projected(ring, self.chunks)
-                return _aggregated(ring, self.chunks)
+                except backend.xp.cuda.memory.OutOfMemoryError:
+                    return None  # no room beside the device's other scans: block by block
         except backend.xp.cuda.memory.OutOfMemoryError as e:
             raise device_out_of_memory(backend, backend.device(), e) from None
 
@@ -76,9 +79,10 @@ def _aggregated(ring: _Ring, chunks: list[fused_scan.FusedScan]) -> list[np.ndar
         outs.append(out := ring.cupy.asarray(chunk.initial))
         ring.backend.fused_launch(chunk, buffer, out)
 
-    ring.stream(chunks, launch)
+    held = ring.stream(chunks, launch)
     with ring.computing():
         host = ring.read(ring.cupy.concatenate(outs) if len(outs) > 1 else outs[0])
+    del held  # the last chunks' buffers, kept until the kernels that read them were done
     bounds = np.cumsum([0, *(len(c.initial) for c in chunks)])
     return [host[a:z] for a, z in itertools.pairwise(bounds)]
 
@@ -102,11 +106,13 @@ def _projected(ring: _Ring, chunks: list[fused_project.FusedProjection]) -> list
             ends[base + 1 : base + 1 + chunk.tiles] = cupy.cumsum(counts[part]) + ends[base : base + 1]
             write(counts, ends[1:], out)
 
-    ring.stream(chunks, launch)
+    held = ring.stream(chunks, launch)
     with ring.computing():
         bounds = ring.read(ends[cupy.asarray(starts)])
-        if bounds[-1] > out.shape[1]:
-            return None
+    del held  # as in _aggregated
+    if bounds[-1] > out.shape[1]:
+        return None
+    with ring.computing():
         values = ring.read(cupy.ascontiguousarray(out[:, : int(bounds[-1])]))
     return [fused_project.Answer(values[:, a:z]) for a, z in itertools.pairwise(bounds)]
 
@@ -192,9 +198,10 @@ class _Ring:
         self.compute_stream = self.cupy.cuda.Stream(non_blocking=True)
         self.slots: list[np.ndarray | None] = [None] * RING  # per slot: its pinned bytes
 
-    def stream(self, chunks: Sequence[Chunk], launch: Callable[[Chunk, Buffer], None]) -> None:
+    def stream(self, chunks: Sequence[Chunk], launch: Callable[[Chunk, Buffer], None]) -> list[Any]:
         """Each chunk copied in and `launch(chunk, buffer)` called on the compute stream once its copy
-        is in, allocating in the result area (see the module's doc); nothing waited for."""
+        is in, allocating in the result area (see the module's doc); nothing waited for. Returns the
+        device buffers of the last chunks, for the caller to hold until it has read the results."""
         areas = DeviceAreas.of_current_device(self.backend)
         largest = max(int(_packed(chunk)[2][-1]) for chunk in chunks)
         for slot, staged in enumerate(self.slots):  # grown once, before any copy from it is in flight
@@ -202,7 +209,7 @@ class _Ring:
                 self.slots[slot] = self.backend.cupyx.empty_pinned(max(largest, 8), np.uint8)
         copied: list[Any] = [None] * RING  # per slot: the event after its last copy in
         consumed: list[Any] = [None] * RING  # per slot: the event after the kernels that read it
-        held: list[Any] = [None] * RING  # per slot: its chunk's device buffers, kept until read
+        held: list[Any] = [None] * RING  # per slot: its chunk's device buffers, until its slot is reused
         for i, chunk in enumerate(chunks):
             slot = i % RING
             if copied[slot] is not None and not copied[slot].done:
@@ -217,6 +224,7 @@ class _Ring:
             with self.computing():
                 launch(chunk, lambda c, k, d=device: d[(c, k)])
             consumed[slot] = self.compute_stream.record()
+        return held
 
     @contextmanager
     def computing(self) -> Iterator[None]:

@@ -177,8 +177,10 @@ def test_a_partitioned_projection_moves_its_rows_into_buckets_on_the_device(tmp_
         got = sorted(tuple(r.values()) for p in pieces for r in p.batch.to_pylist())
         assert got == _rows(store, numpy, partitioned)[0] == _rows(store, numpy, request)[0]
     by_string = {**request, "partition": {"keys": ["flag"], "buckets": 4}}
+    touched = sum(a.residency.loads + a.residency.hits for a in cupy.resident.values())
     got, blocks = _rows(store, cupy, by_string)
     assert got == _rows(store, numpy, request)[0] and "resident" not in blocks
+    assert sum(a.residency.loads + a.residency.hits for a in cupy.resident.values()) == touched  # known unfused first
 
 
 @pytest.mark.gpu

@@ -178,8 +178,8 @@ def test_a_projection_of_columns_larger_than_the_area_is_streamed_in_chunks_with
     chunks too: every chunk's kernels write into one answer on the device, placed by a scan of the
     tile counts of all chunks so far, so the host waits twice (where each chunk's rows end, then
     the answer) whatever the chunks; rows as the NumPy backend's, in each chunk's order. An answer
-    outgrowing its room in the result area goes block by block, as do partitioned projections and
-    those the fused kernels do not take."""
+    outgrowing its room in the result area, or finding no room there beside other scans', goes block
+    by block, as do partitioned projections and those the fused kernels do not take."""
     store = Store(tmp_path / "node")
     _load(store, _table(2))
     cupy, numpy = get_backend("cupy"), get_backend("numpy")
@@ -201,6 +201,12 @@ def test_a_projection_of_columns_larger_than_the_area_is_streamed_in_chunks_with
         scan = scan_table(TableCache(store), {"table": "t", **everything}, cupy)
         assert "streamed" not in {p.block for p in scan.pieces()}  # 3 x 8 bytes each: past 25 kB
         assert scan.stats.rows_selected == 40_000
+        [areas] = [a for (_, memory), a in cupy.areas.items() if memory == 4 * 50_000]
+        with cupy.xp.cuda.using_allocator(areas.result.malloc):
+            held = cupy.xp.empty(30_000 // 8, dtype=cupy.xp.int64)  # another scan's results: no room for the answer
+        scan = scan_table(TableCache(store), {"table": "t", **PROJECTED}, cupy)
+        assert "streamed" not in {p.block for p in scan.pieces()} and _result(store, cupy, PROJECTED) == expected
+        del held
         by_string = {"filter": {"op": "=", "args": [{"col": "flag"}, {"lit": "A"}]}, "columns": ["q"]}  # not fused
         scan = scan_table(TableCache(store), {"table": "t", **by_string}, cupy)
         assert scan.streamed(scan.jobs()) is None and "streamed" not in {p.block for p in scan.pieces()}
