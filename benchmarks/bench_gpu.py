@@ -49,8 +49,10 @@ from gateway.background import serve
 from gateway.sql.engine import Engine
 from gpu_kernels import block_budget as device_rule
 from gpu_kernels import cuda_available, final_aggregate, get_backend
+from gpu_kernels.column_types import to_domain
 from loadtests import console, machine, print_table, query, write_json
 from storage import LoadOptions, Node, Store, TableCache, load_table, parse_size, read_parquet, scan_table, tpch
+from storage.partitioning import buckets_of
 
 PROJECTIONS: dict[str, tuple[dict, str, list[str]]] = {  # select-project: request, SQL, a key of its rows
     "projection, sorted range": (
@@ -90,11 +92,20 @@ SERVICE = {  # through the SQL engine to a node over HTTP
 }
 
 
-def _scan(cache: TableCache, backend: Any, request: dict, keys: list[str]) -> tuple[pa.Table, int]:
+def _scan(
+    cache: TableCache, backend: Any, request: dict, keys: list[str], checked: bool = False
+) -> tuple[pa.Table, int]:
     """A scan's answer through the node's code (an aggregate's final rows, a projection's rows),
-    sorted by `keys`, and the blocks it read."""
+    sorted by `keys`, and the blocks it read; `checked`: every row of a partitioned scan in its
+    keys' bucket, or SystemExit."""
     scan = scan_table(cache, {"table": "lineitem", **request}, backend)
-    result = pa.Table.from_batches([p.batch for p in scan.pieces()], schema=scan.plan.schema)
+    pieces = list(scan.pieces())
+    task = scan.plan.task
+    for piece in pieces if checked and task.partition_buckets else ():
+        hashed = [to_domain(piece.batch.column(k)) for k in task.partition_keys]
+        if set(buckets_of(hashed, task.partition_buckets).tolist()) - {piece.partition}:
+            raise SystemExit(f"{request}: rows outside the bucket {piece.partition} on the {backend.name} backend")
+    result = pa.Table.from_batches([p.batch for p in pieces], schema=scan.plan.schema)
     if scan.plan.task.aggregating:
         result = final_aggregate(result, keys, list(scan.plan.task.aggregates))
     return result.sort_by([(k, "ascending") for k in keys]) if keys else result, scan.stats.blocks
@@ -132,7 +143,7 @@ def _counted(cache: TableCache, request: dict, keys: list[str], expected: pa.Tab
             first = _snapshot(standin.counts)
             _scan(cache, backend, request, keys)
             before = _snapshot(standin.counts)
-            got, blocks = _scan(cache, backend, request, keys)
+            got, blocks = _scan(cache, backend, request, keys, checked=True)
             after = _snapshot(standin.counts)
         finally:
             del backend.fuses
@@ -247,7 +258,7 @@ def timed_run(
     with _lineitem(sf, data, block_budget) as cache, _duckdb(cache) as con:
         figures["stage_seconds"]["lineitem"] = round(time.perf_counter() - started, 1)  # generated and loaded
         scans = figures["scans"] = {}  # saved after each query too: a run cut short keeps those done
-        stage("scans", None, lambda: _timed_scans(cupy, cache, con, figures["ceilings"], repeat, scans, save))
+        stage("scans", None, lambda: _timed_scans(cupy, cache, con, figures.get("ceilings"), repeat, scans, save))
         stage("service", None, lambda: _through_the_service(cache, con, repeat))
     return figures
 
@@ -291,16 +302,16 @@ def _timed_scans(
     cupy: Any,
     cache: TableCache,
     con: duckdb.DuckDBPyConnection,
-    ceilings: dict[str, float],
+    ceilings: dict[str, float] | None,
     repeat: int,
     results: dict[str, Any],
     save: Callable[[], None],
 ) -> dict[str, Any]:
     """Each query into `results` (then `save()`d, and returned): NumPy on one core, DuckDB on every
     core, and CuPy resident, through the pipeline and streamed from host memory, answers checked
-    against NumPy's; a query that raises is recorded as failed and the next goes on."""
+    against NumPy's; a query that raises is recorded as failed and the next goes on. Shares of the
+    copy bandwidth and overlaps need the copy `ceilings` (none where their stage failed)."""
     results["blocks"] = len(cache.get("lineitem").blocks)
-    copy, pinned = ceilings["device_to_device"], ceilings["host_to_device_pinned"]
     for name, (request, sql, keys) in SCANS.items():
         with console.status(f"{name}"):
             row, failure = attempted(lambda r=request, q=sql, k=keys: _timed_scan(cupy, cache, con, r, q, k, repeat))
@@ -309,11 +320,13 @@ def _timed_scans(
             save()
             continue
         row["effective_bytes_per_s"] = row["decoded_bytes"] / row["resident_s"]
-        row["of_copy_bandwidth"] = row["effective_bytes_per_s"] / copy
-        row["compressed_of_copy_bandwidth"] = row["compressed_bytes"] / row["resident_s"] / copy
-        row["overlap"] = (row["compressed_bytes"] / pinned + row["resident_s"]) / row["pipeline_s"]
-        if "streamed_s" in row:
-            row["streamed_overlap"] = (row["compressed_bytes"] / pinned + row["resident_s"]) / row["streamed_s"]
+        if ceilings is not None:
+            copy, pinned = ceilings["device_to_device"], ceilings["host_to_device_pinned"]
+            row["of_copy_bandwidth"] = row["effective_bytes_per_s"] / copy
+            row["compressed_of_copy_bandwidth"] = row["compressed_bytes"] / row["resident_s"] / copy
+            row["overlap"] = (row["compressed_bytes"] / pinned + row["resident_s"]) / row["pipeline_s"]
+            if "streamed_s" in row:
+                row["streamed_overlap"] = (row["compressed_bytes"] / pinned + row["resident_s"]) / row["streamed_s"]
         results[name] = row
         save()
     return results
@@ -396,7 +409,7 @@ def _streamed(cache: TableCache, backend: Any, request: dict, keys: list[str], e
 
 def _checked(cache: TableCache, backend: Any, request: dict, keys: list[str], expected: pa.Table, repeat: int) -> float:
     """Wall seconds of the scan on `backend`, whose answer must be NumPy's."""
-    got, _ = _scan(cache, backend, request, keys)
+    got, _ = _scan(cache, backend, request, keys, checked=True)
     if not got.equals(expected):
         path = "resident columns" if backend.keeps_columns else "block pipeline"
         raise SystemExit(f"{request}: CuPy ({path}) answers {got.to_pylist()}, NumPy {expected.to_pylist()}")
@@ -483,20 +496,18 @@ def _report_scans(figures: dict[str, Any]) -> None:
         if "resident_s" not in q:  # failed, or not reached
             rows.append([name, "failed" if "failed" in q else "not run", *["-"] * 10])
             continue
-        streamed = (
-            [f"{q['streamed_s'] * 1000:.1f}", f"{q['streamed_overlap']:.2f}"] if "streamed_s" in q else ["-", "-"]
-        )
         rows.append(
             [
                 name,
-                f"{q['resident_s'] * 1000:.3f}",
-                f"{q['effective_bytes_per_s'] / 1e9:.1f}",
-                f"{q['of_copy_bandwidth']:.0%}",
-                f"{q['compressed_of_copy_bandwidth']:.0%}",
-                f"{q['scan_s'] * 1000:.2f}",
-                f"{q['pipeline_s'] * 1000:.1f}",
-                f"{q['overlap']:.2f}",
-                *streamed,
+                _cell(q, "resident_s", ".3f", 1000),
+                _cell(q, "effective_bytes_per_s", ".1f", 1e-9),
+                _cell(q, "of_copy_bandwidth", ".0%"),
+                _cell(q, "compressed_of_copy_bandwidth", ".0%"),
+                _cell(q, "scan_s", ".2f", 1000),
+                _cell(q, "pipeline_s", ".1f", 1000),
+                _cell(q, "overlap", ".2f"),
+                _cell(q, "streamed_s", ".1f", 1000),
+                _cell(q, "streamed_overlap", ".2f"),
                 f"{q['numpy_s'] / q['resident_s']:.1f}x",
                 f"{q['duckdb_s'] / q['resident_s']:.1f}x",
             ]
@@ -519,6 +530,11 @@ def _report_scans(figures: dict[str, Any]) -> None:
         ],
         rows,
     )
+
+
+def _cell(row: dict[str, Any], key: str, spec: str, scale: float = 1) -> str:
+    """A figure of a row as the tables show it, or "-" where it was not measured."""
+    return format(row[key] * scale, spec) if key in row else "-"
 
 
 def _report_service(figures: dict[str, Any]) -> None:
