@@ -390,8 +390,8 @@ class BlockScan:
         """The partial aggregate of every job's block at once through the fused kernels: from the
         GPU's resident columns (one launch per signature, one wait), or, for columns that outgrow
         the resident area, streamed from host memory in chunks (one wait). A projection likewise
-        from the resident columns (two launches per signature, a scan, two waits), hash-partitioned
-        there where the request asks (its keys integers, decimals or dates). Over several
+        (two launches per signature, a scan, two waits), hash-partitioned on the device where the
+        request asks (its keys integers, decimals or dates; then not streamed). Over several
         GPUs, each takes the blocks at its positions (position mod GPUs) at once, on a thread of
         its own. None where the fused kernels cannot run it (the block pipeline then does)."""
         started = time.perf_counter()
