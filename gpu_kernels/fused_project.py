@@ -50,6 +50,7 @@ from gpu_kernels.fused_scan import (
     launch_groups,
     rows_launched,
 )
+from gpu_kernels.partition import bucket_pieces
 
 assert ITEMS * 16 <= 64, "a thread's rows' holding bits are packed as 16-bit counts in one word"
 
@@ -108,12 +109,7 @@ class FusedProjection:
     def pieces(self, answer: Answer) -> list[tuple[pa.RecordBatch, int | None]]:
         """The projection as (batch, bucket) pieces: one, with no bucket, unless partitioned."""
         batch = self.assemble(answer)
-        if answer.counts is None:
-            return [(batch, None)]
-        starts = np.cumsum(answer.counts) - answer.counts
-        return [
-            (batch.slice(int(s), int(c)), b) for b, (s, c) in enumerate(zip(starts, answer.counts, strict=True)) if c
-        ]
+        return [(batch, None)] if answer.counts is None else bucket_pieces(batch, answer.counts)
 
 
 def columns_read(predicate: E.Expr | None, outputs: Sequence[NamedExpr]) -> list[str]:

@@ -14,7 +14,7 @@ from gpu_kernels.decoding import ScanStats
 from gpu_kernels.encoded_block import EncodedBlock
 from gpu_kernels.evaluate import BlockEvaluator
 from gpu_kernels.expr import Expr
-from gpu_kernels.partition import partition, partition_vecs
+from gpu_kernels.partition import bucket_pieces, partition, partition_vecs
 from gpu_kernels.vector_functions import materialize
 from gpu_kernels.vectors import from_arrow, to_arrow
 
@@ -74,22 +74,14 @@ def run_block(
     if task.partition_buckets:
         names = [o.name for o in task.outputs]
         keys = [materialize(backend, vecs[names.index(name)], rows) for name in task.partition_keys]
-        vecs, counts, offsets = partition_vecs(backend, vecs, keys, task.partition_buckets)
+        vecs, counts = partition_vecs(backend, vecs, keys, task.partition_buckets)
     arrays = [to_arrow(backend, vec, rows, o.arrow_type) for vec, o in zip(vecs, task.outputs, strict=True)]
     batch = pa.RecordBatch.from_arrays(arrays, schema=task.schema())
-    return _buckets(batch, counts, offsets) if task.partition_buckets else [(batch, None)]
+    return bucket_pieces(batch, counts) if task.partition_buckets else [(batch, None)]
 
 
 def _partitioned(task: BlockTask, backend: NumpyBackend, batch: pa.RecordBatch) -> list[tuple[pa.RecordBatch, int]]:
     """Partition an (already small) aggregate result by its key columns."""
     key_vecs = [from_arrow(backend, batch.column(name)) for name in task.partition_keys]
-    return _split(batch, *partition(backend, key_vecs, task.partition_buckets))
-
-
-def _split(batch, order, counts, offsets) -> list[tuple[pa.RecordBatch, int]]:
-    return _buckets(batch.take(pa.array(order)), counts, offsets)
-
-
-def _buckets(ordered: pa.RecordBatch, counts, offsets) -> list[tuple[pa.RecordBatch, int]]:
-    """The non-empty buckets of a batch whose rows come bucket by bucket."""
-    return [(ordered.slice(int(offsets[b]), int(counts[b])), b) for b in range(len(counts)) if counts[b]]
+    order, counts = partition(backend, key_vecs, task.partition_buckets)
+    return bucket_pieces(batch.take(pa.array(order)), counts)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pyarrow as pa
 
 from gpu_kernels.backend import Array, NumpyBackend
 from gpu_kernels.column_types import Kind
@@ -35,17 +36,17 @@ def key_hash(backend: NumpyBackend, vec: Vec) -> Array:
     return h
 
 
-def partition(backend: NumpyBackend, keys: list[Vec], buckets: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(row order grouped by bucket, rows per bucket, start of each bucket), on the host."""
-    order, counts, offsets, _ = backend.partition_keys([key_hash(backend, vec) for vec in keys], buckets)
-    return backend.to_host(order), backend.to_host(counts), backend.to_host(offsets)
+def partition(backend: NumpyBackend, keys: list[Vec], buckets: int) -> tuple[np.ndarray, np.ndarray]:
+    """(row order grouped by bucket, rows per bucket), on the host."""
+    order, counts, _, _ = backend.partition_keys([key_hash(backend, vec) for vec in keys], buckets)
+    return backend.to_host(order), backend.to_host(counts)
 
 
 def partition_vecs(
     backend: NumpyBackend, vecs: list[Vec], keys: list[Vec], buckets: int
-) -> tuple[list[Vec], np.ndarray, np.ndarray]:
+) -> tuple[list[Vec], np.ndarray]:
     """`vecs` (values of the same rows) with their rows moved on the device bucket by bucket (the
-    buckets of `keys`), and the rows per bucket and start of each bucket, on the host."""
+    buckets of `keys`), and the rows per bucket, on the host."""
     moving = [
         (i, field) for i, vec in enumerate(vecs) for field in ("data", "valid") if getattr(vec, field) is not None
     ]
@@ -54,4 +55,10 @@ def partition_vecs(
     moved = list(vecs)
     for (i, field), array in zip(moving, parts.moved, strict=True):
         moved[i] = replace(moved[i], **{field: array})
-    return moved, backend.to_host(parts.counts), backend.to_host(parts.offsets)
+    return moved, backend.to_host(parts.counts)
+
+
+def bucket_pieces(ordered: pa.RecordBatch, counts: np.ndarray) -> list[tuple[pa.RecordBatch, int]]:
+    """The non-empty buckets of a batch whose rows come bucket by bucket, `counts` rows each."""
+    starts = np.cumsum(counts) - counts
+    return [(ordered.slice(int(s), int(c)), b) for b, (s, c) in enumerate(zip(starts, counts, strict=True)) if c]
