@@ -52,7 +52,7 @@ _FACE: dict[str, tuple[str, ...]] = {
     "operators": ("BlockTask", "run_block"),
     "partition": ("partition",),
     "pipeline": ("BlockPipeline", "block_parts"),
-    "placement_hash": ("bucket_ids", "string_hashes"),
+    "placement_hash": ("bucket_ids", "hash_inputs"),
     "resident": ("ResidentArea", "ResidentScan", "TooLarge", "area_of", "plan_resident", "plan_resident_projection"),
     "streamed": ("StreamedScan", "plan_streamed", "plan_streamed_projection", "streamed_chunk_bytes"),
     "value_predicates": ("membership_of",),

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from gpu_kernels.decoding import encoding_bound
 from gpu_kernels.encoded_block import EncodedColumn
 from gpu_kernels.encodings import BitPacked, Dictionary, Encoding, Plain, RunLength, Values
+from gpu_kernels.placement_hash import hash_inputs
 from gpu_kernels.vectors import INT64_MAX
 
 ALIGN = 8  # bytes: every block's part starts on this boundary in its buffer
@@ -146,6 +147,14 @@ class ColumnImage:
         key = buffer_key("key", buffer)
         self.buffers[key], self.fields[f"{key}.at"] = buffer, at
         return union, buffer
+
+    def key_hashes(self) -> str:
+        """The buffer (its key) of the placement hash's input for each of `key_codes`' values, by
+        code: a partition key projected as its codes is hashed through it. Built on first use."""
+        key = buffer_key("hash", np.empty(0, dtype=np.uint64))
+        if key not in self.buffers:
+            self.buffers[key] = hash_inputs(self.key_codes()[0])
+        return key
 
 
 def _bound(encoding: Encoding) -> int:

@@ -85,7 +85,8 @@ class CupyBackend(NumpyBackend):
         kernel, a scan of the tiles' counts, the number of rows read back (the first wait), then per
         signature the write kernel into an answer of that size, read back (the second): one row of
         64-bit values per output. A partitioned projection's answer is moved bucket by bucket by the
-        partitioning kernels first (its key rows hashed), its rows per bucket read back with it.
+        partitioning kernels first (its key rows hashed; a key projected as codes, through its codes'
+        hash inputs), its rows per bucket read back with it.
         Raises CuPy's OutOfMemoryError where the answer outgrows the result area."""
         if not scan.tiles:
             return scan.nothing()
@@ -103,9 +104,13 @@ class CupyBackend(NumpyBackend):
             return Answer(self._read_back(out))
         keys, buckets = scan.partition
         with self._in_result_area():  # the counts per bucket, then the answer moved bucket by bucket
+            inputs = [
+                out[k].view(cupy.uint64) if through is None else buffer(*through)[out[k]]
+                for k, through in zip(keys, scan.hashed, strict=True)
+            ]
             both = cupy.empty(buckets + scan.outputs * rows, dtype=cupy.int64)
             moved = both[buckets:].reshape(scan.outputs, rows)
-            both[:buckets] = self._partition_words([out[k].view(cupy.uint64) for k in keys], buckets, out, moved).counts
+            both[:buckets] = self._partition_words(inputs, buckets, out, moved).counts
             host = self._read_back(both)
         return Answer(host[buckets:].reshape(scan.outputs, rows), host[:buckets])
 

@@ -12,7 +12,8 @@ and writes each projected value at its row's place. The answer keeps the row ord
 within a launch; launches (signatures) follow one another. The host waits twice: for the number of
 rows (to size the answer) and for the answer. A projection asked for hash-partitioned is moved
 bucket by bucket on the device before it is read back (`gpu_kernels/cuda/partition.cu`, the answer
-as the payload, its key rows as the hash inputs), its rows per bucket read back with it.
+as the payload, its key rows as the hash inputs: a string key's codes through the device table of
+its values' hash inputs, `ColumnImage.key_hashes`), its rows per bucket read back with it.
 
 Projected values are 64-bit integers in the kernel (integers, decimals as scaled integers, dates as
 days); a column of strings stored as a dictionary or runs is projected as its codes over all its
@@ -78,6 +79,7 @@ class FusedProjection:
     images: Mapping[str, ColumnImage]  # the launches' buffers are theirs
     _values: list[Values] = field(repr=False)
     partition: Partition | None = None  # the answer hash-partitioned on the device by these outputs
+    hashed: tuple[tuple[str, str] | None, ...] = ()  # per partition key: its codes' hash inputs (a buffer)
 
     @property
     def tiles(self) -> int:
@@ -118,16 +120,12 @@ def columns_read(predicate: E.Expr | None, outputs: Sequence[NamedExpr]) -> list
 
 
 def may_fuse(
-    columns: Sequence[Mapping[str, EncodedColumn]],
-    predicate: E.Expr | None,
-    outputs: Sequence[NamedExpr],
-    partition: Partition | None = None,
+    columns: Sequence[Mapping[str, EncodedColumn]], predicate: E.Expr | None, outputs: Sequence[NamedExpr]
 ) -> bool:
     """Whether the kernels can read what a projection reads in every block (`columns`, a block's
     columns each): no NULLs, integers, decimals and dates in any encoding, and other columns
-    projected as they are from a dictionary or runs; a partition's keys integers, decimals or dates.
-    Asked before the columns are made resident, so that a projection the general kernels run
-    (`SELECT *` over free text) evicts nothing."""
+    projected as they are from a dictionary or runs. Asked before the columns are made resident,
+    so that a projection the general kernels run (`SELECT *` over free text) evicts nothing."""
     compared = E.columns_of(predicate) if predicate is not None else set()
     for name in columns_read(predicate, outputs):
         for block in columns:
@@ -138,14 +136,7 @@ def may_fuse(
                 name in compared or not isinstance(column.encoding, Dictionary | RunLength)
             ):
                 return False
-    return not columns or _hashable(lambda name: columns[0][name].type, outputs, partition)
-
-
-def _hashable(type_of: Callable[[str], pa.DataType], outputs: Sequence[NamedExpr], partition: Partition | None) -> bool:
-    """Whether the partition's keys are hashed as the kernels' values (integers, decimals, dates:
-    the placement hash's inputs); a column of strings is projected as codes, which are not."""
-    keys = [outputs[k].expr for k in partition[0]] if partition else []
-    return not any(isinstance(e, Col) and E.arrow_kind(type_of(e.name)).kind not in INTEGRAL for e in keys)
+    return True
 
 
 def plan(
@@ -176,12 +167,20 @@ def _plan(images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate, outp
     if values is None:  # no row can hold: any block shows what the outputs are, or that they do not fuse
         whole = np.array([[0, any_image.rows[0]]], dtype=np.int64)
         _, values = _launch(images, np.zeros(1, dtype=np.int64), whole, predicate, outputs)
-    if not _hashable(lambda name: images[name].type, outputs, partition):
-        raise NotFusable("a partition key that is not an integer, a decimal or a date")
     schema = pa.schema([pa.field(o.name, o.arrow_type) for o in outputs])
     rows = int(any_image.rows[blocks].sum())
     read = len(columns_read(predicate, outputs))
-    return FusedProjection(rows, launches, schema, read, images, values, partition)
+    hashed = tuple(_hashed_through(images, outputs[k]) for k in partition[0]) if partition else ()
+    return FusedProjection(rows, launches, schema, read, images, values, partition, hashed)
+
+
+def _hashed_through(images: Mapping[str, ColumnImage], key: NamedExpr) -> tuple[str, str] | None:
+    """The buffer (column, key) mapping a partition key's codes to their hash inputs where the key is
+    projected as codes; None where its values are their own hash inputs."""
+    e = key.expr
+    if isinstance(e, Col) and E.arrow_kind(images[e.name].type).kind not in INTEGRAL:
+        return e.name, images[e.name].key_hashes()
+    return None
 
 
 def _launch(images, members: np.ndarray, ranges: np.ndarray, predicate, outputs: list[NamedExpr]):

@@ -36,6 +36,14 @@ def string_hashes(strings: pa.Array) -> np.ndarray:
     return np.array(digests, dtype=np.uint64)
 
 
+def hash_inputs(values: np.ndarray | pa.Array) -> np.ndarray:
+    """uint64 hash input of each of a column's domain values (NumPy: their 64-bit patterns; Arrow:
+    strings), on the host; NULLs are not among them."""
+    if isinstance(values, np.ndarray):
+        return values.astype(np.int64, copy=False).view(np.uint64)
+    return string_hashes(values)
+
+
 def bucket_ids(xp: Any, key_inputs: Sequence[Any], buckets: int) -> Any:
     """The bucket (0..buckets-1, int64) of each row from its key columns' uint64 hash inputs,
     with `xp` the array module (NumPy or CuPy) they live in."""

@@ -176,7 +176,7 @@ def plan_resident_projection(
     """The projection of the `selected` of a table's `blocks` as `plan_resident` plans an aggregate
     (`gpu_kernels.fused_project`), hash-partitioned on the device where `partition` says; TooLarge
     where a column outgrows the area."""
-    if not fused_project.may_fuse([blocks[i].columns for i in selected], predicate, outputs, partition):
+    if not fused_project.may_fuse([blocks[i].columns for i in selected], predicate, outputs):
         return None
     area, images = _images(backend, table, blocks, fused_project.columns_read(predicate, outputs))
     scan = fused_project.plan(images, selected, predicate, outputs, partition) if images else None

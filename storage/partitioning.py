@@ -11,17 +11,17 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow.compute as pc
 
-from gpu_kernels import DomainValues, bucket_ids, string_hashes
+from gpu_kernels import DomainValues, bucket_ids, hash_inputs
 
 
 def key_hash(column: DomainValues) -> np.ndarray:
     """uint64 hash input of one key column (before mixing)."""
     values = column.values
     if isinstance(values, np.ndarray):
-        h = values.astype(np.int64, copy=False).view(np.uint64)
-    else:
+        h = hash_inputs(values)
+    else:  # each distinct string hashed once
         distinct = pc.unique(values)
-        h = string_hashes(distinct)[pc.index_in(values, distinct).to_numpy(zero_copy_only=False)]
+        h = hash_inputs(distinct)[pc.index_in(values, distinct).to_numpy(zero_copy_only=False)]
     if column.valid is not None:
         h = np.where(column.valid, h, np.uint64(0))
     return h
