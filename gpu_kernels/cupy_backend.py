@@ -85,8 +85,7 @@ class CupyBackend(NumpyBackend):
         kernel, a scan of the tiles' counts, the number of rows read back (the first wait), then per
         signature the write kernel into an answer of that size, read back (the second): one row of
         64-bit values per output. A partitioned projection's answer is moved bucket by bucket by the
-        partitioning kernels first (its key rows hashed; a key projected as codes, through its codes'
-        hash inputs), its rows per bucket read back with it.
+        partitioning kernels first (`partition_answer`), its rows per bucket read back with it.
         Raises CuPy's OutOfMemoryError where the answer outgrows the result area."""
         if not scan.tiles:
             return scan.nothing()
@@ -102,17 +101,25 @@ class CupyBackend(NumpyBackend):
         write(counts, ends, out)
         if scan.partition is None:
             return Answer(self._read_back(out))
-        keys, buckets = scan.partition
+        buckets = scan.partition[1]
         with self._in_result_area():  # the counts per bucket, then the answer moved bucket by bucket
-            inputs = [
-                out[k].view(cupy.uint64) if through is None else buffer(*through)[out[k]]
-                for k, through in zip(keys, scan.hashed, strict=True)
-            ]
             both = cupy.empty(buckets + scan.outputs * rows, dtype=cupy.int64)
-            moved = both[buckets:].reshape(scan.outputs, rows)
-            both[:buckets] = self._partition_words(inputs, buckets, out, moved).counts
+            both[:buckets] = self.partition_answer(scan, buffer, out, both[buckets:].reshape(scan.outputs, rows))
             host = self._read_back(both)
         return Answer(host[buckets:].reshape(scan.outputs, rows), host[:buckets])
+
+    def partition_answer(
+        self, scan: FusedProjection, buffer: Callable[[str, str], Array], out: Array, moved: Array
+    ) -> Array:
+        """A partitioned projection's answer `out` (one row per output) moved bucket by bucket into
+        `moved` on the device (its key rows hashed; a key projected as codes, through its codes' hash
+        inputs, a buffer of the scan's images); the rows per bucket, on the device."""
+        keys, buckets = scan.partition
+        inputs = [
+            out[k].view(self.xp.uint64) if through is None else buffer(*through)[out[k]]
+            for k, through in zip(keys, scan.hashed, strict=True)
+        ]
+        return self._partition_words(inputs, buckets, out, moved).counts
 
     def project_counts(
         self, scan: FusedProjection, buffer: Callable[[str, str], Array], counts: Array, base: int

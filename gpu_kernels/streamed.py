@@ -13,8 +13,10 @@ event, not a stream synchronized). Each chunk's accumulators stay on the device;
 are read back together, the scan's one read-back. A projection's chunks write into one answer on
 the device, each tile's place the scan of the tile counts of all chunks so far (a chunk's counts
 scanned on the device and added to the previous chunks' total there): the host waits once for
-where each chunk's rows end and once for the answer, whatever the chunks. The answer has room for
-`ANSWER_SHARE` of the result area; one that outgrows it goes block by block.
+where each chunk's rows end and once for the answer, whatever the chunks. A projection asked for
+hash-partitioned has each chunk's rows moved bucket by bucket on the device before that one
+read-back (a chunk's pieces are its buckets). The answer has room for `ANSWER_SHARE` of the result
+area (a partitioned one, with its moved copy); one that outgrows it goes block by block.
 """
 
 from __future__ import annotations
@@ -91,7 +93,8 @@ def _projected(ring: _Ring, chunks: list[fused_project.FusedProjection]) -> list
     """Each chunk's answer: all written into one on the device, then read back (two waits)."""
     cupy, outputs = ring.cupy, chunks[0].outputs
     starts = np.cumsum([0, *(chunk.tiles for chunk in chunks)])
-    room = int(DeviceAreas.of_current_device(ring.backend).size * ANSWER_SHARE) // (8 * outputs)
+    copies = 1 if chunks[0].partition is None else 2  # partitioned: the answer, and it moved
+    room = int(DeviceAreas.of_current_device(ring.backend).size * ANSWER_SHARE) // (8 * outputs * copies)
     with ring.computing():
         counts = cupy.empty(max(1, int(starts[-1])), dtype=cupy.int64)
         ends = cupy.zeros(int(starts[-1]) + 1, dtype=cupy.int64)  # ends[t + 1]: rows up to tile t's end
@@ -112,9 +115,43 @@ def _projected(ring: _Ring, chunks: list[fused_project.FusedProjection]) -> list
     del held  # as in _aggregated
     if bounds[-1] > out.shape[1]:
         return None
+    if chunks[0].partition is not None:
+        return _partitioned(ring, chunks, out, bounds)
     with ring.computing():
         values = ring.read(cupy.ascontiguousarray(out[:, : int(bounds[-1])]))
     return [fused_project.Answer(values[:, a:z]) for a, z in itertools.pairwise(bounds)]
+
+
+def _partitioned(
+    ring: _Ring, chunks: list[fused_project.FusedProjection], out: Any, bounds: np.ndarray
+) -> list[fused_project.Answer]:
+    """Each chunk's rows of the answer (`out[:, a:z]`, `bounds` the chunks' ends) moved bucket by
+    bucket on the device, a chunk at a time (a string key's codes are its chunk's), and read back
+    with every chunk's rows per bucket in one copy."""
+    cupy, outputs, buckets = ring.cupy, chunks[0].outputs, chunks[0].partition[1]
+    counted = len(chunks) * buckets
+    with ring.computing():
+        both = cupy.zeros(counted + outputs * int(bounds[-1]), dtype=cupy.int64)
+        for c, (chunk, (a, z)) in enumerate(zip(chunks, itertools.pairwise(bounds), strict=True)):
+            if z > a:
+                moved = both[counted + outputs * a : counted + outputs * z].reshape(outputs, z - a)
+                part = cupy.ascontiguousarray(out[:, a:z])
+                both[c * buckets : (c + 1) * buckets] = ring.backend.partition_answer(
+                    chunk, _copied_from(cupy, chunk.images), part, moved
+                )
+        host = ring.read(both)
+    return [
+        fused_project.Answer(
+            host[counted + outputs * a : counted + outputs * z].reshape(outputs, z - a),
+            host[c * buckets : (c + 1) * buckets],
+        )
+        for c, (a, z) in enumerate(itertools.pairwise(bounds))
+    ]
+
+
+def _copied_from(cupy: Any, images: dict[str, ColumnImage]) -> Buffer:
+    """A chunk's buffer copied to the device when asked (a string key's hash inputs: a few KB)."""
+    return lambda column, key: cupy.asarray(images[column].buffers[key])
 
 
 def streamed_chunk_bytes(backend: CupyBackend) -> int:
@@ -150,11 +187,17 @@ def plan_streamed_projection(
     predicate: E.Expr | None,
     outputs: list[NamedExpr],
     chunk_bytes: int = CHUNK_BYTES,
+    partition: fused_project.Partition | None = None,
 ) -> StreamedScan | None:
-    """The projection of the `selected` of `blocks` as `plan_streamed` plans an aggregate."""
+    """The projection of the `selected` of `blocks` as `plan_streamed` plans an aggregate, each
+    chunk's answer hash-partitioned on the device where `partition` says."""
     names = fused_project.columns_read(predicate, outputs)
     return _planned(
-        blocks, selected, names, chunk_bytes, lambda images, n: fused_project.plan(images, range(n), predicate, outputs)
+        blocks,
+        selected,
+        names,
+        chunk_bytes,
+        lambda images, n: fused_project.plan(images, range(n), predicate, outputs, partition),
     )
 
 

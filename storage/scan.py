@@ -371,10 +371,7 @@ class BlockScan:
             task.predicate,
         )
         if not task.aggregating:
-            names = [o.name for o in task.outputs]
-            keys = tuple(names.index(key) for key in task.partition_keys)
-            partition = (keys, task.partition_buckets) if task.partition_buckets else None
-            return plan_resident_projection(*where, list(task.outputs), partition)
+            return plan_resident_projection(*where, list(task.outputs), _partition(task))
         return plan_resident(*where, list(task.keys), list(task.aggregates))
 
     def streamed(self, jobs: list[Job]) -> StreamedScan | None:
@@ -383,7 +380,8 @@ class BlockScan:
         task = self.plan.task
         blocks, chunk = [block for _, block, _ in jobs], streamed_chunk_bytes(self.backend)
         if not task.aggregating:
-            return plan_streamed_projection(blocks, range(len(blocks)), task.predicate, list(task.outputs), chunk)
+            outputs, partition = list(task.outputs), _partition(task)
+            return plan_streamed_projection(blocks, range(len(blocks)), task.predicate, outputs, chunk, partition)
         return plan_streamed(blocks, range(len(blocks)), task.predicate, list(task.keys), list(task.aggregates), chunk)
 
     def _fused(self, jobs: list[Job]) -> list[Piece] | None:
@@ -391,9 +389,8 @@ class BlockScan:
         GPU's resident columns (one launch per signature, one wait), or, for columns that outgrow
         the resident area, streamed from host memory in chunks (one wait). A projection likewise
         (two launches per signature, a scan, two waits), hash-partitioned on the device where the
-        request asks (its keys integers, decimals or dates; then not streamed). Over several
-        GPUs, each takes the blocks at its positions (position mod GPUs) at once, on a thread of
-        its own. None where the fused kernels cannot run it (the block pipeline then does)."""
+        request asks. Over several GPUs, each takes the blocks at its positions (position mod GPUs)
+        at once, on a thread of its own. None where the fused kernels cannot run it (the block pipeline then does)."""
         started = time.perf_counter()
         devices = self.backend.xp.cuda.runtime.getDeviceCount()
         if devices == 1:
@@ -443,10 +440,18 @@ class BlockScan:
             prepared = self.resident(jobs, share)
             result = prepared.run(self.backend) if prepared is not None else None
             return None if result is None else ([prepared.scan], [result], "resident")
-        except TooLarge:  # streamed, but for a partitioned projection (block by block)
-            streamed = None if self.plan.task.partition_buckets else self.streamed(jobs)
+        except TooLarge:  # streamed from host memory
+            streamed = self.streamed(jobs)
             results = None if streamed is None else streamed.run(self.backend)
             return None if results is None else (streamed.chunks, results, "streamed")
+
+
+def _partition(task: BlockTask) -> tuple[tuple[int, ...], int] | None:
+    """The outputs a projection is hash-partitioned by and its buckets, if it is."""
+    if not task.partition_buckets:
+        return None
+    names = [o.name for o in task.outputs]
+    return tuple(names.index(key) for key in task.partition_keys), task.partition_buckets
 
 
 def _slices(batch: pa.RecordBatch) -> list[pa.RecordBatch]:

@@ -18,10 +18,12 @@ from benchmarks.kernel_checks import random_block
 from gateway.background import serve
 from gpu_kernels import ColumnImage, ResidentArea, final_aggregate, get_backend, plan_resident
 from gpu_kernels.column_image import buffer_key
+from gpu_kernels.column_types import to_domain
 from gpu_kernels.resident import TooLarge
 from loadtests import query
 from loadtests.tpch_queries import SINGLE_TABLE
 from storage import LoadOptions, Node, Store, TableCache, TableSchema, load_table, scan_table
+from storage.partitioning import buckets_of
 
 Q6_LIKE = {
     "filter": {"op": "<", "args": [{"col": "q"}, {"lit": 24}]},
@@ -178,8 +180,8 @@ def test_a_projection_of_columns_larger_than_the_area_is_streamed_in_chunks_with
     chunks too: every chunk's kernels write into one answer on the device, placed by a scan of the
     tile counts of all chunks so far, so the host waits twice (where each chunk's rows end, then
     the answer) whatever the chunks; rows as the NumPy backend's, in each chunk's order. An answer
-    outgrowing its room in the result area, or finding no room there beside other scans', goes block
-    by block, as do partitioned projections and those the fused kernels do not take."""
+    outgrowing its room in the result area (a partitioned one needs it twice), or finding no room
+    there beside other scans', goes block by block, as do those the fused kernels do not take."""
     store = Store(tmp_path / "node")
     _load(store, _table(2))
     cupy, numpy = get_backend("cupy"), get_backend("numpy")
@@ -216,7 +218,43 @@ def test_a_projection_of_columns_larger_than_the_area_is_streamed_in_chunks_with
             _result(store, cupy, partitioned),
             [p.block for p in scan_table(TableCache(store), {"table": "t", **partitioned}, cupy).pieces()],
         )
-        assert got == expected and "streamed" not in blocks
+        assert got == expected and "streamed" not in blocks  # 2 x 3 x 8 bytes a row: past 25 kB
+    finally:
+        del cupy.device_memory
+
+
+@pytest.mark.gpu
+def test_a_partitioned_projection_streamed_in_chunks_moves_each_chunks_rows_into_buckets(
+    tmp_path, cupy_standin
+) -> None:
+    """Streamed and partitioned, a projection has each chunk's rows moved bucket by bucket on the
+    device before its one read-back (still two waits): every row is in its keys' bucket with its
+    values, as on the CPU, by an integer key, by a string key whose values differ from chunk to
+    chunk (each chunk's codes hashed through its own values' hash inputs), and by both."""
+    rng = np.random.default_rng(4)
+    data = _table(3).set_column(
+        2, "flag", pa.array([f"f{i // 4000 + d}" for i, d in enumerate(rng.integers(0, 3, 40_000))])
+    )
+    store = Store(tmp_path / "node")
+    _load(store, data)
+    cupy, numpy = get_backend("cupy"), get_backend("numpy")
+    cupy.device_memory = 4 * 100_000  # areas of 100 kB: "p" is streamed, and the answer has room twice
+    try:
+        expected = _result(store, numpy, PROJECTED)
+        for keys, buckets in ((["q"], 8), (["flag"], 4), (["flag", "p"], 64)):
+            partitioned = {**PROJECTED, "partition": {"keys": keys, "buckets": buckets}}
+            assert _result(store, cupy, partitioned) == expected  # compiles the kernels
+            waits = cupy_standin.counts.syncs
+            scan = scan_table(TableCache(store), {"table": "t", **partitioned}, cupy)
+            pieces = list(scan.pieces())
+            assert cupy_standin.counts.syncs - waits == 2 and {p.block for p in pieces} == {"streamed"}
+            assert len(scan.streamed(scan.jobs()).chunks) > 2
+            for piece in pieces:
+                hashed = [to_domain(piece.batch.column(k)) for k in keys]
+                assert set(buckets_of(hashed, buckets).tolist()) == {piece.partition}
+            assert sorted(tuple(r.values()) for p in pieces for r in p.batch.to_pylist()) == expected
+            on_the_cpu = scan_table(TableCache(store), {"table": "t", **partitioned}, numpy).pieces()
+            assert {p.partition for p in pieces} == {p.partition for p in on_the_cpu}
     finally:
         del cupy.device_memory
 
