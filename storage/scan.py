@@ -325,9 +325,9 @@ class BlockScan:
         task = self.plan.task
         fused = self.backend.keeps_columns and self.backend.fuses and not (task.aggregating and task.partition_buckets)
         if fused and jobs and (task.aggregating or self.plan.limit is None):  # a LIMIT stops early, block by block
-            pieces = self._fused(jobs)
-            if pieces is not None:
-                yield from pieces
+            pieces, jobs = self._fused(jobs)
+            yield from pieces
+            if not jobs:
                 return
         needed = self.columns_needed()
         emitted = 0
@@ -384,28 +384,34 @@ class BlockScan:
             return plan_streamed_projection(blocks, range(len(blocks)), task.predicate, outputs, chunk, partition)
         return plan_streamed(blocks, range(len(blocks)), task.predicate, list(task.keys), list(task.aggregates), chunk)
 
-    def _fused(self, jobs: list[Job]) -> list[Piece] | None:
+    def _fused(self, jobs: list[Job]) -> tuple[list[Piece], list[Job]]:
         """The partial aggregate of every job's block at once through the fused kernels: from the
         GPU's resident columns (one launch per signature, one wait), or, for columns that outgrow
         the resident area, streamed from host memory in chunks (one wait). A projection likewise
         (two launches per signature, a scan, two waits), hash-partitioned on the device where the
         request asks. Over several GPUs, each takes the blocks at its positions (position mod GPUs)
-        at once, on a thread of its own. None where the fused kernels cannot run it (the block pipeline then does)."""
+        at once, on a thread of its own. Returns the pieces and the jobs left to the block
+        pipeline: those of each GPU whose share the fused kernels cannot run (all of them on one)."""
         started = time.perf_counter()
         devices = self.backend.xp.cuda.runtime.getDeviceCount()
         if devices == 1:
-            outcomes = [self._fused_on_this_device(jobs, (0, 1))]
+            shares, outcomes = [jobs], [self._fused_on_this_device(jobs, (0, 1))]
         else:
             position = {entry.file: i for i, (entry, _) in enumerate(self.loaded.blocks)}
-            shares = [(d, [j for j in jobs if position[j[0].file] % devices == d]) for d in range(devices)]
-            shares = [(d, share) for d, share in shares if share]
-            with ThreadPoolExecutor(len(shares), thread_name_prefix="cxg-fused") as pool:
-                outcomes = list(pool.map(lambda share: self._fused_on(share[0], devices, share[1]), shares))
-        if any(outcome is None for outcome in outcomes):
-            return None
+            on = [(d, [j for j in jobs if position[j[0].file] % devices == d]) for d in range(devices)]
+            on = [(d, share) for d, share in on if share]
+            with ThreadPoolExecutor(len(on), thread_name_prefix="cxg-fused") as pool:
+                outcomes = list(pool.map(lambda share: self._fused_on(share[0], devices, share[1]), on))
+            shares = [share for _, share in on]
+        unfused = {
+            job[0].file for share, outcome in zip(shares, outcomes, strict=True) if outcome is None for job in share
+        }
+        done = [job for job in jobs if job[0].file not in unfused]
+        if not done:
+            return [], jobs
         ran = [
             (scan, result, name)
-            for scans, results, name in outcomes
+            for scans, results, name in filter(None, outcomes)
             for scan, result in zip(scans, results, strict=True)
         ]
         scans, results = [scan for scan, _, _ in ran], [result for _, result, _ in ran]
@@ -413,21 +419,22 @@ class BlockScan:
         seconds = time.perf_counter() - started
         self.stats.add(
             ScanStats(
-                blocks=len(jobs),
+                blocks=len(done),
                 rows_scanned=rows,
                 rows_selected=sum(scan.selected(a) for scan, a in zip(scans, results, strict=True)),
                 values_decoded=sum(scan.rows_read * scan.columns_read for scan in scans),  # a sorted range narrows
                 cpu_seconds=seconds,
             )
         )
-        for entry, _, _ in jobs:  # the time shared by the buckets as their rows
+        for entry, _, _ in done:  # the time shared by the buckets as their rows
             self.seconds_read[entry.bucket] += seconds * entry.rows / max(1, rows)
-        return [
+        pieces = [
             Piece(piece, name, bucket)
             for scan, result, name in ran
             for batch, bucket in scan.pieces(result)
             for piece in _slices(batch)
         ]
+        return pieces, [job for job in jobs if job[0].file in unfused]
 
     def _fused_on(self, device: int, devices: int, jobs: list[Job]) -> tuple[list, list, str] | None:
         with self.backend.xp.cuda.Device(device):

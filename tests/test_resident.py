@@ -121,6 +121,31 @@ def test_over_two_gpus_each_keeps_and_scans_its_share_of_the_blocks(tmp_path, cu
     assert _result(store, cupy, request_) == expected and all(area.residency.hits > 0 for area in areas.values())
 
 
+@pytest.mark.gpu(devices=2)
+@pytest.mark.parametrize("request_", [Q6_LIKE, PROJECTION_REQUEST], ids=["aggregate", "projection"])
+def test_over_two_gpus_a_share_the_fused_kernels_cannot_run_goes_block_by_block_alone(
+    tmp_path, cupy_standin, request_
+) -> None:
+    """Where only one GPU's share holds what the fused kernels do not read (NULLs in the blocks at
+    odd positions), the other's share still runs fused, and only the first's blocks go block by
+    block: the answer is the NumPy backend's."""
+    store, data = Store(tmp_path / "node"), _table(1, 8000)
+    q = pa.array([None if i % 2000 == 1000 else v for i, v in enumerate(data.column("q").to_pylist())], pa.int64())
+    data = data.set_column(0, "q", q)
+    schema = TableSchema.from_arrow("t", data.schema)
+    for i in range(8):  # one block each
+        mode = "append" if i else "replace"
+        load_table([store], schema, data.slice(i * 1000, 1000), LoadOptions(block_budget=1 << 20, mode=mode))
+    blocks = TableCache(store).get("t").blocks
+    assert [i for i, (_, block) in enumerate(blocks) if block.columns["q"].null_count] == [1, 3, 5, 7]
+    cupy = get_backend("cupy")
+    scan = scan_table(TableCache(store), {"table": "t", **request_}, cupy)
+    pieces = list(scan.pieces())
+    assert {p.block for p in pieces} == {"resident", *(entry.file for entry, _ in blocks[1::2])}
+    assert scan.stats.blocks == 8
+    assert _result(store, cupy, request_) == _result(store, get_backend("numpy"), request_)
+
+
 @pytest.mark.gpu
 def test_the_least_recently_used_columns_are_evicted_within_the_budget(cupy_standin) -> None:
     import cupy
