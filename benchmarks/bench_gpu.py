@@ -100,15 +100,22 @@ def _scan(
     keys' bucket, or SystemExit."""
     scan = scan_table(cache, {"table": "lineitem", **request}, backend)
     pieces = list(scan.pieces())
-    task = scan.plan.task
-    for piece in pieces if checked and task.partition_buckets else ():
-        hashed = [to_domain(piece.batch.column(k)) for k in task.partition_keys]
-        if set(buckets_of(hashed, task.partition_buckets).tolist()) - {piece.partition}:
-            raise SystemExit(f"{request}: rows outside the bucket {piece.partition} on the {backend.name} backend")
+    if checked:
+        _in_their_buckets(scan, [(p.batch, p.partition) for p in pieces], f"{request} on the {backend.name} backend")
     result = pa.Table.from_batches([p.batch for p in pieces], schema=scan.plan.schema)
     if scan.plan.task.aggregating:
         result = final_aggregate(result, keys, list(scan.plan.task.aggregates))
     return result.sort_by([(k, "ascending") for k in keys]) if keys else result, scan.stats.blocks
+
+
+def _in_their_buckets(scan: Any, pieces: list[tuple[pa.RecordBatch, int | None]], where: str) -> None:
+    """SystemExit unless every row of a partitioned scan's (batch, bucket) pieces is in its keys' bucket
+    (`where` names the scan in the message)."""
+    task = scan.plan.task
+    for batch, bucket in pieces if task.partition_buckets else ():
+        hashed = [to_domain(batch.column(k)) for k in task.partition_keys]
+        if set(buckets_of(hashed, task.partition_buckets).tolist()) - {bucket}:
+            raise SystemExit(f"{where}: rows outside the bucket {bucket}")
 
 
 def dry_run(sf: float, block_rows: int) -> dict[str, Any]:
@@ -347,8 +354,7 @@ def _timed_scan(
         row["pipeline_s"] = _checked(cache, backend, request, keys, expected, repeat)
     finally:
         del backend.keeps_columns
-    if "partition" not in request:  # a partitioned projection is not streamed
-        row["streamed_s"] = _wall(lambda: _streamed(cache, backend, request, keys, expected), repeat)
+    row["streamed_s"] = _wall(lambda: _streamed(cache, backend, request, keys, expected), repeat)
     stats = scan_table(cache, {"table": "lineitem", **request}, numpy)
     list(stats.pieces())
     row["decoded_bytes"] = decoded_bytes(cache, request, stats.stats)
@@ -399,8 +405,9 @@ def _streamed(cache: TableCache, backend: Any, request: dict, keys: list[str], e
     results = None if streamed is None else streamed.run(backend)
     if results is None:
         raise SystemExit(f"{request}: not fused")
-    pieces = [batch for chunk, r in zip(streamed.chunks, results, strict=True) for batch, _ in chunk.pieces(r)]
-    got = pa.Table.from_batches(pieces, schema=scan.plan.schema)
+    pieces = [piece for chunk, r in zip(streamed.chunks, results, strict=True) for piece in chunk.pieces(r)]
+    _in_their_buckets(scan, pieces, f"{request} streamed on the CuPy backend")
+    got = pa.Table.from_batches([batch for batch, _ in pieces], schema=scan.plan.schema)
     if scan.plan.task.aggregating:
         got = final_aggregate(got, keys, list(scan.plan.task.aggregates))
     if not (got.sort_by([(k, "ascending") for k in keys]) if keys else got).equals(expected):
