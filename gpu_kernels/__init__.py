@@ -44,6 +44,7 @@ _FACE: dict[str, tuple[str, ...]] = {
         "nbytes_of",
         "plain_nbytes",
         "run_starts",
+        "sort_keys",
     ),
     "column_image": ("ColumnImage",),
     "constant_folding": ("fold",),

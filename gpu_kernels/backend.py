@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpu_kernels import bitpack
+from gpu_kernels.encodings import sort_keys
 from gpu_kernels.placement_hash import bucket_ids
 
 Array = Any  # numpy.ndarray or cupy.ndarray
@@ -166,7 +167,7 @@ class NumpyBackend:
         xp = self.xp
         counts = xp.bincount(buckets, minlength=count).astype(xp.int64)
         offsets = xp.cumsum(counts) - counts
-        order = xp.argsort(buckets, kind="stable")
+        order = xp.argsort(sort_keys(buckets, (count - 1).bit_length()), kind="stable")
         return order, counts, offsets
 
 

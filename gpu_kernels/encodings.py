@@ -42,6 +42,16 @@ def narrow_int(values: np.ndarray) -> np.ndarray:
     raise AssertionError("unreachable")
 
 
+def sort_keys(values: np.ndarray, bits: int) -> np.ndarray:
+    """Non-negative integers below 2**bits in the narrowest unsigned dtype that holds them: a
+    stable sort of 16-bit keys or narrower is a radix sort in NumPy (ten times a 64-bit sort's speed),
+    and fewer passes of CuPy's."""
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if bits <= np.iinfo(dtype).bits:
+            return values.astype(dtype, copy=False)
+    return values
+
+
 def nbytes_of(values: Values) -> int:
     if isinstance(values, np.ndarray):
         return values.nbytes

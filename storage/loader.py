@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from gpu_kernels import Dictionary, to_domain
+from gpu_kernels import Dictionary, sort_keys, to_domain
 from storage.block import block_rows, conform, encode_block, longest_strings, record_bytes, record_size
 from storage.catalog import TableSchema
 from storage.encoding_choice import EncodingOptions
@@ -76,7 +76,7 @@ def _row_order(keys: list[np.ndarray]) -> np.ndarray:
         packed = np.zeros(len(keys[0]), dtype=np.int64)
         for key, (lo, _), width in zip(keys, spans, bits, strict=True):
             packed = (packed << width) | (key - lo)
-        return np.argsort(packed, kind="stable")
+        return np.argsort(sort_keys(packed, sum(bits)), kind="stable")
     return np.lexsort(keys[::-1])
 
 

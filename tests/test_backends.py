@@ -5,6 +5,7 @@ over one or two devices, results in order, a failing block's error surfaced, a c
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 import numpy as np
@@ -106,10 +107,10 @@ def test_groups_min_max_sum_count_and_distinct(backend_name: str, dtype: str) ->
 def test_partition_is_a_stable_scatter_by_bucket(backend_name: str) -> None:
     backend = get_backend(backend_name)
     rng = np.random.default_rng(3)
-    for n in SIZES:
-        buckets = rng.integers(0, 5, n)
-        order, counts, offsets = backend.partition(backend.asarray(buckets), 5)
-        expected_counts = np.bincount(buckets, minlength=5).astype(np.int64)
+    for n, count in itertools.product(SIZES, (5, 300, 70_000)):  # sorted as 8, 16 and 32-bit keys
+        buckets = rng.integers(0, count, n)
+        order, counts, offsets = backend.partition(backend.asarray(buckets), count)
+        expected_counts = np.bincount(buckets, minlength=count).astype(np.int64)
         _check(backend, counts, expected_counts)
         _check(backend, offsets, np.cumsum(expected_counts) - expected_counts)
         _check(backend, order, np.argsort(buckets, kind="stable"))
