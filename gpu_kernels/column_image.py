@@ -77,6 +77,15 @@ def _layout(encoding: Encoding, path: str, out: _Layout) -> None:
         out.signature.append(f"{path}={encoding.kind}")
 
 
+@dataclass(frozen=True)
+class SortedRuns:
+    """One block's runs in order: their values and ends (int64), and the largest |value|."""
+
+    values: np.ndarray
+    ends: np.ndarray
+    largest: int
+
+
 @dataclass
 class ColumnImage:
     """One column over a list of blocks: its parts in flat buffers and each block's fields."""
@@ -92,6 +101,7 @@ class ColumnImage:
     fields: dict[str, np.ndarray]  # field -> one int64 per block: f"{key}.at" (element offsets), widths, ...
     key_values: list[Values | None]  # per block
     _keys: tuple[Values, np.ndarray, np.ndarray] | None = None
+    _runs: dict[int, SortedRuns | None] = field(default_factory=dict)  # per block, on first use
 
     @classmethod
     def of(cls, name: str, columns: list[EncodedColumn]) -> ColumnImage:
@@ -147,6 +157,20 @@ class ColumnImage:
         key = buffer_key("key", buffer)
         self.buffers[key], self.fields[f"{key}.at"] = buffer, at
         return union, buffer
+
+    def sorted_runs(self, block: int) -> SortedRuns | None:
+        """A block's runs where it is stored as runs of integers in order (what a comparison with a
+        literal narrows to a range of rows), else None. Built on first use."""
+        if block not in self._runs:
+            encoding = self.encodings[block]
+            runs = None
+            if isinstance(encoding, RunLength) and isinstance(encoding.values, np.ndarray):
+                values = encoding.values.astype(np.int64)
+                if not (np.diff(values) < 0).any():
+                    largest = int(np.abs(values).max()) if len(values) else 0
+                    runs = SortedRuns(values, encoding.run_ends.astype(np.int64), largest)
+            self._runs[block] = runs
+        return self._runs[block]
 
     def key_hashes(self) -> str:
         """The buffer (its key) of the placement hash's input for each of `key_codes`' values, by

@@ -445,17 +445,11 @@ def row_ranges(images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate)
         bound = literal_domain(literal) * 10 ** max(0, common.scale - literal.type.scale)
         factor = 10 ** max(0, common.scale - t.scale)
         for i, b in enumerate(blocks):
-            encoding = image.encodings[b]
-            if not isinstance(encoding, RunLength) or not isinstance(encoding.values, np.ndarray):
+            runs = image.sorted_runs(int(b))
+            if runs is None or runs.largest > INT64_MAX // factor:  # runs not in order: every row is read
                 continue
-            values = encoding.values.astype(np.int64)
-            if len(values) and int(np.abs(values).max()) > INT64_MAX // factor:
-                continue
-            values = values * factor
-            if (np.diff(values) < 0).any():  # runs not in order: every row is read
-                continue
-            held = _runs_holding(values, op, bound)
-            ends = encoding.run_ends.astype(np.int64)
+            held = _runs_holding(runs.values * factor if factor > 1 else runs.values, op, bound)
+            ends = runs.ends
             if held[0] < held[1]:
                 first[i] = max(first[i], ends[held[0] - 1] if held[0] else 0)
                 end[i] = min(end[i], ends[held[1] - 1])

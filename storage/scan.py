@@ -103,12 +103,29 @@ PIECE_ROWS = 1 << 20  # a fused projection's answer goes out in batches of at mo
 # ---- pruning by block statistics ---------------------------------------------------------------
 
 
-def prune(conjuncts: list[E.Expr], entry: BlockEntry, types: dict[str, Type]) -> tuple[int, ...] | None:
+@dataclass(frozen=True)
+class BoundsTest:
+    """A conjunct as a test of a block's min/max: `column op values` (the values in the column's
+    domain, integers where whole), made once per scan; `some_only`: it can rule rows out, never all in
+    (an IN list tested as the range of its values)."""
+
+    column: str
+    op: str
+    values: tuple[Any, ...]
+    some_only: bool = False
+
+
+def bounds_tests(conjuncts: list[E.Expr], types: dict[str, Type]) -> list[BoundsTest | None]:
+    """Each conjunct's test of a block's statistics, or None where they cannot decide it."""
+    return [_bounds_test(conjunct, types) for conjunct in conjuncts]
+
+
+def prune(tests: list[BoundsTest | None], entry: BlockEntry) -> tuple[int, ...] | None:
     """The positions of the conjuncts still to evaluate on a block, or None when its min/max rule
     out every row."""
     remaining = []
-    for position, conjunct in enumerate(conjuncts):
-        verdict = _decide(conjunct, entry, types)
+    for position, test in enumerate(tests):
+        verdict = None if test is None else _decide(test, entry)
         if verdict is False:
             return None
         if verdict is None:
@@ -116,34 +133,37 @@ def prune(conjuncts: list[E.Expr], entry: BlockEntry, types: dict[str, Type]) ->
     return tuple(remaining)
 
 
-def _decide(e: E.Expr, entry: BlockEntry, types: dict[str, Type]) -> bool | None:
-    """False: no row qualifies; True: every row does; None: the block must be read."""
+def _bounds_test(e: E.Expr, types: dict[str, Type]) -> BoundsTest | None:
     if not isinstance(e, Call) or e.op not in (*E.COMPARISONS, "between", "in"):
         return None
     column, literals = e.args[0], e.args[1:]
     if isinstance(column, Col) and e.op == "in" and literals and isinstance(literals[0], E.Values):
         low, high = literals[0].bounds
-        literals = (Lit(low, literals[0].type), Lit(high, literals[0].type))
-        e = Call("between", (column, *literals))  # for pruning: outside [min, max] of the list means no row
-        verdict = _decide(e, entry, types)
-        return False if verdict is False else None
+        test = _bounds_test(Call("between", (column, Lit(low, literals[0].type), Lit(high, literals[0].type))), types)
+        return None if test is None else BoundsTest(test.column, test.op, test.values, some_only=True)
     if not isinstance(column, Col) or not all(isinstance(a, Lit) and a.value is not None for a in literals):
         return None
-    stats = entry.columns.get(column.name)
     t = types[column.name]
-    if stats is None or stats.minimum is None or t.kind is Kind.FLOAT:
+    if t.kind is Kind.FLOAT:
         return None
     if t.kind is Kind.STR:
         if not all(isinstance(lit.value, str) for lit in literals):
             return None
-        values = [lit.value for lit in literals]
-    else:
-        values = [exact_fraction(lit, t) for lit in literals]
-        if any(v is None for v in values):
-            return None
-    low, high = stats.minimum, stats.maximum
-    complete = stats.null_count == 0
-    op = e.op
+        return BoundsTest(column.name, e.op, tuple(lit.value for lit in literals))
+    values = [exact_fraction(lit, t) for lit in literals]
+    if any(v is None for v in values):
+        return None
+    return BoundsTest(column.name, e.op, tuple(int(v) if v.denominator == 1 else v for v in values))
+
+
+def _decide(test: BoundsTest, entry: BlockEntry) -> bool | None:
+    """False: no row of the block qualifies; True: every row does; None: the block must be read."""
+    stats = entry.columns.get(test.column)
+    if stats is None or stats.minimum is None:
+        return None
+    low, high, values = stats.minimum, stats.maximum, test.values
+    complete = stats.null_count == 0 and not test.some_only
+    op = test.op
     if op == "between":
         if values[1] < low or values[0] > high:
             return False
@@ -295,13 +315,13 @@ class BlockScan:
         """The blocks to read, each with the positions of the conjuncts its statistics left to
         evaluate (the others pruned: a block none of whose rows can match is skipped)."""
         types = {c.name: E.arrow_kind(c.arrow_type) for c in self.loaded.table.schema.columns}
-        conjuncts = E.conjuncts(self.plan.task.predicate)
+        tests = bounds_tests(E.conjuncts(self.plan.task.predicate), types)
         jobs = []
         blocks = [(e, b) for e, b in self.loaded.blocks if self.plan.buckets is None or e.bucket in self.plan.buckets]
         if self.plan.block_range is not None:
             blocks = blocks[slice(*self.plan.block_range)]
         for entry, block in blocks:
-            remaining = prune(conjuncts, entry, types)
+            remaining = prune(tests, entry)
             if remaining is None:
                 self.stats.blocks_skipped += 1
                 continue
