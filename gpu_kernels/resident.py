@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -83,6 +83,12 @@ class ResidentArea:
                 self._upload(key, column, name)
             return image
 
+    def report(self) -> dict[str, int]:
+        """What the area holds (bytes, columns, within `budget`) and has done, as numbers."""
+        with self.lock:
+            held = {"budget": self.budget, "bytes": self.used, "columns": len(self.columns)}
+            return held | asdict(self.residency)
+
     def buffer(self, key: Hashable, name: str) -> Any:
         """The device copy of one buffer of a resident column (one built since it was loaded, such
         as a key's codes, is copied now)."""
@@ -116,6 +122,14 @@ def area_of(backend: CupyBackend) -> ResidentArea:
         if key not in backend.resident:
             backend.resident[key] = ResidentArea(backend.xp, area_size(backend.xp, backend.device_memory))
         return backend.resident[key]
+
+
+def resident_report(backend: CupyBackend) -> list[dict[str, int]]:
+    """Each resident area of the backend's devices (one per device and budget, made by its first
+    scan), as `ResidentArea.report` says, with its device: for a node's status."""
+    with backend.areas_lock:
+        areas = sorted(backend.resident.items(), key=lambda item: (item[0][0], item[0][1] or 0))
+    return [{"device": device, **area.report()} for (device, _), area in areas]
 
 
 @dataclass

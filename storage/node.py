@@ -55,7 +55,7 @@ import pyarrow as pa
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from gpu_kernels import NumpyBackend
+from gpu_kernels import NumpyBackend, resident_report
 from storage.appends import APPENDS_PATH, stage
 from storage.blockfile import BlockEntry
 from storage.bucket_load import BucketWork
@@ -187,6 +187,7 @@ class Node:
                 "free_slots": self.slots - self.running,
                 "running": self.running,
                 "backend": self.backend.name,
+                "devices": resident_report(self.backend) if self.backend.keeps_columns else [],
                 "scan_processes": self.workers.processes if self.workers is not None else 0,
                 "chunks_on_processes": self.workers.chunks if self.workers is not None else 0,
                 "memory_budget": private_memory_limit(),  # bytes this process may hold; null: no limit

@@ -22,7 +22,7 @@ from gpu_kernels.column_types import to_domain
 from gpu_kernels.resident import TooLarge
 from loadtests import query
 from loadtests.tpch_queries import SINGLE_TABLE
-from storage import LoadOptions, Node, Store, TableCache, TableSchema, load_table, scan_table
+from storage import LoadOptions, Node, NodeClient, Store, TableCache, TableSchema, load_table, scan_table
 from storage.partitioning import buckets_of
 
 Q6_LIKE = {
@@ -369,5 +369,11 @@ def test_tpch_single_table_queries_through_sql_on_gpu_nodes_equal_duckdbs(region
             result = engine.execute(sql)
             assert result.engine == "nodes"
             assert rows_match(rows(result.table), duck.sql(sql).fetchall(), ordered=True), sql
+        for url in nodes.values():  # a node's status shows what its GPU keeps and how often it was found there
+            devices = NodeClient(url).get("/v1/node")["devices"]
+            assert all(0 <= d["bytes"] <= d["budget"] and d["device"] >= 0 for d in devices)
+            assert any(d["columns"] >= 4 and d["loads"] >= 2 * 4 and d["hits"] > 0 for d in devices)
+        numpy_node = stack.enter_context(serve(Node(region_stores[0], get_backend("numpy")).app()))
+        assert NodeClient(numpy_node).get("/v1/node")["devices"] == []
     areas = list(cupy.resident.values())
     assert sum(a.residency.loads for a in areas) >= 2 * 4  # each node kept lineitem's columns it read
