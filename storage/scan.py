@@ -159,7 +159,7 @@ def _bounds_test(e: E.Expr, types: dict[str, Type]) -> BoundsTest | None:
 def _decide(test: BoundsTest, entry: BlockEntry) -> bool | None:
     """False: no row of the block qualifies; True: every row does; None: the block must be read."""
     stats = entry.columns.get(test.column)
-    if stats is None or stats.minimum is None:
+    if stats is None or stats.minimum is None or stats.maximum is None:  # a long string's bound is not kept
         return None
     low, high, values = stats.minimum, stats.maximum, test.values
     complete = stats.null_count == 0 and not test.some_only

@@ -184,6 +184,18 @@ def test_run_and_dictionary_predicates_skip_row_work(cache) -> None:
     assert scan.stats.blocks_skipped > 0, "blocks beyond the date are pruned by their min/max"
 
 
+def test_a_block_whose_string_bound_was_too_long_to_keep_is_read_not_pruned(tmp_path) -> None:
+    """A block keeps no maximum for a string longer than its statistics hold (nor a minimum): a
+    comparison with that column cannot prune by the missing bound, and reads the block."""
+    cache = load_simple(tmp_path, pa.table({"s": ["a", "z" * 5000, "m"], "i": [1, 2, 3]}))
+    [(entry, _)] = cache.get("t").blocks
+    assert entry.columns["s"].minimum == "a" and entry.columns["s"].maximum is None
+    for op, expected in ((">", [2, 3]), ("<", [1]), ("=", [3])):
+        request = {"table": "t", "columns": ["i"], "filter": call(op, col("s"), lit("b" if op != "=" else "m"))}
+        scan = scan_table(cache, request, get_backend("numpy"))
+        assert sorted(r["i"] for p in scan.pieces() for r in p.batch.to_pylist()) == expected, op
+
+
 # ---- aggregates --------------------------------------------------------------------------------
 
 AGGREGATES = [
