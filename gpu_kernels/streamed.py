@@ -15,8 +15,9 @@ the device, each tile's place the scan of the tile counts of all chunks so far (
 scanned on the device and added to the previous chunks' total there): the host waits once for
 where each chunk's rows end and once for the answer, whatever the chunks. A projection asked for
 hash-partitioned has each chunk's rows moved bucket by bucket on the device before that one
-read-back (a chunk's pieces are its buckets). The answer has room for `ANSWER_SHARE` of the result
-area (a partitioned one, with its moved copy); one that outgrows it goes block by block.
+read-back (a chunk's pieces are its buckets). The answer has room for as many rows as the result
+area holds with the copies they need (`_words_a_row`: half of it unpartitioned); one that outgrows
+it goes block by block.
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ from gpu_kernels.encoded_block import EncodedBlock
 Buffer = Callable[[str, str], Any]  # (column, key) -> the device copy of a chunk's buffer
 CHUNK_BYTES = 16 << 20
 RING = 2
-ANSWER_SHARE = 0.5  # of the result area, at most, for a streamed projection's answer
 
 
 Chunk = fused_scan.FusedScan | fused_project.FusedProjection
@@ -93,8 +93,7 @@ def _projected(ring: _Ring, chunks: list[fused_project.FusedProjection]) -> list
     """Each chunk's answer: all written into one on the device, then read back (two waits)."""
     cupy, outputs = ring.cupy, chunks[0].outputs
     starts = np.cumsum([0, *(chunk.tiles for chunk in chunks)])
-    copies = 1 if chunks[0].partition is None else 2  # partitioned: the answer, and it moved
-    room = int(DeviceAreas.of_current_device(ring.backend).size * ANSWER_SHARE) // (8 * outputs * copies)
+    room = DeviceAreas.of_current_device(ring.backend).size // (8 * _words_a_row(chunks[0]))
     with ring.computing():
         counts = cupy.empty(max(1, int(starts[-1])), dtype=cupy.int64)
         ends = cupy.zeros(int(starts[-1]) + 1, dtype=cupy.int64)  # ends[t + 1]: rows up to tile t's end
@@ -120,6 +119,15 @@ def _projected(ring: _Ring, chunks: list[fused_project.FusedProjection]) -> list
     with ring.computing():
         values = ring.read(cupy.ascontiguousarray(out[:, : int(bounds[-1])]))
     return [fused_project.Answer(values[:, a:z]) for a, z in itertools.pairwise(bounds)]
+
+
+def _words_a_row(chunk: fused_project.FusedProjection) -> int:
+    """The 64-bit words a row of a streamed projection's answer may take in the result area at once:
+    the answer and its compacted copy; partitioned, the answer, a chunk's rows copied out of it and
+    moved, each row's number, and its keys' hash inputs (gathered, then put together)."""
+    if chunk.partition is None:
+        return 2 * chunk.outputs
+    return 3 * chunk.outputs + 1 + 2 * len(chunk.partition[0])
 
 
 def _partitioned(

@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -412,49 +412,46 @@ class BlockScan:
         request asks. Over several GPUs, each takes the blocks at its positions (position mod GPUs)
         at once, on a thread of its own. Returns the pieces and the jobs left to the block
         pipeline: those of each GPU whose share the fused kernels cannot run (all of them on one)."""
-        started = time.perf_counter()
         devices = self.backend.xp.cuda.runtime.getDeviceCount()
         if devices == 1:
-            shares, outcomes = [jobs], [self._fused_on_this_device(jobs, (0, 1))]
+            shares, outcomes = [jobs], [_timed(lambda: self._fused_on_this_device(jobs, (0, 1)))]
         else:
             position = {entry.file: i for i, (entry, _) in enumerate(self.loaded.blocks)}
             on = [(d, [j for j in jobs if position[j[0].file] % devices == d]) for d in range(devices)]
             on = [(d, share) for d, share in on if share]
             with ThreadPoolExecutor(len(on), thread_name_prefix="cxg-fused") as pool:
-                outcomes = list(pool.map(lambda share: self._fused_on(share[0], devices, share[1]), on))
+                outcomes = list(pool.map(lambda s: _timed(lambda: self._fused_on(s[0], devices, s[1])), on))
             shares = [share for _, share in on]
-        unfused = {
-            job[0].file for share, outcome in zip(shares, outcomes, strict=True) if outcome is None for job in share
-        }
-        done = [job for job in jobs if job[0].file not in unfused]
+        done = [(share, *outcome) for share, outcome in zip(shares, outcomes, strict=True) if outcome[0] is not None]
         if not done:
             return [], jobs
         ran = [
             (scan, result, name)
-            for scans, results, name in filter(None, outcomes)
+            for _, (scans, results, name), _ in done
             for scan, result in zip(scans, results, strict=True)
         ]
         scans, results = [scan for scan, _, _ in ran], [result for _, result, _ in ran]
-        rows = sum(scan.rows for scan in scans)
-        seconds = time.perf_counter() - started
         self.stats.add(
             ScanStats(
-                blocks=len(done),
-                rows_scanned=rows,
+                blocks=sum(len(share) for share, _, _ in done),
+                rows_scanned=sum(scan.rows for scan in scans),
                 rows_selected=sum(scan.selected(a) for scan, a in zip(scans, results, strict=True)),
                 values_decoded=sum(scan.rows_read * scan.columns_read for scan in scans),  # a sorted range narrows
-                cpu_seconds=seconds,
+                cpu_seconds=sum(seconds for _, _, seconds in done),
             )
         )
-        for entry, _, _ in done:  # the time shared by the buckets as their rows
-            self.seconds_read[entry.bucket] += seconds * entry.rows / max(1, rows)
+        for share, _, seconds in done:  # each GPU's time shared by the buckets of its blocks, as their rows
+            rows = sum(entry.rows for entry, _, _ in share)
+            for entry, _, _ in share:
+                self.seconds_read[entry.bucket] += seconds * entry.rows / max(1, rows)
         pieces = [
             Piece(piece, name, bucket)
             for scan, result, name in ran
             for batch, bucket in scan.pieces(result)
             for piece in _slices(batch)
         ]
-        return pieces, [job for job in jobs if job[0].file in unfused]
+        fused = {entry.file for share, _, _ in done for entry, _, _ in share}
+        return pieces, [job for job in jobs if job[0].file not in fused]
 
     def _fused_on(self, device: int, devices: int, jobs: list[Job]) -> tuple[list, list, str] | None:
         with self.backend.xp.cuda.Device(device):
@@ -471,6 +468,12 @@ class BlockScan:
             streamed = self.streamed(jobs)
             results = None if streamed is None else streamed.run(self.backend)
             return None if results is None else (streamed.chunks, results, "streamed")
+
+
+def _timed(work: Callable[[], Any]) -> tuple[Any, float]:
+    """What `work` returns, and the seconds it took."""
+    started = time.perf_counter()
+    return work(), time.perf_counter() - started
 
 
 def _partition(task: BlockTask) -> tuple[tuple[int, ...], int] | None:
