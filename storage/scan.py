@@ -134,6 +134,7 @@ def prune(tests: list[BoundsTest | None], entry: BlockEntry) -> tuple[int, ...] 
 
 
 def _bounds_test(e: E.Expr, types: dict[str, Type]) -> BoundsTest | None:
+    """A comparison of a column with literals as a `BoundsTest`; None for anything else."""
     if not isinstance(e, Call) or e.op not in (*E.COMPARISONS, "between", "in"):
         return None
     column, literals = e.args[0], e.args[1:]
