@@ -97,7 +97,7 @@ def compressed_transfer(
 
 def hash_partitioning(cupy: Any, cupyx: Any, rows: int, buckets: tuple[int, ...], repeat: int) -> dict[str, dict]:
     """Bytes of int64 keys per second moved into P buckets (the placement hash fused with a
-    histogram, an exclusive scan and the write-combined scatter of the keys and their rows' numbers:
+    histogram, an exclusive scan and the write-combined scatter of the keys, no rows' numbers:
     `gpu_kernels/cuda/partition.cu`), for each P: with the keys left on the device, and copied into
     pinned host memory."""
     backend = get_backend("cupy")
@@ -105,7 +105,7 @@ def hash_partitioning(cupy: Any, cupyx: Any, rows: int, buckets: tuple[int, ...]
     pinned = cupyx.empty_pinned(rows, dtype=np.uint64)
 
     def on_device(p: int) -> Any:
-        return backend.partition_keys([keys], p, [keys]).moved[0]
+        return backend.partition_keys([keys], p, [keys], numbered=False).moved[0]
 
     return {
         str(p): {

@@ -156,9 +156,12 @@ class NumpyBackend:
     def group_count(self, gid: Array, groups: int) -> Array:
         return self.xp.bincount(gid, minlength=groups).astype(self.xp.int64)
 
-    def partition_keys(self, inputs: list[Array], count: int, payload: Sequence[Array] = ()) -> Partitioned:
+    def partition_keys(
+        self, inputs: list[Array], count: int, payload: Sequence[Array] = (), numbered: bool = True
+    ) -> Partitioned:
         """Rows placed into `count` buckets by the placement hash of their key columns' uint64 hash
-        inputs, moving the arrays of `payload` (one value per row each) with them."""
+        inputs, moving the arrays of `payload` (one value per row each) with them; not `numbered`,
+        a caller needs no `order` (a backend may leave it None)."""
         order, counts, offsets = self.partition(bucket_ids(self.xp, inputs, count), count)
         return Partitioned(order, counts, offsets, [array[order] for array in payload])
 

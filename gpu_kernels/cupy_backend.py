@@ -119,7 +119,7 @@ class CupyBackend(NumpyBackend):
             out[k].view(self.xp.uint64) if through is None else buffer(*through)[out[k]]
             for k, through in zip(keys, scan.hashed, strict=True)
         ]
-        return self._partition_words(inputs, buckets, out, moved).counts
+        return self._partition_words(inputs, buckets, out, moved, numbered=False).counts
 
     def project_counts(
         self, scan: FusedProjection, buffer: Callable[[str, str], Array], counts: Array, base: int
@@ -155,11 +155,13 @@ class CupyBackend(NumpyBackend):
             arguments = (np.int64(launch.tiles), np.int64(len(launch.table)), table, *pointers, *launch.scalars, out)
             kernel((launch.grid,), (THREADS,), arguments)
 
-    def partition_keys(self, inputs: list[Array], count: int, payload: Sequence[Array] = ()) -> Partitioned:
+    def partition_keys(
+        self, inputs: list[Array], count: int, payload: Sequence[Array] = (), numbered: bool = True
+    ) -> Partitioned:
         """The partitioning kernels (`gpu_kernels/cuda/partition.cu`): the hash fused with a
         shared-memory histogram per CUDA block, an exclusive scan of the counts, and the
-        write-combined scatter of the rows' numbers and payload (as 64-bit words, one launch for
-        all of its arrays)."""
+        write-combined scatter of the rows' numbers (where `numbered`) and payload (as 64-bit words,
+        one launch for all of its arrays)."""
         n = len(inputs[0])
         if n == 0:
             return super().partition_keys(inputs, count, payload)
@@ -168,12 +170,15 @@ class CupyBackend(NumpyBackend):
             words = words[0].reshape(1, n)
         else:
             words = self.xp.stack(words) if words else self.xp.empty((0, n), "i8")
-        parts = self._partition_words(inputs, count, words)
+        parts = self._partition_words(inputs, count, words, numbered=numbered)
         return parts._replace(moved=[_from_words(w, a.dtype) for w, a in zip(parts.moved[0], payload, strict=True)])
 
-    def _partition_words(self, inputs: list[Array], count: int, words: Array, into: Array | None = None) -> Partitioned:
+    def _partition_words(
+        self, inputs: list[Array], count: int, words: Array, into: Array | None = None, numbered: bool = True
+    ) -> Partitioned:
         """`partition_keys` with the payload a matrix of int64 words (a row per array), moved as one
-        matrix (`moved[0]`: `into` where given); past MAX_BUCKETS, the general kernels."""
+        matrix (`moved[0]`: `into` where given); past MAX_BUCKETS, the general kernels. Not
+        `numbered`: no rows' numbers are written (`order` None)."""
         cupy, n = self.xp, len(inputs[0])
         moved = cupy.empty_like(words) if into is None else into
         if count > MAX_BUCKETS:
@@ -186,11 +191,11 @@ class CupyBackend(NumpyBackend):
         counts = cupy.empty(count * grid, dtype=cupy.int64)
         self._kernel("cxg_bucket_counts")((grid,), (THREADS,), (keys, *shape, counts))
         starts = cupy.cumsum(counts) - counts
-        order = cupy.empty(n, dtype=cupy.int64)
-        arguments = (keys, *shape, starts, words, np.int32(len(words)), order, moved)
+        order = cupy.empty(n if numbered else 1, dtype=cupy.int64)
+        arguments = (keys, *shape, starts, words, np.int32(len(words)), np.int32(numbered), order, moved)
         self._kernel("cxg_bucket_scatter")((grid,), (THREADS,), arguments)
         offsets = cupy.ascontiguousarray(starts[::grid])
-        return Partitioned(order, counts.reshape(count, grid).sum(axis=1), offsets, [moved])
+        return Partitioned(order if numbered else None, counts.reshape(count, grid).sum(axis=1), offsets, [moved])
 
     def asarray(self, host: np.ndarray) -> Array:
         return self.xp.asarray(host)

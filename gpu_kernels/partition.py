@@ -51,7 +51,7 @@ def partition_vecs(
         (i, field) for i, vec in enumerate(vecs) for field in ("data", "valid") if getattr(vec, field) is not None
     ]
     payload = [getattr(vecs[i], field) for i, field in moving]
-    parts = backend.partition_keys([key_hash(backend, vec) for vec in keys], buckets, payload)
+    parts = backend.partition_keys([key_hash(backend, vec) for vec in keys], buckets, payload, numbered=False)
     moved = list(vecs)
     for (i, field), array in zip(moving, parts.moved, strict=True):
         moved[i] = replace(moved[i], **{field: array})

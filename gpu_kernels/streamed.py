@@ -124,10 +124,10 @@ def _projected(ring: _Ring, chunks: list[fused_project.FusedProjection]) -> list
 def _words_a_row(chunk: fused_project.FusedProjection) -> int:
     """The 64-bit words a row of a streamed projection's answer may take in the result area at once:
     the answer and its compacted copy; partitioned, the answer, a chunk's rows copied out of it and
-    moved, each row's number, and its keys' hash inputs (gathered, then put together)."""
+    moved, and its keys' hash inputs (gathered, then put together)."""
     if chunk.partition is None:
         return 2 * chunk.outputs
-    return 3 * chunk.outputs + 1 + 2 * len(chunk.partition[0])
+    return 3 * chunk.outputs + 2 * len(chunk.partition[0])
 
 
 def _partitioned(

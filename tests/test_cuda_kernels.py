@@ -91,18 +91,26 @@ def check_partition(sanitize: bool = False) -> int:
                 keys = [rng.integers(0, 1 << 63, n).astype(np.uint64) for _ in range(1 + n % 2)]
                 payload = [rng.integers(-(1 << 62), 1 << 62, n), rng.random(n), rng.random(n) < 0.5]
                 expected = numpy.partition_keys(keys, buckets, payload)
-                got = backend.partition_keys(
-                    [backend.asarray(k) for k in keys], buckets, [backend.asarray(a) for a in payload]
+                on_device = [backend.asarray(k) for k in keys]
+                got = backend.partition_keys(on_device, buckets, [backend.asarray(a) for a in payload])
+                rows = np.arange(n)  # moved as a payload, the rows' numbers where no `order` is written
+                unnumbered = backend.partition_keys(
+                    on_device, buckets, [backend.asarray(a) for a in (rows, *payload)], numbered=False
                 )
-                order, counts, offsets = (backend.to_host(a) for a in got[:3])
-                np.testing.assert_array_equal(counts, expected.counts)
-                np.testing.assert_array_equal(offsets, expected.offsets)
-                for b in range(buckets):  # the same rows in each bucket, in whichever order
-                    bucket = slice(offsets[b], offsets[b] + counts[b])
-                    np.testing.assert_array_equal(np.sort(order[bucket]), expected.order[bucket])
-                for moved, values in zip(got.moved, payload, strict=True):  # each value where its row went
-                    assert backend.to_host(moved).dtype == values.dtype
-                    np.testing.assert_array_equal(backend.to_host(moved), values[order])
+                assert unnumbered.order is None
+                for numbers, parts in (
+                    (got.order, got),
+                    (unnumbered.moved[0], unnumbered._replace(moved=unnumbered.moved[1:])),
+                ):
+                    order, counts, offsets = (backend.to_host(a) for a in (numbers, parts.counts, parts.offsets))
+                    np.testing.assert_array_equal(counts, expected.counts)
+                    np.testing.assert_array_equal(offsets, expected.offsets)
+                    for b in range(buckets):  # the same rows in each bucket, in whichever order
+                        bucket = slice(offsets[b], offsets[b] + counts[b])
+                        np.testing.assert_array_equal(np.sort(order[bucket]), expected.order[bucket])
+                    for moved, values in zip(parts.moved, payload, strict=True):  # each value where its row went
+                        assert backend.to_host(moved).dtype == values.dtype
+                        np.testing.assert_array_equal(backend.to_host(moved), values[order])
                 compared += 1
     return compared
 

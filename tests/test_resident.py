@@ -243,7 +243,7 @@ def test_a_projection_of_columns_larger_than_the_area_is_streamed_in_chunks_with
             _result(store, cupy, partitioned),
             [p.block for p in scan_table(TableCache(store), {"table": "t", **partitioned}, cupy).pieces()],
         )
-        assert got == expected and "streamed" not in blocks  # 12 words a row: past 50 kB
+        assert got == expected and "streamed" not in blocks  # 11 words a row: past 50 kB
     finally:
         del cupy.device_memory
 
