@@ -426,7 +426,7 @@ def _checked(cache: TableCache, backend: Any, request: dict, keys: list[str], ex
 
 def _planned(cache: TableCache, backend: Any, request: dict) -> Any:
     """A scan planned on the host as a node plans it (typed, its blocks pruned, its fused kernels
-    made over the resident columns), ready to run."""
+    over the resident columns made, or found kept from a scan before), ready to run."""
     scan = scan_table(cache, {"table": "lineitem", **request}, backend)
     prepared = scan.resident(scan.jobs())
     if prepared is None:

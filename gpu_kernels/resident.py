@@ -27,6 +27,8 @@ from gpu_kernels.cupy_backend import CupyBackend
 from gpu_kernels.device_pipeline import DeviceAreas, area_size
 from gpu_kernels.encoded_block import EncodedBlock
 
+PLANS = 256  # scans' plans an area keeps for the next scan of the same shape
+
 
 class TooLarge(Exception):
     """A column that does not fit the resident area even alone."""
@@ -59,6 +61,7 @@ class ResidentArea:
         self.pool = cupy.cuda.MemoryPool()
         self.pool.set_limit(size=budget)
         self.columns: OrderedDict[Hashable, ResidentColumn] = OrderedDict()
+        self.plans: OrderedDict[Hashable, ResidentScan] = OrderedDict()  # least recently used first
         self.residency = Residency()
         self.lock = threading.Lock()
 
@@ -83,6 +86,40 @@ class ResidentArea:
                 self._upload(key, column, name)
             return image
 
+    def planned(self, key: Hashable, plan: Callable[[], ResidentScan | None]) -> ResidentScan | None:
+        """The scan `plan()` makes, kept under `key` (its table, blocks and request) for the next
+        scan of the same, which finds it while every column it reads is the one it was planned over
+        (each such column counted as found); the least recently used of more than PLANS dropped."""
+        with self.lock:
+            kept = self.plans.get(key)
+            if kept is not None and self._holds(kept):
+                self.plans.move_to_end(key)
+                return kept
+        made = plan()
+        if made is not None:
+            with self.lock:
+                self.plans[key] = made
+                while len(self.plans) > PLANS:
+                    self.plans.popitem(last=False)
+        return made
+
+    def _holds(self, scan: ResidentScan) -> bool:
+        """Whether every column `scan` reads is still the image it was planned over; if so, they
+        are used again (the most recently used, each counted as found)."""
+        images = scan.scan.images
+        if any(getattr(self.columns.get(key), "image", None) is not images[key[1]] for key in scan.columns):
+            return False
+        for key in scan.columns:
+            self.columns.move_to_end(key)
+            self.residency.hits += 1
+        return True
+
+    def _drop(self, key: Hashable) -> None:
+        """A column no longer resident, and the plans that read it."""
+        del self.columns[key]
+        for stale in [k for k, scan in self.plans.items() if key in scan.columns]:
+            del self.plans[stale]
+
     def report(self) -> dict[str, int]:
         """What the area holds (bytes, columns, within `budget`) and has done, as numbers."""
         with self.lock:
@@ -101,17 +138,16 @@ class ResidentArea:
     def _upload(self, key: Hashable, column: ResidentColumn, name: str) -> None:
         host = column.image.buffers[name]
         while self.used + host.nbytes > self.budget and len(self.columns) > 1:
-            oldest = next(k for k in self.columns if k != key)
-            del self.columns[oldest]
+            self._drop(next(k for k in self.columns if k != key))
             self.residency.evictions += 1
         if self.used + host.nbytes > self.budget:
-            del self.columns[key]
+            self._drop(key)
             raise TooLarge(f"column {column.image.name} with its key codes outgrows the resident area")
         try:
             with self.cupy.cuda.using_allocator(self.pool.malloc):
                 column.device[name] = self.cupy.asarray(host)
         except self.cupy.cuda.memory.OutOfMemoryError as e:  # evicted columns a running scan still holds
-            del self.columns[key]
+            self._drop(key)
             raise TooLarge(f"column {column.image.name}: no room left while scans hold evicted columns") from e
 
 
@@ -140,6 +176,11 @@ class ResidentScan:
     scan: fused_scan.FusedScan | fused_project.FusedProjection
     area: ResidentArea
     table: Hashable
+
+    @property
+    def columns(self) -> list[tuple[Hashable, str]]:
+        """The keys of the resident columns it reads."""
+        return [(self.table, name) for name in self.scan.images]
 
     def buffer(self, column: str, key: str) -> Any:
         return self.area.buffer((self.table, column), key)
@@ -172,10 +213,15 @@ def plan_resident(
     """The partial aggregate over the `selected` of a table's `blocks` (all of them, in the table's
     order: `table` names them) on the current device, its columns made resident; None where the
     fused kernels cannot run it; TooLarge where a column outgrows the area (`gpu_kernels.streamed`
-    then streams it from host memory)."""
-    area, images = _images(backend, table, blocks, fused_scan.columns_read(predicate, keys, aggregates))
-    scan = fused_scan.plan(images, selected, predicate, keys, aggregates) if images else None
-    return None if scan is None else ResidentScan(scan, area, table)
+    then streams it from host memory). Planned once for scans alike (`ResidentArea.planned`)."""
+
+    def plan() -> ResidentScan | None:
+        area, images = _images(backend, table, blocks, fused_scan.columns_read(predicate, keys, aggregates))
+        scan = fused_scan.plan(images, selected, predicate, keys, aggregates) if images else None
+        return None if scan is None else ResidentScan(scan, area, table)
+
+    shape = ("aggregate", table, tuple(selected), predicate, tuple(keys), tuple(aggregates))
+    return area_of(backend).planned(shape, plan)
 
 
 def plan_resident_projection(
@@ -190,11 +236,16 @@ def plan_resident_projection(
     """The projection of the `selected` of a table's `blocks` as `plan_resident` plans an aggregate
     (`gpu_kernels.fused_project`), hash-partitioned on the device where `partition` says; TooLarge
     where a column outgrows the area."""
-    if not fused_project.may_fuse([blocks[i].columns for i in selected], predicate, outputs):
-        return None
-    area, images = _images(backend, table, blocks, fused_project.columns_read(predicate, outputs))
-    scan = fused_project.plan(images, selected, predicate, outputs, partition) if images else None
-    return None if scan is None else ResidentScan(scan, area, table)
+
+    def plan() -> ResidentScan | None:
+        if not fused_project.may_fuse([blocks[i].columns for i in selected], predicate, outputs):
+            return None
+        area, images = _images(backend, table, blocks, fused_project.columns_read(predicate, outputs))
+        scan = fused_project.plan(images, selected, predicate, outputs, partition) if images else None
+        return None if scan is None else ResidentScan(scan, area, table)
+
+    shape = ("projection", table, tuple(selected), predicate, tuple(outputs), partition)
+    return area_of(backend).planned(shape, plan)
 
 
 def _images(

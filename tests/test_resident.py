@@ -16,7 +16,7 @@ import pytest
 from benchmarks.compare import rows, rows_match
 from benchmarks.kernel_checks import random_block
 from gateway.background import serve
-from gpu_kernels import ColumnImage, ResidentArea, final_aggregate, get_backend, plan_resident
+from gpu_kernels import ColumnImage, ResidentArea, final_aggregate, get_backend, plan_resident, resident
 from gpu_kernels.column_image import buffer_key
 from gpu_kernels.column_types import to_domain
 from gpu_kernels.resident import TooLarge
@@ -343,10 +343,50 @@ def test_a_scan_whose_columns_were_evicted_meanwhile_is_not_run(tmp_path, cupy_s
     task = scan.plan.task
     prepared = plan_resident(cupy, "t", blocks, range(len(blocks)), task.predicate, [], list(task.aggregates))
     assert prepared is not None and prepared.run(cupy) is not None
-    prepared.area.columns.clear()  # another scan's load evicted them
+    prepared.area.columns.clear()  # another scan's load evicted them (as its plan was being kept)
     assert prepared.run(cupy) is None
+    again = plan_resident(cupy, "t", blocks, range(len(blocks)), task.predicate, [], list(task.aggregates))
+    assert again is not prepared and again.run(cupy) is not None  # its plan not found: made again
     count_only = [a for a in task.aggregates if a.arg is None]
     assert plan_resident(cupy, "t", blocks, range(len(blocks)), None, [], count_only) is None  # no column to keep
+
+
+@pytest.mark.gpu
+def test_a_scan_is_planned_once_and_found_again_until_a_column_it_reads_is_evicted(
+    tmp_path, cupy_standin, monkeypatch
+) -> None:
+    """The area keeps a scan's plan (its kernels and block tables): the same scan again finds it,
+    its columns counted as found, and answers as before; a column it reads evicted, its plan is
+    dropped with it and the next such scan planned again; the area keeps at most PLANS plans."""
+    store = Store(tmp_path / "node")
+    _load(store, _table(1))
+    other = _table(2).rename_columns(["q", "p2", "flag"])
+    load_table([store], TableSchema.from_arrow("u", other.schema), other, LoadOptions(block_budget=20_000))
+    cupy, numpy = get_backend("cupy"), get_backend("numpy")
+    cupy.device_memory = 4 * 300_000  # room for "t"'s q and p, not for "u"'s p2 beside them
+    try:
+
+        def prepared(request: dict, table: str = "t"):
+            scan = scan_table(TableCache(store), {"table": table, **request}, cupy)
+            return scan.resident(scan.jobs())
+
+        first = prepared(Q6_LIKE)
+        area, hits = first.area, first.area.residency.hits
+        assert prepared(Q6_LIKE) is first and area.residency.hits == hits + len(first.columns) == hits + 2
+        assert prepared(PROJECTION_REQUEST) is prepared(PROJECTION_REQUEST) is not first  # a projection too
+        assert _result(store, cupy, Q6_LIKE) == _result(store, numpy, Q6_LIKE)
+        prepared({"filter": {"op": ">", "args": [{"col": "p2"}, {"lit": 0}]}, "columns": ["p2"]}, "u")  # evicts
+        evicted = [key for key in first.columns if key not in area.columns]
+        assert evicted and not any(key in plan.columns for plan in area.plans.values() for key in evicted)
+        again = prepared(Q6_LIKE)
+        assert again is not first and again.run(cupy) is not None
+        assert _result(store, cupy, Q6_LIKE) == _result(store, numpy, Q6_LIKE)
+        monkeypatch.setattr(resident, "PLANS", 2)
+        for top in (10, 20, 30):
+            prepared({**Q6_LIKE, "filter": {"op": "<", "args": [{"col": "q"}, {"lit": top}]}})
+        assert len(area.plans) == 2
+    finally:
+        del cupy.device_memory
 
 
 PROJECTION = """SELECT l_orderkey, l_linenumber, l_extendedprice * (1 - l_discount) AS price, l_returnflag, l_shipdate
