@@ -121,9 +121,9 @@ class ResidentArea:
             del self.plans[stale]
 
     def report(self) -> dict[str, int]:
-        """What the area holds (bytes, columns, within `budget`) and has done, as numbers."""
+        """What the area holds (bytes, columns and plans kept, within `budget`) and has done, as numbers."""
         with self.lock:
-            held = {"budget": self.budget, "bytes": self.used, "columns": len(self.columns)}
+            held = {"budget": self.budget, "bytes": self.used, "columns": len(self.columns), "plans": len(self.plans)}
             return held | asdict(self.residency)
 
     def buffer(self, key: Hashable, name: str) -> Any:
