@@ -24,10 +24,11 @@ _EXACT_FLOAT = 1 << 53
 
 
 class Partitioned(NamedTuple):
-    """Rows placed into buckets: bucket by bucket, their numbers (`order`) and the payload's arrays
-    in that order (`moved`), with each bucket's rows (`counts`) and where they start (`offsets`)."""
+    """Rows placed into buckets: bucket by bucket, their numbers (`order`: None where they were not
+    asked for) and the payload's arrays in that order (`moved`), with each bucket's rows (`counts`)
+    and where they start (`offsets`)."""
 
-    order: Array
+    order: Array | None
     counts: Array
     offsets: Array
     moved: list[Array]

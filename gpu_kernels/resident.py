@@ -96,18 +96,23 @@ class ResidentArea:
                 self.plans.move_to_end(key)
                 return kept
         made = plan()
-        if made is not None:
-            with self.lock:
+        with self.lock:  # kept only while its columns are resident (loading one may evict another)
+            if made is not None and self._current(made):
                 self.plans[key] = made
+                self.plans.move_to_end(key)
                 while len(self.plans) > PLANS:
                     self.plans.popitem(last=False)
         return made
 
-    def _holds(self, scan: ResidentScan) -> bool:
-        """Whether every column `scan` reads is still the image it was planned over; if so, they
-        are used again (the most recently used, each counted as found)."""
+    def _current(self, scan: ResidentScan) -> bool:
+        """Whether every column `scan` reads is still the image it was planned over."""
         images = scan.scan.images
-        if any(getattr(self.columns.get(key), "image", None) is not images[key[1]] for key in scan.columns):
+        return all(getattr(self.columns.get(key), "image", None) is images[key[1]] for key in scan.columns)
+
+    def _holds(self, scan: ResidentScan) -> bool:
+        """`_current`, and if so, its columns used again (the most recently used, each counted as
+        found)."""
+        if not self._current(scan):
             return False
         for key in scan.columns:
             self.columns.move_to_end(key)

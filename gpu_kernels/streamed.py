@@ -35,6 +35,7 @@ from gpu_kernels import expr as E
 from gpu_kernels import fused_project, fused_scan
 from gpu_kernels.aggregate import AggSpec, NamedExpr
 from gpu_kernels.column_image import ColumnImage
+from gpu_kernels.cuda_kernels import MAX_BUCKETS
 from gpu_kernels.cupy_backend import CupyBackend
 from gpu_kernels.device_pipeline import DeviceAreas, device_out_of_memory
 from gpu_kernels.encoded_block import EncodedBlock
@@ -124,10 +125,13 @@ def _projected(ring: _Ring, chunks: list[fused_project.FusedProjection]) -> list
 def _words_a_row(chunk: fused_project.FusedProjection) -> int:
     """The 64-bit words a row of a streamed projection's answer may take in the result area at once:
     the answer and its compacted copy; partitioned, the answer, a chunk's rows copied out of it and
-    moved, and its keys' hash inputs (gathered, then put together)."""
+    moved, and its keys' hash inputs (gathered, then put together); past MAX_BUCKETS, the general
+    kernels' row order, bucket ids and sort keys, and the moved values' gathered copy too."""
     if chunk.partition is None:
         return 2 * chunk.outputs
-    return 3 * chunk.outputs + 2 * len(chunk.partition[0])
+    keys, buckets = chunk.partition
+    general = chunk.outputs + 3 if buckets > MAX_BUCKETS else 0
+    return 3 * chunk.outputs + 2 * len(keys) + general
 
 
 def _partitioned(

@@ -385,6 +385,9 @@ def test_a_scan_is_planned_once_and_found_again_until_a_column_it_reads_is_evict
         for top in (10, 20, 30):
             prepared({**Q6_LIKE, "filter": {"op": "<", "args": [{"col": "q"}, {"lit": top}]}})
         assert len(area.plans) == 2
+        cupy.device_memory = 4 * 220_000  # room for p or for q, not both: loading q evicts p
+        squeezed = prepared(Q6_LIKE)
+        assert squeezed.area is not area and not squeezed.area.plans  # not kept: it reads an evicted column
     finally:
         del cupy.device_memory
 

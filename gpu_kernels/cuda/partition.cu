@@ -12,8 +12,8 @@
 // and stages the tile's rows bucket by bucket in shared memory. Its threads then write the staged
 // rows in that order: consecutive threads write consecutive places of a bucket, so the writes of a
 // tile are as many runs as it has buckets, not one scattered write per row. Each row's number goes
-// to `order` and each payload column's value to the same place of `moved`. Within a bucket, the
-// rows of a CUDA block come in the order its warps reach them.
+// to `order` (where asked) and each payload column's value to the same place of `moved`. Within a
+// bucket, the rows of a CUDA block come in the order its warps reach them.
 
 #define CXG_MAX_BUCKETS 1024  // four per thread in the scan of a tile's counts
 #define CXG_ITEMS 8           // rows per thread in a tile
