@@ -7,6 +7,8 @@ Each device has one `ResidentArea`, a fourth of the scans' device budget (`stora
 the block pipeline's three areas share the rest). A column is loaded whole on first use, as its
 image (`gpu_kernels.column_image`), and the least recently used columns are evicted to make room; a
 column larger than the whole area is never loaded, and its scans take the block pipeline instead.
+The area also keeps the scans' plans (their kernels and block tables), so that the same request over
+the same blocks is planned once while the columns it reads stay resident.
 """
 
 from __future__ import annotations
