@@ -174,12 +174,16 @@ def _plan(images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate, outp
     return FusedProjection(rows, launches, schema, read, images, values, partition, hashed)
 
 
+def _as_codes(e: E.Expr, type_of: Callable[[str], pa.DataType]) -> bool:
+    """Whether an output is projected as its codes: a column the kernels do not compute with."""
+    return isinstance(e, Col) and E.arrow_kind(type_of(e.name)).kind not in INTEGRAL
+
+
 def _hashed_through(images: Mapping[str, ColumnImage], key: NamedExpr) -> tuple[str, str] | None:
     """The buffer (column, key) mapping a partition key's codes to their hash inputs where the key is
     projected as codes; None where its values are their own hash inputs."""
-    e = key.expr
-    if isinstance(e, Col) and E.arrow_kind(images[e.name].type).kind not in INTEGRAL:
-        return e.name, images[e.name].key_hashes()
+    if _as_codes(key.expr, lambda name: images[name].type):
+        return key.expr.name, images[key.expr.name].key_hashes()
     return None
 
 
@@ -211,7 +215,7 @@ def _launch(images, members: np.ndarray, ranges: np.ndarray, predicate, outputs:
 def _output(g: Generator, output: NamedExpr) -> tuple[str, Values]:
     """C code of an output's value at row r, and how its values become Arrow."""
     e = output.expr
-    if isinstance(e, Col) and E.arrow_kind(g.image(e.name).type).kind not in INTEGRAL:
+    if _as_codes(e, lambda name: g.image(name).type):
         code, _, key_values = g.key(output)  # strings: their codes over every block of the column
         return code, key_values
     v = g.value(e)
