@@ -138,6 +138,32 @@ def test_a_whole_query_for_one_node_is_planned_once_until_what_it_reads_changes(
         )
 
 
+ONE_TABLE = (
+    "SELECT l_returnflag, sum(l_quantity) AS q, count(*) AS n FROM lineitem "
+    "WHERE l_shipdate <= DATE '1998-09-02' GROUP BY l_returnflag HAVING count(*) > 10 ORDER BY l_returnflag LIMIT 2"
+)
+
+
+@pytest.mark.parametrize("sql", [ONE_TABLE, "SELECT 1 + 2 AS three"])
+def test_a_one_table_query_or_one_without_a_table_is_planned_once(engine, duck, sql) -> None:
+    """A one-table query answered on the nodes (lineitem is split over both) and a query without a
+    table are planned once too: running the plan only reads it, so it is kept and shared until
+    a table it reads changes."""
+    expected = duck.sql(sql).fetchall()
+    with closing(engine.catalog.snapshot()) as snapshot:
+        query = engine.check(sql, catalog=snapshot, copy=False)
+        names = read_tables(query.tree)
+        plan = engine.plan_kept(query, names, snapshot, None)
+        assert plan.engine == ("nodes" if names else "coordinator")
+        for _ in range(2):
+            assert rows_match(rows(engine.answer(plan, catalog=snapshot).table), expected, ordered=True)
+        assert engine.plan_kept(query, names, snapshot, None) is plan
+        if names:
+            tables = snapshot.tables()
+            newer = {**tables, "lineitem": replace(tables["lineitem"], version=tables["lineitem"].version + 1)}
+            assert engine.plan_kept(query, names, Snapshot(snapshot.nodes, newer, engine.catalog, []), None) is not plan
+
+
 READ_TWICE = """
     WITH europe AS (SELECT n_nationkey, n_name FROM nation JOIN region ON n_regionkey = r_regionkey
                     WHERE r_name = 'EUROPE'),

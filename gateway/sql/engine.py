@@ -46,7 +46,8 @@ from storage import NodeEngineError, NodeError, allow_deep_expressions
 
 log = logging.getLogger("cxg.sql")
 CHECKED_KEPT = 256  # checked queries an engine keeps, the latest used
-PLANS_KEPT = 256  # whole-query plans for one node an engine keeps, the latest used
+PLANS_KEPT = 256  # plans an engine keeps (those whose run only reads them), the latest used
+SHARED = ("nodes", "coordinator", "node", "colocated")  # engines whose run only reads the plan: it may be kept
 
 
 @dataclass
@@ -137,8 +138,9 @@ class Engine:
     def plan_kept(self, query: CheckedQuery, names: frozenset[str], catalog: RegionCatalog, rows: int | None) -> Plan:
         """Step 2 for a kept check (`check(copy=False)`, left as it is) reading the tables `names`,
         stopped after `rows` rows: the plan made before for the same check, cap and tables, served
-        at the same versions by the same nodes, when it was a whole query for one node (whose run
-        only reads its plan: it is shared); a new plan otherwise."""
+        at the same versions by the same nodes, when its run only reads it (one-table queries on
+        the nodes, queries without a table, whole queries for one node or each node: `SHARED`),
+        as it is then shared; a new plan otherwise."""
         served = tuple(_served(catalog.table(name)) for name in sorted(names))
         key = (id(query), rows, self.joins, served)
         with self._lock:
@@ -148,7 +150,7 @@ class Engine:
                 return kept[1]
         capped = query if rows is None else query.capped(rows)  # a copy when it changed
         plan = Planner(catalog, self.joins).plan(capped, copy=capped is query)
-        if plan.engine in ("node", "colocated") and not plan.first and not query.explain and None not in served:
+        if plan.engine in SHARED and not plan.first and not query.explain and None not in served:
             with self._lock:
                 self._plans[key] = query, plan
                 if len(self._plans) > PLANS_KEPT:
