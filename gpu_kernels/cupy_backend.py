@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,19 @@ from gpu_kernels.backend import Array, NumpyBackend, Partitioned
 from gpu_kernels.cuda_kernels import KERNELS, MAX_BUCKETS, MAX_PARTITION_GRID, PARTITION_ROWS, THREADS, launch_shape
 from gpu_kernels.fused_project import Answer, FusedProjection
 from gpu_kernels.fused_scan import FusedScan
+
+
+@dataclass(frozen=True)
+class OnDevice:
+    """What a scan kept for running again holds on the device beside its columns: each launch's
+    device block table, and an aggregate's initial accumulators (None for a projection)."""
+
+    tables: list[Array]
+    initial: Array | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(a.nbytes) for a in [*self.tables, *([] if self.initial is None else [self.initial])])
 
 
 class CupyBackend(NumpyBackend):
@@ -70,29 +84,35 @@ class CupyBackend(NumpyBackend):
         """An array made in `_in_result_area`, on the host: the host waits for the device."""
         return self._copied_out(array) if getattr(self._staging, "pool", None) is not None else self.xp.asnumpy(array)
 
-    def fused_aggregate(self, scan: FusedScan, buffer: Callable[[str, str], Array]) -> np.ndarray:
+    def fused_aggregate(
+        self, scan: FusedScan, buffer: Callable[[str, str], Array], kept: OnDevice | None = None
+    ) -> np.ndarray:
         """Run a scan's fused kernels (`gpu_kernels.fused_scan`): the accumulators copied in, one
         launch per signature over all its blocks (each with its device block table), and the
         accumulators read back, the scan's only wait for the device. `buffer(column, key)` is the
-        device copy of a column image's buffer."""
+        device copy of a column image's buffer; with `kept`, the tables and initial accumulators
+        are copied from there, device to device, and nothing goes from the host to the device."""
         with self._in_result_area():
-            out = self.xp.asarray(scan.initial)
-        self.fused_launch(scan, buffer, out)
+            out = self.xp.asarray(scan.initial) if kept is None else kept.initial.copy()
+        self.fused_launch(scan, buffer, out, None if kept is None else kept.tables)
         return self._read_back(out)
 
-    def fused_project(self, scan: FusedProjection, buffer: Callable[[str, str], Array]) -> Answer:
+    def fused_project(
+        self, scan: FusedProjection, buffer: Callable[[str, str], Array], kept: OnDevice | None = None
+    ) -> Answer:
         """Run a projection's fused kernels (`gpu_kernels.fused_project`): per signature the count
         kernel, a scan of the tiles' counts, the number of rows read back (the first wait), then per
         signature the write kernel into an answer of that size, read back (the second): one row of
         64-bit values per output. A partitioned projection's answer is moved bucket by bucket by the
         partitioning kernels first (`partition_answer`), its rows per bucket read back with it.
-        Raises CuPy's OutOfMemoryError where the answer outgrows the result area."""
+        `kept` as in `fused_aggregate`. Raises CuPy's OutOfMemoryError where the answer outgrows the
+        result area."""
         if not scan.tiles:
             return scan.nothing()
         cupy = self.xp
         with self._in_result_area():
             counts = cupy.empty(scan.tiles, dtype=cupy.int64)
-            write = self.project_counts(scan, buffer, counts, 0)
+            write = self.project_counts(scan, buffer, counts, 0, None if kept is None else kept.tables)
             ends = cupy.cumsum(counts)
             rows = int(self._read_back(ends[-1:])[0])
             if rows == 0:
@@ -122,16 +142,22 @@ class CupyBackend(NumpyBackend):
         return self._partition_words(inputs, buckets, out, moved, numbered=False).counts
 
     def project_counts(
-        self, scan: FusedProjection, buffer: Callable[[str, str], Array], counts: Array, base: int
+        self,
+        scan: FusedProjection,
+        buffer: Callable[[str, str], Array],
+        counts: Array,
+        base: int,
+        tables: Sequence[Array] | None = None,
     ) -> Callable[[Array, Array, Array], None]:
         """A projection's count kernels launched on the current stream, each of its tiles' holding
         rows counted into `counts` from index `base` on; returns the launch of its write kernels
         once `counts` is scanned into `ends`: `write(counts, ends, out)`, each row at its place in
-        `out` (one row per output; a place past its end is not written)."""
+        `out` (one row per output; a place past its end is not written). `tables`: the launches'
+        device block tables, if on the device already."""
         calls = []
-        for launch in scan.launches:
+        for launch, table in zip(scan.launches, tables or self._tables(scan), strict=True):
             pointers = [buffer(column, key) for column, key in launch.buffers]
-            head = (np.int64(launch.tiles), np.int64(len(launch.table)), self.xp.asarray(launch.table))
+            head = (np.int64(launch.tiles), np.int64(len(launch.table)), table)
             arguments = (*head, *pointers, *launch.scalars, np.int64(base))
             module = self._module(launch.source)
             module.get_function(f"{launch.name}_count")((launch.grid,), (THREADS,), (*arguments, counts))
@@ -144,16 +170,21 @@ class CupyBackend(NumpyBackend):
 
         return write
 
-    def fused_launch(self, scan: FusedScan, buffer: Callable[[str, str], Array], out: Array) -> None:
+    def fused_launch(
+        self, scan: FusedScan, buffer: Callable[[str, str], Array], out: Array, tables: Sequence[Array] | None = None
+    ) -> None:
         """A scan's fused kernels launched on the current stream, adding into the accumulators `out`
-        on the device (set to the scan's initial ones), with nothing read back."""
-        cupy = self.xp
-        for launch in scan.launches:
+        on the device (set to the scan's initial ones), with nothing read back; `tables` as in
+        `project_counts`."""
+        for launch, table in zip(scan.launches, tables or self._tables(scan), strict=True):
             kernel = self._module(launch.source).get_function(launch.name)
-            table = cupy.asarray(launch.table)
             pointers = [buffer(column, key) for column, key in launch.buffers]
             arguments = (np.int64(launch.tiles), np.int64(len(launch.table)), table, *pointers, *launch.scalars, out)
             kernel((launch.grid,), (THREADS,), arguments)
+
+    def _tables(self, scan: FusedScan | FusedProjection) -> list[Array]:
+        """The device block tables of a scan's launches, copied to the current device now."""
+        return [self.xp.asarray(launch.table) for launch in scan.launches]
 
     def partition_keys(
         self, inputs: list[Array], count: int, payload: Sequence[Array] = (), numbered: bool = True

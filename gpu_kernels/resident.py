@@ -7,8 +7,9 @@ Each device has one `ResidentArea`, a fourth of the scans' device budget (`stora
 the block pipeline's three areas share the rest). A column is loaded whole on first use, as its
 image (`gpu_kernels.column_image`), and the least recently used columns are evicted to make room; a
 column larger than the whole area is never loaded, and its scans take the block pipeline instead.
-The area also keeps the scans' plans (their kernels and block tables), so that the same request over
-the same blocks is planned once while the columns it reads stay resident.
+The area also keeps the scans' plans (their kernels, and their block tables and initial accumulators
+on the device, counted in its budget), so that the same request over the same blocks is planned once
+while the columns it reads stay resident, and then copies nothing from the host to run again.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from gpu_kernels import expr as E
 from gpu_kernels import fused_project, fused_scan
 from gpu_kernels.aggregate import AggSpec, NamedExpr
 from gpu_kernels.column_image import ColumnImage
-from gpu_kernels.cupy_backend import CupyBackend
+from gpu_kernels.cupy_backend import CupyBackend, OnDevice
 from gpu_kernels.device_pipeline import DeviceAreas, area_size
 from gpu_kernels.encoded_block import EncodedBlock
 
@@ -69,7 +70,8 @@ class ResidentArea:
 
     @property
     def used(self) -> int:
-        return sum(c.nbytes for c in self.columns.values())
+        """Bytes of the columns, and of the plans' block tables and accumulators on the device."""
+        return sum(c.nbytes for c in self.columns.values()) + sum(p.nbytes for p in self.plans.values())
 
     def image(self, key: Hashable, build: Callable[[], ColumnImage]) -> ColumnImage:
         """The column's image, its buffers on the device (loaded and others evicted if needed)."""
@@ -100,11 +102,22 @@ class ResidentArea:
         made = plan()
         with self.lock:  # kept only while its columns are resident (loading one may evict another)
             if made is not None and self._current(made):
-                self.plans[key] = made
-                self.plans.move_to_end(key)
-                while len(self.plans) > PLANS:
+                self.plans.pop(key, None)
+                while len(self.plans) >= PLANS:
                     self.plans.popitem(last=False)
+                made.kept = self._on_device(made)
+                self.plans[key] = made
         return made
+
+    def _on_device(self, scan: ResidentScan) -> OnDevice | None:
+        """The scan's block tables and initial accumulators copied into the area, or None where
+        they do not fit beside its columns and plans (the scan then copies them at each run)."""
+        launches, initial = scan.scan.launches, getattr(scan.scan, "initial", None)
+        host = [launch.table for launch in launches] + ([] if initial is None else [initial])
+        device = self._copied(host) if self.used + sum(a.nbytes for a in host) <= self.budget else None
+        if device is None:
+            return None
+        return OnDevice(device[: len(launches)], None if initial is None else device[-1])
 
     def _current(self, scan: ResidentScan) -> bool:
         """Whether every column `scan` reads is still the image it was planned over."""
@@ -150,12 +163,20 @@ class ResidentArea:
         if self.used + host.nbytes > self.budget:
             self._drop(key)
             raise TooLarge(f"column {column.image.name} with its key codes outgrows the resident area")
+        copied = self._copied([host])
+        if copied is None:
+            self._drop(key)
+            raise TooLarge(f"column {column.image.name}: no room left while scans hold evicted columns")
+        column.device[name] = copied[0]
+
+    def _copied(self, arrays: list[np.ndarray]) -> list[Any] | None:
+        """Host arrays copied into the area's memory, or None where it has no room left: the bytes
+        of columns and plans dropped but still read by a running scan are not free yet."""
         try:
             with self.cupy.cuda.using_allocator(self.pool.malloc):
-                column.device[name] = self.cupy.asarray(host)
-        except self.cupy.cuda.memory.OutOfMemoryError as e:  # evicted columns a running scan still holds
-            self._drop(key)
-            raise TooLarge(f"column {column.image.name}: no room left while scans hold evicted columns") from e
+                return [self.cupy.asarray(a) for a in arrays]
+        except self.cupy.cuda.memory.OutOfMemoryError:
+            return None
 
 
 def area_of(backend: CupyBackend) -> ResidentArea:
@@ -183,6 +204,12 @@ class ResidentScan:
     scan: fused_scan.FusedScan | fused_project.FusedProjection
     area: ResidentArea
     table: Hashable
+    kept: OnDevice | None = None  # its block tables (and accumulators) on the device, once the area keeps it
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes it holds on the device."""
+        return 0 if self.kept is None else self.kept.nbytes
 
     @property
     def columns(self) -> list[tuple[Hashable, str]]:
@@ -197,11 +224,11 @@ class ResidentScan:
         by a concurrent scan's load, or a projection's answer outgrows the result area."""
         try:
             if not isinstance(self.scan, fused_project.FusedProjection):
-                return backend.fused_aggregate(self.scan, self.buffer)
+                return backend.fused_aggregate(self.scan, self.buffer, self.kept)
             result = DeviceAreas.of_current_device(backend).result  # the answer stays within the budget
             try:
                 with backend.xp.cuda.using_allocator(result.malloc):
-                    return backend.fused_project(self.scan, self.buffer)
+                    return backend.fused_project(self.scan, self.buffer, self.kept)
             except backend.xp.cuda.memory.OutOfMemoryError:
                 return None  # the block pipeline answers it, block by block
         except (TooLarge, KeyError):

@@ -216,7 +216,7 @@ def test_the_gpu_benchmark_counts_launches_and_waits_per_query_on_the_stand_in(t
         else:
             assert fused["syncs"] == 1 and fused["launches"] <= 4, (name, fused)
         assert general["syncs"] > general["blocks"] and general["launches"] > 3 * general["blocks"], (name, general)
-        assert fused["to_device_bytes"] < fused["first_to_device_bytes"] / 10, (name, fused)  # the columns stay
+        assert fused["to_device_bytes"] == 0 < fused["first_to_device_bytes"], (name, fused)  # all kept on the device
 
 
 def test_the_timed_gpu_benchmark_runs_end_to_end_on_the_stand_in(tmp_path) -> None:

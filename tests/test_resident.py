@@ -72,6 +72,8 @@ def _result(store: Store, backend, request: dict) -> list:
 @pytest.mark.gpu
 @pytest.mark.parametrize("request_", [Q6_LIKE, GROUPED], ids=["one group", "groups"])
 def test_a_scan_is_one_launch_and_one_wait_over_its_resident_columns(tmp_path, cupy_standin, request_) -> None:
+    """Run again, a scan copies nothing to the device: its columns, block tables and initial
+    accumulators are there, kept with its plan."""
     store = Store(tmp_path / "node")
     _load(store, _table(1))
     cache = TableCache(store)
@@ -87,13 +89,26 @@ def test_a_scan_is_one_launch_and_one_wait_over_its_resident_columns(tmp_path, c
     scan = scan_table(cache, {"table": "t", **request_}, cupy)
     pieces = list(scan.pieces())
     assert [p.block for p in pieces] == ["resident"] and scan.stats.blocks == blocks
-    assert counts.total_launches - launches <= 2 and counts.syncs - waits == 1
-    encoded = sum(block.nbytes for _, block in cache.get("t").blocks)
-    assert counts.to_device - copied < encoded / 20  # the block table and the accumulators, not the columns
+    assert counts.total_launches - launches <= 3 and counts.syncs - waits == 1
+    assert counts.to_device == copied
+    [plan] = area.plans.values()
+    assert area.used == sum(c.nbytes for c in area.columns.values()) + plan.nbytes and plan.nbytes > 0
     assert area.residency.hits >= 2 and _answer(store, cupy, request_).equals(expected)
 
 
 PROJECTION_REQUEST = {"filter": {"op": "<", "args": [{"col": "q"}, {"lit": 5}]}, "columns": ["p", "flag", "q"]}
+
+
+@pytest.mark.gpu
+def test_a_projection_run_again_copies_nothing_to_the_device(tmp_path, cupy_standin) -> None:
+    store = Store(tmp_path / "node")
+    _load(store, _table(1))
+    cupy = get_backend("cupy")
+    expected = _result(store, get_backend("numpy"), PROJECTION_REQUEST)
+    assert _result(store, cupy, PROJECTION_REQUEST) == expected  # loads the columns, keeps the plan
+    copied, waits = cupy_standin.counts.to_device, cupy_standin.counts.syncs
+    assert _result(store, cupy, PROJECTION_REQUEST) == expected
+    assert cupy_standin.counts.to_device == copied and cupy_standin.counts.syncs - waits == 2
 
 
 @pytest.mark.gpu(devices=2)
@@ -331,6 +346,25 @@ def test_what_does_not_fit_is_refused_and_leaves_the_area_as_it_was(cupy_standin
     with pytest.raises(TooLarge):  # a is evicted, but its memory is not free yet
         area.image("p", lambda: images["p"])
     assert not area.columns and held
+
+
+@pytest.mark.gpu
+def test_a_plan_whose_tables_find_no_room_beside_the_columns_copies_them_at_each_run(tmp_path, cupy_standin) -> None:
+    store = Store(tmp_path / "node")
+    _load(store, _table(7, 5000))
+    cupy, numpy = get_backend("cupy"), get_backend("numpy")
+    assert _result(store, cupy, Q6_LIKE) == _result(store, numpy, Q6_LIKE)  # loads q and p
+    [area] = cupy.resident.values()
+    area.plans.clear()
+    area.budget = area.used  # the columns fill the area
+    request = {**Q6_LIKE, "filter": {"op": "<", "args": [{"col": "q"}, {"lit": 10}]}}
+    expected = _result(store, numpy, request)
+    for _ in range(2):
+        copied = cupy_standin.counts.to_device
+        assert _result(store, cupy, request) == expected
+        assert cupy_standin.counts.to_device > copied
+    [plan] = area.plans.values()
+    assert plan.kept is None and area.used == area.budget
 
 
 @pytest.mark.gpu
