@@ -160,8 +160,8 @@ def _plan(images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate, outp
         raise NotFusable("a projection that reads no column")
     blocks = blocks[any_image.rows[blocks] > 0]
     launches, values = [], None
-    for members, ranges in launch_groups(images, blocks, predicate):
-        launch, launch_values = _launch(images, members, ranges, predicate, outputs)
+    for members, ranges, tested in launch_groups(images, blocks, predicate):
+        launch, launch_values = _launch(images, members, ranges, tested, outputs)
         launches.append(launch)
         values = values or launch_values
     if values is None:  # no row can hold: any block shows what the outputs are, or that they do not fuse

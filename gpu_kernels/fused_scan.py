@@ -19,8 +19,9 @@ block adds its accumulators to the scan's with one atomic per accumulator. Count
 integers; an expression whose bound may pass 64 bits is not fused, and so fails there). The source
 depends on the blocks' encodings and the query's shape; literals are arguments, so one compiled
 kernel serves a query shape whatever its constants. A comparison of a column stored as sorted
-runs with a literal (Q6's date range) narrows each block to the rows whose runs can hold it
-(`row_ranges`): the block's tiles cover only those, and a block with none is not launched.
+runs with a literal (Q6's date range) narrows each block to the rows whose runs hold it
+(`row_ranges`): the block's tiles cover only those, a block with none is not launched, and the
+comparison is not tested again on the rows read (`unsettled`), where the column has no NULLs.
 """
 
 from __future__ import annotations
@@ -383,8 +384,8 @@ def _plan(images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate, keys
     blocks = blocks[any_image.rows[blocks] > 0]
     rows = int(any_image.rows[blocks].sum())
     launches, shape = [], None
-    for members, ranges in launch_groups(images, blocks, predicate):
-        launch, launch_shape = _launch(images, members, ranges, predicate, keys, aggregates)
+    for members, ranges, tested in launch_groups(images, blocks, predicate):
+        launch, launch_shape = _launch(images, members, ranges, tested, keys, aggregates)
         if shape is not None and launch_shape[:3] != shape[:3]:
             raise NotFusable("blocks whose keys number their groups differently")
         launches.append(launch)
@@ -406,31 +407,46 @@ def _plan(images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate, keys
     return FusedScan(rows, groups, width, launches, initial, columns, images, assemble)
 
 
+Bound = tuple[str, str, Lit]  # a conjunct comparing a column with a literal: (column, op, literal), column on the left
+
+
 def launch_groups(
     images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate: E.Expr | None
-) -> list[tuple[np.ndarray, np.ndarray]]:
+) -> list[tuple[np.ndarray, np.ndarray, E.Expr | None]]:
     """The launches of a scan over `blocks`: per signature (the encodings of the columns it reads),
-    its blocks and their rows [first, end) (`row_ranges`); a block none of whose rows can hold is
-    in none."""
-    lo, hi = row_ranges(images, blocks, predicate)
-    narrowed = {int(b): (int(a), int(z)) for b, a, z in zip(blocks, lo, hi, strict=True) if z > a}
+    its blocks, their rows [first, end) (`row_ranges`) and the predicate left to test on those rows
+    (`unsettled`: without the comparisons their ranges settle in every one of the blocks); a block
+    none of whose rows can hold is in none."""
+    lo, hi, settled = row_ranges(images, blocks, predicate)
+    narrowed = {int(b): i for i, b in enumerate(blocks) if hi[i] > lo[i]}
     signatures: dict[str, list[int]] = {}
     for b in narrowed:
         signatures.setdefault("/".join(image.signatures[b] for image in images.values()), []).append(b)
-    return [
-        (np.array(members, dtype=np.int64), np.array([narrowed[b] for b in members], dtype=np.int64).reshape(-1, 2))
-        for members in signatures.values()
-    ]
+    groups = []
+    for members in signatures.values():
+        at = [narrowed[b] for b in members]
+        ranges = np.stack([lo[at], hi[at]], axis=1).astype(np.int64)
+        groups.append(
+            (
+                np.array(members, dtype=np.int64),
+                ranges,
+                unsettled(predicate, frozenset.intersection(*(settled[i] for i in at))),
+            )
+        )
+    return groups
 
 
-def row_ranges(images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate) -> tuple[np.ndarray, np.ndarray]:
-    """Per block, the rows [first, end) outside which no row can satisfy `predicate`: where one of
-    its conjuncts compares a column stored as sorted runs with a literal, the runs that hold turned
-    into a range of rows (the CPU path's run ranges, `gpu_kernels.selection`), so that the kernel's
-    tiles cover only those rows; [0, rows) where nothing narrows. The conjuncts stay in the kernel's
-    predicate: a range only saves reading the rows that cannot hold."""
+def row_ranges(
+    images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate
+) -> tuple[np.ndarray, np.ndarray, list[frozenset[Bound]]]:
+    """Per block, the rows [first, end) outside which no row can satisfy `predicate`, and the
+    comparisons that hold on every row inside: where one of its conjuncts compares a column stored
+    as sorted runs (without NULLs) with a literal, the runs that hold turned into a range of rows
+    (the CPU path's run ranges, `gpu_kernels.selection`), so that the kernel's tiles cover only
+    those rows and the comparison is not tested again on them; [0, rows) where nothing narrows."""
     first = np.zeros(len(blocks), dtype=np.int64)
     end = next(iter(images.values())).rows[blocks].astype(np.int64)
+    settled: list[set[Bound]] = [set() for _ in blocks]
     for name, op, literal in _bounds(predicate):
         image = images.get(name)
         if image is None:
@@ -455,7 +471,21 @@ def row_ranges(images: Mapping[str, ColumnImage], blocks: np.ndarray, predicate)
                 end[i] = min(end[i], ends[held[1] - 1])
             else:
                 end[i] = first[i]
-    return first, np.maximum(end, first)
+            if not image.nulls[b]:  # a NULL's slot holds a value of its run, yet the row does not hold
+                settled[i].add((name, op, literal))
+    return first, np.maximum(end, first), [frozenset(s) for s in settled]
+
+
+def unsettled(predicate: E.Expr | None, settled: frozenset[Bound]) -> E.Expr | None:
+    """`predicate` without its conjuncts that are comparisons (a BETWEEN: both) among `settled`,
+    which hold on every row read; None where nothing is left to test."""
+    if not isinstance(predicate, Call):
+        return predicate
+    if predicate.op == "and":
+        left = [a for a in (unsettled(arg, settled) for arg in predicate.args) if a is not None]
+        return None if not left else left[0] if len(left) == 1 else Call("and", tuple(left))
+    bounds = _bounds(predicate)
+    return None if bounds and set(bounds) <= settled else predicate
 
 
 def _bounds(predicate) -> list[tuple[str, str, Lit]]:

@@ -137,18 +137,39 @@ def test_a_range_on_a_column_stored_as_sorted_runs_narrows_the_rows_the_kernel_r
     backend = get_backend("cupy")
     accumulators = backend.fused_aggregate(scan, lambda c, k: backend.asarray(images[c].buffers[k]))
     assert final_rows(scan.assemble(accumulators), task) == expected
-    first, end = fused_scan.row_ranges(images, np.arange(3), predicate)
+    first, end, _ = fused_scan.row_ranges(images, np.arange(3), predicate)
     tiles = sum(launch.tiles for launch in scan.launches)
     assert scan.rows_read == int((end - first).sum()) and scan.rows == 9000
     assert tiles == sum(-(-(z - a) // fused_scan.TILE) for a, z in zip(first, end, strict=True))
-    if predicate.op == "or":  # not a conjunction: every row is read
-        assert list(first) == [0, 0, 0] and list(end) == [3000, 3000, 3000]
+    tested = [t for _, _, t in fused_scan.launch_groups(images, np.arange(3), predicate)]
+    if predicate.op == "or":  # not a conjunction: every row is read, and tested
+        assert list(first) == [0, 0, 0] and list(end) == [3000, 3000, 3000] and set(tested) == {predicate}
         return
+    others = [a for a in (predicate.args if predicate.op == "and" else [predicate]) if Col("s") not in a.args]
+    assert all(t == (others[0] if others else None) for t in tested)  # s's comparisons hold on every row read
     held = [_held(block, predicate) for block in blocks]
     for rows, a, z in zip(held, first, end, strict=True):  # every row that holds is in its block's range
         assert not rows.any() or (a <= np.flatnonzero(rows)[0] and np.flatnonzero(rows)[-1] < z)
     assert tiles < 3 * -(-3000 // fused_scan.TILE)  # fewer than every row's
     assert sum(len(launch.table) for launch in scan.launches) == int((end > first).sum())  # empty: not launched
+
+
+@pytest.mark.gpu
+def test_a_range_on_sorted_runs_with_nulls_is_still_tested_on_each_row(cupy_standin) -> None:
+    """A NULL's slot holds a value of its run, yet its row does not hold: a sorted column with NULLs
+    narrows the rows read, but its comparison stays in the predicate (and so the general kernels,
+    which read NULLs, run it)."""
+    rng = np.random.default_rng(12)
+    block = random_block(rng, 3000)
+    days = np.sort(rng.integers(8000, 8140, 3000))
+    validity = np.packbits(np.arange(3000) % 7 != 0, bitorder="little")
+    block.columns["s"] = EncodedColumn("s", pa.date32(), RunLength.encode(days), validity, 429)
+    images = {n: ColumnImage.of(n, [block.columns[n]]) for n in block.columns}
+    predicate = Call("<", (Col("s"), _day(8070)))
+    first, end, settled = fused_scan.row_ranges(images, np.arange(1), predicate)
+    assert end[0] - first[0] < 3000 and settled == [frozenset()]
+    assert [t for _, _, t in fused_scan.launch_groups(images, np.arange(1), predicate)] == [predicate]
+    assert fused_scan.plan(images, [0], predicate, [], [AggSpec("n", "count", None, pa.int64())]) is None
 
 
 _TOTALS = [
