@@ -659,6 +659,15 @@ static inline unsigned int __ballot_sync(unsigned int mask, int predicate) {
     for (unsigned int i = 0; i < width; ++i) bits |= unsigned(lanes[i] != 0) << i;
     return bits;
 }
+template <class T> static inline T __reduce_add_sync(unsigned int mask, T value) {
+    static_assert(sizeof(T) == 4, "a reduced value is 32 bits");
+    if (mask != 0xFFFFFFFFu) __builtin_trap();
+    unsigned long long lanes[32];
+    const unsigned int width = cxg_warp_exchange((unsigned int)value, lanes);
+    unsigned int sum = 0;  // wraps as the device's 32-bit addition does
+    for (unsigned int i = 0; i < width; ++i) sum += (unsigned int)lanes[i];
+    return (T)sum;
+}
 static inline int __popc(unsigned int x) { return __builtin_popcount(x); }
 static inline int __ffs(unsigned int x) { return __builtin_ffs(int(x)); }
 // atomics as real ones: a CUDA block's threads run at once

@@ -51,6 +51,7 @@ FIXED = 3  # a device block table's row: rows in range, first tile, first row in
 TILE = THREADS * ITEMS
 MAX_GROUPS = 1024
 WARP_GROUPS = 8  # at most this many groups are aggregated warp by warp (`_warp_rows`), more by shared atomics
+WARPS = THREADS // 32
 SHARED_BYTES = 32 << 10  # a CUDA block's accumulators in shared memory, at most
 MAX_IN_ITEMS = 32
 _C_TYPES = {
@@ -583,9 +584,11 @@ def block_table(
 def _kernel_body(condition: str, group: str, values, groups: int, width: int, slots, setup, fields: int) -> str:
     """The kernel: accumulators set, the tiles strided over, each CUDA block's accumulators added to
     the scan's. One group accumulates in registers (at the end reduced over each warp by shuffles:
-    one shared atomic per warp), a few in shared memory warp by warp (`_warp_rows`), more in shared
+    one shared atomic per warp), a few warp by warp into each warp's own accumulators in shared
+    memory, added without atomics (`_warp_rows`; folded over the warps at the end), more in shared
     memory (a shared atomic per row and accumulator)."""
     n = groups * width
+    copies = WARPS if by_warp(groups, width) else 1  # of the accumulators, in shared memory
     extremes = {s.index: s.kind for s in slots if s.kind in ("min", "max")}
     initial = "".join(
         f"s == {i} ? {'0x7FFFFFFFFFFFFFFFULL' if kind == 'min' else '0x8000000000000000ULL'} : "
@@ -617,7 +620,7 @@ def _kernel_body(condition: str, group: str, values, groups: int, width: int, sl
                 flush.append(f"{r} = cxg_warp_{slot.kind}({r});")
                 update = f"atomic{slot.kind.capitalize()}((long long*)&acc[{slot.index}], {r});"
                 flush.append(f"if (threadIdx.x % 32 == 0) {{ {update} }}")
-    elif groups > WARP_GROUPS:
+    elif copies == 1:  # more groups, or accumulators too many to keep once per warp
         updates.append(f"unsigned long long* g = acc + {group} * {width};")
         updates.append("atomicAdd(g, 1ULL);")
         for slot, code, _ in values:
@@ -626,8 +629,8 @@ def _kernel_body(condition: str, group: str, values, groups: int, width: int, sl
             updates.append(f"cxg_add({at}, {code});" if slot.kind == "sum" else extreme)
     nl = "\n"
     rows = (
-        _warp_rows(condition, group, values, width)
-        if 1 < groups <= WARP_GROUPS
+        _warp_rows(condition, group, values, width, n)
+        if copies > 1
         else f"""for (int k = 0; k < {ITEMS}; ++k) {{
             const long long r = first + k * {THREADS} + threadIdx.x;
             if (r >= end) {{
@@ -638,8 +641,8 @@ def _kernel_body(condition: str, group: str, values, groups: int, width: int, sl
             }}
         }}"""
     )
-    return f"""    __shared__ unsigned long long acc[{n}];
-    for (int i = threadIdx.x; i < {n}; i += blockDim.x) {{
+    return f"""    __shared__ unsigned long long acc[{n * copies}];
+    for (int i = threadIdx.x; i < {n * copies}; i += blockDim.x) {{
         {f"const int s = i % {width};" if extremes else ""}
         acc[i] = {initial}0ULL;
     }}
@@ -655,25 +658,45 @@ def _kernel_body(condition: str, group: str, values, groups: int, width: int, sl
     __syncthreads();
     for (int i = threadIdx.x; i < {n}; i += blockDim.x) {{
         const int s = i % {width};
-        if (acc[i - s] == 0) {{
+        unsigned long long rows = 0, v = acc[i];
+        for (int w = 0; w < {copies}; ++w) {{
+            const unsigned long long x = acc[w * {n} + i];
+            rows += acc[w * {n} + i - s];
+            if ({least}) {{
+                v = (long long)x < (long long)v ? x : v;
+            }} else if ({greatest}) {{
+                v = (long long)x > (long long)v ? x : v;
+            }} else if (w > 0) {{
+                v += x;
+            }}
+        }}
+        if (rows == 0) {{
             continue;  // no row of this CUDA block fell in the group
         }}
         if ({least}) {{
-            atomicMin((long long*)&out[i], (long long)acc[i]);
+            atomicMin((long long*)&out[i], (long long)v);
         }} else if ({greatest}) {{
-            atomicMax((long long*)&out[i], (long long)acc[i]);
+            atomicMax((long long*)&out[i], (long long)v);
         }} else {{
-            atomicAdd(&out[i], acc[i]);
+            atomicAdd(&out[i], v);
         }}
     }}
 """
 
 
-def _warp_rows(condition: str, group: str, values, width: int) -> str:
+def by_warp(groups: int, width: int) -> bool:
+    """Whether a scan's groups are aggregated warp by warp (`_warp_rows`): a few, whose accumulators
+    fit a CUDA block's shared memory once per warp."""
+    return 1 < groups <= WARP_GROUPS and groups * width * 8 * WARPS <= SHARED_BYTES
+
+
+def _warp_rows(condition: str, group: str, values, width: int, n: int) -> str:
     """A tile's rows aggregated warp by warp (a few groups): for each group held in the warp at row
-    k, its lanes' count and values reduced by shuffles and added by one lane, one shared atomic per
-    group present and accumulator rather than one per row. A sum whose 32 values may pass 64 bits
-    is reduced as its two halves."""
+    k, its lanes' count and values reduced and added by one lane into the warp's own accumulators
+    (`n` a warp, in shared memory), with no atomics, rather than an atomic per row. A sum of values under 2^26 (2^51) in
+    magnitude is reduced in one (two) 32-bit reductions, a single instruction from sm_80 on (Q1's
+    five sums: seven); else by shuffles of 64 bits, or of its two halves where 32 values may pass 64
+    bits."""
     reads, adds = [], []
     for slot, code, bound in values:
         v = f"v{slot.index}"
@@ -681,18 +704,27 @@ def _warp_rows(condition: str, group: str, values, width: int) -> str:
         if slot.kind == "sum":
             reads.append(f"const long long {v} = held ? (long long)({code}) : 0LL;")
             if bound * 32 <= INT64_MAX:
-                adds.append(f"{{ const long long s = (long long)cxg_warp_sum((unsigned long long)(mine ? {v} : 0LL));")
-                adds.append(f"  if (lead) {{ cxg_add({at}, s); }} }}")
+                narrow = next((b for b in (26, 51) if bound < 1 << b), None)  # in one or two 32-bit parts
+                lanes = f"(mine ? {v} : 0LL)"
+                total = (
+                    f"cxg_warp_sum{narrow}{lanes}"
+                    if narrow
+                    else f"(long long)cxg_warp_sum((unsigned long long){lanes})"
+                )
+                adds.append(f"{{ const long long s = {total};")
+                adds.append(f"  if (lead) {{ cxg_add_local({at}, s); }} }}")
             else:
                 low, high = f"(unsigned long long)({v} & 0xFFFFFFFFLL)", f"(unsigned long long)({v} >> 32)"
                 adds.append(f"{{ const unsigned long long lo = cxg_warp_sum(mine ? {low} : 0ULL);")
                 adds.append(f"  const unsigned long long hi = cxg_warp_sum(mine ? {high} : 0ULL);")
-                adds.append(f"  if (lead) {{ atomicAdd({at}, lo); atomicAdd({at} + 1, hi); }} }}")
+                adds.append(f"  if (lead) {{ ({at})[0] += lo; ({at})[1] += hi; }} }}")
         else:
             neutral = "0x7FFFFFFFFFFFFFFFLL" if slot.kind == "min" else "(-0x7FFFFFFFFFFFFFFFLL - 1)"
+            better = "<" if slot.kind == "min" else ">"
             reads.append(f"const long long {v} = held ? (long long)({code}) : {neutral};")
             adds.append(f"{{ const long long m = cxg_warp_{slot.kind}(mine ? {v} : {neutral});")
-            adds.append(f"  if (lead) {{ atomic{slot.kind.capitalize()}((long long*)({at}), m); }} }}")
+            adds.append(f"  long long* kept = (long long*)({at});")
+            adds.append(f"  if (lead && m {better} *kept) {{ *kept = m; }} }}")
     pad = "\n                "
     return f"""for (int k = 0; k < {ITEMS}; ++k) {{
             const long long r = first + k * {THREADS} + threadIdx.x;
@@ -708,9 +740,9 @@ def _warp_rows(condition: str, group: str, values, width: int) -> str:
                 const long long lg = __shfl_sync(0xFFFFFFFFu, g, leader);
                 const bool mine = g == lg, lead = (int)(threadIdx.x % 32) == leader;
                 const unsigned int peers = __ballot_sync(0xFFFFFFFFu, mine);
-                unsigned long long* at = acc + lg * {width};
+                unsigned long long* at = acc + (threadIdx.x / 32) * {n} + lg * {width};  // this warp's own
                 if (lead) {{
-                    atomicAdd(at, (unsigned long long)__popc(peers));
+                    *at += (unsigned long long)__popc(peers);
                 }}
                 {pad.join(adds)}
                 active &= ~peers;

@@ -145,13 +145,15 @@ WARP_PROBE = r"""
 extern "C" __global__ void probe(const long long* __restrict__ in, long long* __restrict__ out) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     const long long v = in[t];
-    long long* o = out + 6 * t;
+    long long* o = out + 8 * t;
     o[0] = __shfl_up_sync(0xFFFFFFFFu, v, 3);
     o[1] = __shfl_down_sync(0xFFFFFFFFu, v, 5);
     o[2] = __shfl_xor_sync(0xFFFFFFFFu, v, 9);
     o[3] = __shfl_sync(0xFFFFFFFFu, v, 7);
     o[4] = __ballot_sync(0xFFFFFFFFu, v % 3 == 0);
     o[5] = __popc((unsigned int)o[4]) + 100 * __ffs((unsigned int)o[4]);
+    o[6] = __reduce_add_sync(0xFFFFFFFFu, (int)v);
+    o[7] = __reduce_add_sync(0xFFFFFFFFu, (unsigned int)(v * 3000000));  // wraps past 32 bits
 }
 """
 
@@ -159,13 +161,14 @@ extern "C" __global__ void probe(const long long* __restrict__ in, long long* __
 @pytest.mark.gpu
 def test_warp_operations_on_the_cpu_follow_cuda() -> None:
     """The stand-in's warps: lanes exchange values as CUDA's full-mask shuffles and ballots define
-    (a lane whose source is past the warp keeps its own value), for two CUDA blocks of two warps."""
+    (a lane whose source is past the warp keeps its own value), and reduce them as its 32-bit
+    reductions do (wrapping), for two CUDA blocks of two warps."""
     import cupy
 
     values = np.random.default_rng(8).integers(-1000, 1000, 128)
-    out = cupy.empty(6 * 128, dtype=cupy.int64)
+    out = cupy.empty(8 * 128, dtype=cupy.int64)
     cupy.RawModule(code=WARP_PROBE).get_function("probe")((2,), (64,), (cupy.asarray(values), out))
-    got = cupy.asnumpy(out).reshape(128, 6)
+    got = cupy.asnumpy(out).reshape(128, 8)
     for t in range(128):
         warp, lane = values[t - t % 32 : t - t % 32 + 32], t % 32
         ballot = sum(1 << i for i, v in enumerate(warp) if v % 3 == 0)
@@ -176,6 +179,8 @@ def test_warp_operations_on_the_cpu_follow_cuda() -> None:
             warp[7],
             ballot,
             bin(ballot).count("1") + 100 * ((ballot & -ballot).bit_length()),
+            int(warp.sum()),
+            int(sum(int(x) * 3000000 for x in warp) % (1 << 32)),
         ]
         assert list(got[t]) == expected, t
 

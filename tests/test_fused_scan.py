@@ -74,10 +74,17 @@ def test_fused_kernels_run_clean_under_address_and_undefined_behaviour_sanitizer
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("grouped", [False, True], ids=["one group", "two groups, warp by warp"])
-def test_exact_sums_past_64_bits(grouped: bool) -> None:
-    """Sums of values near 2**62 pass 64 bits within a warp already: exact in registers (one group)
-    and reduced as two halves over a warp (a few groups)."""
+@pytest.mark.parametrize(
+    ("grouped", "shared"),
+    [(False, None), (True, None), (True, 100)],
+    ids=["one group", "two groups, warp by warp", "two groups, an atomic a row"],
+)
+def test_exact_sums_past_64_bits(grouped: bool, shared: int | None, monkeypatch) -> None:
+    """Sums of values near 2**62 pass 64 bits within a warp already: exact in registers (one group),
+    reduced as two halves over a warp into its own accumulators (a few groups), and added row by
+    row where those do not fit shared memory once per warp (`shared` bytes)."""
+    if shared is not None:
+        monkeypatch.setattr(fused_scan, "SHARED_BYTES", shared)
     n = 4000
     values = np.full(n, (1 << 62) - 1, dtype=np.int64)  # sums to about 2**74
     columns = {"a": EncodedColumn("a", pa.decimal128(38, 0), BitPacked.encode(values), None, 0)}
@@ -90,10 +97,42 @@ def test_exact_sums_past_64_bits(grouped: bool) -> None:
     backend = get_backend("cupy")
     scan = fused_scan.plan_block(EncodedBlock(n, columns), None, keys, [spec])
     assert scan.groups == (2 if grouped else 1) and "cxg_warp_sum" in scan.launches[0].source
+    assert ("(threadIdx.x / 32) *" in scan.launches[0].source) == (grouped and shared is None)  # a warp's own
     batch = scan.assemble(backend.fused_aggregate(scan, lambda c, k: backend.asarray(scan.images[c].buffers[k])))
     counts = [n - len(range(0, n, 3)), len(range(0, n, 3))] if grouped else [n]
     rows = sorted(zip(batch.column(0).to_pylist(), batch.column("total").to_pylist(), strict=True))
     assert [total for _, total in rows] == [decimal.Decimal(c * ((1 << 62) - 1)) for c in counts]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("top", "reduced"),
+    [
+        ((1 << 26) - 1, "cxg_warp_sum26("),
+        (1 << 26, "cxg_warp_sum51("),
+        ((1 << 51) - 1, "cxg_warp_sum51("),
+        (1 << 51, "cxg_warp_sum((unsigned long long)"),
+    ],
+)
+def test_a_warps_sums_in_32_bit_parts_are_exact_up_to_their_bounds(top: int, reduced: str) -> None:
+    """Values of either sign up to `top` in magnitude, whole warps of one sign and group, summed warp
+    by warp in one or two 32-bit reductions (values under 2^26, 2^51), else in 64 bits: exact."""
+    n = 4000
+    values = np.where(np.arange(n) % 640 < 320, top, -top).astype(np.int64)
+    values[::7] = np.random.default_rng(5).integers(-top, top, len(values[::7]))
+    flags = pa.array(["x" if (i // 100) % 2 else "y" for i in range(n)])
+    columns = {
+        "a": EncodedColumn("a", pa.decimal128(38, 0), RunLength.encode(values), None, 0),
+        "k": EncodedColumn("k", pa.string(), dictionary_encoded(np.random.default_rng(1), flags), None, 0),
+    }
+    spec = AggSpec("total", "sum", Col("a"), pa.decimal128(38, 0))
+    backend = get_backend("cupy")
+    scan = fused_scan.plan_block(EncodedBlock(n, columns), None, [NamedExpr("k", Col("k"), pa.string())], [spec])
+    assert reduced in scan.launches[0].source
+    batch = scan.assemble(backend.fused_aggregate(scan, lambda c, k: backend.asarray(scan.images[c].buffers[k])))
+    got = dict(zip(batch.column(0).to_pylist(), batch.column("total").to_pylist(), strict=True))
+    flag = np.array(flags.to_pylist())
+    assert got == {f: decimal.Decimal(int(values[flag == f].astype(object).sum())) for f in ("x", "y")}
 
 
 DAY = Type(Kind.DATE)
@@ -283,6 +322,23 @@ def benchmark_kernels() -> dict[str, str]:
     q1 = fused_scan.plan_block(block, Call("<=", (Col("s"), random_literal(rng, "s"))), keys, q1_specs)
     q6_scan = fused_scan.plan_block(block, q6, [], [revenue])
     return {"Q1": q1.launches[0].source, "Q6": q6_scan.launches[0].source}
+
+
+def test_before_sm_80_a_warps_sums_are_shuffled_as_its_32_bit_reductions_are_not_there() -> None:
+    """sm_80 reduces a warp's 32-bit values in one instruction; an older GPU's kernels still compile."""
+    from cupy.cuda import nvrtc
+
+    source = benchmark_kernels()["Q1"]
+    assert "cxg_warp_sum26(" in source
+    assert "warning" not in nvrtc_compile(source, "Q1", "sm_75")
+    for arch, reductions in (("compute_75", 0), ("compute_80", 1)):
+        program = nvrtc.createProgram(source, "Q1.cu", [], [])
+        try:
+            nvrtc.compileProgram(program, [f"--gpu-architecture={arch}", "--std=c++17"])
+            ptx = nvrtc.getPTX(program)
+        finally:
+            nvrtc.destroyProgram(program)
+        assert (b"redux.sync" in ptx) == bool(reductions), arch
 
 
 @pytest.mark.parametrize("arch", ARCHES)

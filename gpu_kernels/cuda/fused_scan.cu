@@ -64,6 +64,23 @@ __device__ __forceinline__ unsigned long long cxg_warp_sum(unsigned long long va
     return value;
 }
 
+// A warp's sum of its lanes' values, each |value| < 2^26 (the sum then fits 32 bits): one
+// reduction instruction from sm_80 on (where the stand-in also runs it), else shuffles.
+__device__ __forceinline__ long long cxg_warp_sum26(long long value) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    return __reduce_add_sync(0xFFFFFFFFu, (int)value);
+#else
+    return (long long)cxg_warp_sum((unsigned long long)value);
+#endif
+}
+
+// The same for |value| < 2^51: its low 26 bits and the rest (shifted right by 26, rounding down)
+// summed apart, each in 32 bits.
+__device__ __forceinline__ long long cxg_warp_sum51(long long value) {
+    const long long high = cxg_warp_sum26(value >> 26);
+    return high * 67108864LL + cxg_warp_sum26(value & 0x3FFFFFFLL);
+}
+
 __device__ __forceinline__ long long cxg_warp_min(long long value) {
     for (int mask = 16; mask > 0; mask >>= 1) {
         const long long other = __shfl_xor_sync(0xFFFFFFFFu, value, mask);
