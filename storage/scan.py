@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from gpu_kernels import (
@@ -120,17 +121,62 @@ def bounds_tests(conjuncts: list[E.Expr], types: dict[str, Type]) -> list[Bounds
     return [_bounds_test(conjunct, types) for conjunct in conjuncts]
 
 
-def prune(tests: list[BoundsTest | None], entry: BlockEntry) -> tuple[int, ...] | None:
-    """The positions of the conjuncts still to evaluate on a block, or None when its min/max rule
-    out every row."""
-    remaining = []
+@dataclass(frozen=True)
+class ColumnBounds:
+    """One column's min/max over a table version's blocks, as arrays, to test every block at once:
+    `known` where the block keeps both (a long string's are not kept), `complete` where it also
+    holds no NULL. An unknown bound holds a known one of another block (or None where no block
+    has one), so that comparisons stay between values of one kind."""
+
+    low: np.ndarray
+    high: np.ndarray
+    known: np.ndarray
+    complete: np.ndarray
+
+    @classmethod
+    def of(cls, entries: list[BlockEntry], column: str) -> ColumnBounds:
+        stats = [entry.columns.get(column) for entry in entries]
+        known = np.array([s is not None and s.minimum is not None and s.maximum is not None for s in stats], bool)
+        filler = next((s.minimum for s, k in zip(stats, known, strict=True) if k), None)
+        low = [s.minimum if k else filler for s, k in zip(stats, known, strict=True)]
+        high = [s.maximum if k else filler for s, k in zip(stats, known, strict=True)]
+        complete = known & np.array([s is not None and s.null_count == 0 for s in stats], bool)
+        return cls(_array(low), _array(high), known, complete)
+
+
+def _array(values: list[Any]) -> np.ndarray:
+    """Bounds as int64 where they are all integers that fit (compared fast), else as objects."""
+    if all(type(v) is int and -(1 << 63) <= v < 1 << 63 for v in values):
+        return np.array(values, dtype=np.int64)
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    return array
+
+
+def prune(
+    tests: list[BoundsTest | None], bounds: Callable[[str], ColumnBounds], blocks: int
+) -> list[tuple[int, ...] | None]:
+    """For each of a table version's `blocks`, the positions of the conjuncts still to evaluate on
+    it, or None where its min/max rule out every row; `bounds(column)`: the column's `ColumnBounds`.
+    Each test runs over every block at once."""
+    if not tests:
+        return [()] * blocks
+    out = np.zeros(blocks, dtype=bool)
+    settled = np.zeros((blocks, len(tests)), dtype=bool)
     for position, test in enumerate(tests):
-        verdict = None if test is None else _decide(test, entry)
-        if verdict is False:
-            return None
-        if verdict is None:
-            remaining.append(position)
-    return tuple(remaining)
+        if test is not None:
+            column = bounds(test.column)
+            if column.known.any():
+                none, every = _decide(test, column.low, column.high)
+                out |= none & column.known
+                settled[:, position] = every & column.complete & (not test.some_only)
+    packed = np.packbits(settled, axis=1)  # blocks alike share their positions
+    kinds, kind = np.unique(packed.view(f"V{packed.shape[1]}").reshape(-1), return_inverse=True)
+    remaining = [
+        tuple(np.flatnonzero(~np.unpackbits(np.frombuffer(k.tobytes(), np.uint8))[: len(tests)].astype(bool)).tolist())
+        for k in kinds
+    ]
+    return [None if o else remaining[k] for o, k in zip(out.tolist(), kind.reshape(-1).tolist(), strict=True)]
 
 
 def _bounds_test(e: E.Expr, types: dict[str, Type]) -> BoundsTest | None:
@@ -157,34 +203,28 @@ def _bounds_test(e: E.Expr, types: dict[str, Type]) -> BoundsTest | None:
     return BoundsTest(column.name, e.op, tuple(int(v) if v.denominator == 1 else v for v in values))
 
 
-def _decide(test: BoundsTest, entry: BlockEntry) -> bool | None:
-    """False: no row of the block qualifies; True: every row does; None: the block must be read."""
-    stats = entry.columns.get(test.column)
-    if stats is None or stats.minimum is None or stats.maximum is None:  # a long string's bound is not kept
-        return None
-    low, high, values = stats.minimum, stats.maximum, test.values
-    complete = stats.null_count == 0 and not test.some_only
-    op = test.op
+def _decide(test: BoundsTest, low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per block of bounds [low, high]: whether no row can qualify, and whether every row with a
+    value does."""
+    values, op = test.values, test.op
     if op == "between":
-        if values[1] < low or values[0] > high:
-            return False
-        return True if complete and values[0] <= low and high <= values[1] else None
+        return (low > values[1]) | (high < values[0]), (values[0] <= low) & (high <= values[1])
     if op == "in":
-        if all(v < low or v > high for v in values):
-            return False
-        return None
+        none = np.ones(len(low), dtype=bool)
+        for v in values:
+            none &= (low > v) | (high < v)
+        return none, np.zeros(len(low), dtype=bool)
     v = values[0]
-    none, every = {
-        "=": (v < low or v > high, low == high == v),
-        "<>": (low == high == v, v < low or v > high),
-        "<": (low >= v, high < v),
-        "<=": (low > v, high <= v),
-        ">": (high <= v, low > v),
-        ">=": (high < v, low >= v),
-    }[op]
-    if none:
-        return False
-    return True if complete and every else None
+    if op in ("=", "<>"):
+        outside, single = (low > v) | (high < v), (low == v) & (high == v)
+        return (outside, single) if op == "=" else (single, outside)
+    if op == "<":
+        return low >= v, high < v
+    if op == "<=":
+        return low > v, high <= v
+    if op == ">":
+        return high <= v, low > v
+    return high < v, low >= v  # >=
 
 
 # ---- running ---------------------------------------------------------------------------------------
@@ -197,6 +237,13 @@ class LoadedTable:
     table: Table
     blocks: list[tuple[BlockEntry, EncodedBlock]]
     stamp: tuple[int, int] = (0, 0)  # of the current manifest it was read from (a kept version: none)
+    _bounds: dict[str, ColumnBounds] = field(default_factory=dict, repr=False)
+
+    def bounds(self, column: str) -> ColumnBounds:
+        """The column's min/max over the blocks (made on first use; made twice at once, alike)."""
+        if column not in self._bounds:
+            self._bounds[column] = ColumnBounds.of([entry for entry, _ in self.blocks], column)
+        return self._bounds[column]
 
     @property
     def version(self) -> int:
@@ -317,12 +364,14 @@ class BlockScan:
         evaluate (the others pruned: a block none of whose rows can match is skipped)."""
         types = {c.name: E.arrow_kind(c.arrow_type) for c in self.loaded.table.schema.columns}
         tests = bounds_tests(E.conjuncts(self.plan.task.predicate), types)
+        pruned = prune(tests, self.loaded.bounds, len(self.loaded.blocks))
         jobs = []
-        blocks = [(e, b) for e, b in self.loaded.blocks if self.plan.buckets is None or e.bucket in self.plan.buckets]
+        buckets = self.plan.buckets
+        blocks = [(i, e, b) for i, (e, b) in enumerate(self.loaded.blocks) if buckets is None or e.bucket in buckets]
         if self.plan.block_range is not None:
             blocks = blocks[slice(*self.plan.block_range)]
-        for entry, block in blocks:
-            remaining = prune(tests, entry)
+        for i, entry, block in blocks:
+            remaining = pruned[i]
             if remaining is None:
                 self.stats.blocks_skipped += 1
                 continue

@@ -32,6 +32,7 @@ from gpu_kernels import (
     pipeline,
     to_domain,
 )
+from gpu_kernels import expr as E
 from gpu_kernels.selection import Selection
 from gpu_kernels.vector_functions import arithmetic
 from storage import ScanRequestError, Store, TableCache, TableSchema, int64_values, load_table, scan_table
@@ -182,6 +183,58 @@ def test_run_and_dictionary_predicates_skip_row_work(cache) -> None:
     )
     list(scan.pieces())
     assert scan.stats.blocks_skipped > 0, "blocks beyond the date are pruned by their min/max"
+
+
+@st.composite
+def bounded_conjuncts(draw: st.DrawFn, table: pa.Table) -> list[dict]:
+    """One to three comparisons of a column with literals near its values (a row's value, moved a
+    little): what block statistics can decide, NULLs in most columns, decimals finer than the column."""
+    conjuncts = []
+    for _ in range(draw(st.integers(1, 3))):
+        name = draw(st.sampled_from(["d", "k", "n", "amt", "grp", "code", "rid"]))
+        values = [v for v in table.column(name).to_pylist() if v is not None]
+
+        def literal(name=name, values=values) -> dict:
+            v = draw(st.sampled_from(values))
+            if name == "d":
+                return lit(str(v + dt.timedelta(days=draw(st.integers(-2, 2)))), "date")
+            if name == "amt":
+                return lit(str(v + decimal.Decimal(draw(st.integers(-3, 3))) / 1000), "decimal(12,3)")
+            return lit(v + draw(st.integers(-2, 2))) if isinstance(v, int) else lit(v)
+
+        op = draw(st.sampled_from(["=", "<>", "<", "<=", ">", ">=", "between", "in"]))
+        arity = {"between": 2, "in": draw(st.integers(1, 4))}.get(op, 1)
+        conjuncts.append(call(op, col(name), *(literal() for _ in range(arity))))
+    return conjuncts
+
+
+def test_block_statistics_rule_out_and_settle_only_what_every_row_bears_out(cache, table) -> None:
+    """Random comparisons with literals near the columns' values: a block its min/max rule out holds
+    no row that satisfies the predicate, and a conjunct they settle for a block (not evaluated
+    there) holds on every row of it, NULLs included (rows checked by Arrow)."""
+    numpy = get_backend("numpy")
+    loaded = cache.get("t")
+    rids = [set(block.decode().column("rid").to_pylist()) for _, block in loaded.blocks]
+    seen = {"ruled out": 0, "settled": 0}
+
+    def check(conjuncts: list[dict]) -> None:
+        predicate = call("and", *conjuncts) if len(conjuncts) > 1 else conjuncts[0]
+        scan = scan_table(cache, {"table": "t", "columns": ["rid"], "filter": predicate}, numpy)
+        assert len(E.conjuncts(scan.plan.task.predicate)) == len(conjuncts)
+        read = {id(block): remaining for _, block, remaining in scan.jobs()}
+        holding = [set(expected_rows(table, c)) for c in conjuncts]
+        for (_, block), rows in zip(loaded.blocks, rids, strict=True):
+            remaining = read.get(id(block))
+            if remaining is None:
+                assert not set.intersection(rows, *holding), (predicate, "ruled out")
+                seen["ruled out"] += 1
+                continue
+            for position in set(range(len(conjuncts))) - set(remaining):
+                assert rows <= holding[position], (conjuncts[position], "settled")
+                seen["settled"] += 1
+
+    settings(SETTINGS, max_examples=200)(given(conjuncts=bounded_conjuncts(table))(check))()
+    assert seen["ruled out"] > 100 and seen["settled"] > 100, seen
 
 
 def test_a_block_whose_string_bound_was_too_long_to_keep_is_read_not_pruned(tmp_path) -> None:
