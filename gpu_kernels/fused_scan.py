@@ -693,10 +693,11 @@ def by_warp(groups: int, width: int) -> bool:
 def _warp_rows(condition: str, group: str, values, width: int, n: int) -> str:
     """A tile's rows aggregated warp by warp (a few groups): for each group held in the warp at row
     k, its lanes' count and values reduced and added by one lane into the warp's own accumulators
-    (`n` a warp, in shared memory), with no atomics, rather than an atomic per row. A sum of values under 2^26 (2^51) in
+    (`n` a warp, in shared memory), with no atomics, rather than an atomic per row (a `__syncwarp`
+    orders one lead's stores before the next one's loads). A sum of values under 2^26 (2^51) in
     magnitude is reduced in one (two) 32-bit reductions, a single instruction from sm_80 on (Q1's
-    five sums: seven); else by shuffles of 64 bits, or of its two halves where 32 values may pass 64
-    bits."""
+    five sums: seven); else by shuffles of 64 bits, or of its two halves where 32 values may pass
+    64 bits."""
     reads, adds = [], []
     for slot, code, bound in values:
         v = f"v{slot.index}"
@@ -745,6 +746,7 @@ def _warp_rows(condition: str, group: str, values, width: int, n: int) -> str:
                     *at += (unsigned long long)__popc(peers);
                 }}
                 {pad.join(adds)}
+                __syncwarp();  // the lead's stores seen by the lane that leads this group next
                 active &= ~peers;
             }}
         }}"""

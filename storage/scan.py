@@ -159,7 +159,7 @@ def prune(
     """For each of a table version's `blocks`, the positions of the conjuncts still to evaluate on
     it, or None where its min/max rule out every row; `bounds(column)`: the column's `ColumnBounds`.
     Each test runs over every block at once."""
-    if not tests:
+    if not tests or not blocks:
         return [()] * blocks
     out = np.zeros(blocks, dtype=bool)
     settled = np.zeros((blocks, len(tests)), dtype=bool)
@@ -170,12 +170,10 @@ def prune(
                 none, every = _decide(test, column.low, column.high)
                 out |= none & column.known
                 settled[:, position] = every & column.complete & (not test.some_only)
-    packed = np.packbits(settled, axis=1)  # blocks alike share their positions
+    packed = np.packbits(settled, axis=1)  # a block's settled conjuncts as bytes: blocks alike share their positions
     kinds, kind = np.unique(packed.view(f"V{packed.shape[1]}").reshape(-1), return_inverse=True)
-    remaining = [
-        tuple(np.flatnonzero(~np.unpackbits(np.frombuffer(k.tobytes(), np.uint8))[: len(tests)].astype(bool)).tolist())
-        for k in kinds
-    ]
+    bits = np.unpackbits(kinds.view(np.uint8).reshape(len(kinds), -1), axis=1)[:, : len(tests)]
+    remaining = [tuple(np.flatnonzero(row == 0).tolist()) for row in bits]
     return [None if o else remaining[k] for o, k in zip(out.tolist(), kind.reshape(-1).tolist(), strict=True)]
 
 
