@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpu_kernels.decoding import encoding_bound
+from gpu_kernels.decoding import encoding_bound, magnitude
 from gpu_kernels.encoded_block import EncodedColumn
 from gpu_kernels.encodings import BitPacked, Dictionary, Encoding, Plain, RunLength, Values
 from gpu_kernels.placement_hash import hash_inputs
@@ -167,7 +167,7 @@ class ColumnImage:
             if isinstance(encoding, RunLength) and isinstance(encoding.values, np.ndarray):
                 values = encoding.values.astype(np.int64)
                 if not (np.diff(values) < 0).any():
-                    largest = int(np.abs(values).max()) if len(values) else 0
+                    largest = magnitude(values) if len(values) else 0
                     runs = SortedRuns(values, encoding.run_ends.astype(np.int64), largest)
             self._runs[block] = runs
         return self._runs[block]

@@ -194,7 +194,12 @@ def encoding_bound(encoding: Encoding) -> int:
     if isinstance(encoding, Plain) and isinstance(encoding.values, np.ndarray):
         return int(np.iinfo(encoding.values.dtype).max) + 1
     if isinstance(encoding, RunLength) and len(encoding.values):
-        return int(np.abs(encoding.values.astype(np.int64)).max())
+        return magnitude(encoding.values)
     if isinstance(encoding, Dictionary) and isinstance(encoding.dictionary, np.ndarray) and len(encoding.dictionary):
-        return int(np.abs(encoding.dictionary.astype(np.int64)).max())
+        return magnitude(encoding.dictionary)
     return INT64_MAX
+
+
+def magnitude(values: np.ndarray) -> int:
+    """The largest |value| of integers, as a Python int (NumPy's abs of -2^63 is -2^63)."""
+    return max(abs(int(values.min())), abs(int(values.max())))

@@ -275,6 +275,8 @@ class Generator:
             if e.type.kind not in INTEGRAL:
                 raise NotFusable(f"a {e.type.kind.value} literal")
             domain = literal_domain(e)
+            if not -INT64_MAX - 1 <= domain <= INT64_MAX:
+                raise NotFusable("a literal past 64 bits")
             return _Value(self.param("long long {name}", np.int64(domain)), e.type, abs(domain))
         if not isinstance(e, Call):
             raise NotFusable("a list of values")
@@ -461,6 +463,8 @@ def row_ranges(
             continue
         bound = literal_domain(literal) * 10 ** max(0, common.scale - literal.type.scale)
         factor = 10 ** max(0, common.scale - t.scale)
+        if not -INT64_MAX - 1 <= bound <= INT64_MAX:  # past the runs' int64: left to the kernel's test
+            continue
         for i, b in enumerate(blocks):
             runs = image.sorted_runs(int(b))
             if runs is None or runs.largest > INT64_MAX // factor:  # runs not in order: every row is read

@@ -10,6 +10,7 @@ import datetime as dt
 import decimal
 import functools
 import math
+import operator
 import re
 
 import numpy as np
@@ -133,6 +134,48 @@ def test_a_warps_sums_in_32_bit_parts_are_exact_up_to_their_bounds(top: int, red
     got = dict(zip(batch.column(0).to_pylist(), batch.column("total").to_pylist(), strict=True))
     flag = np.array(flags.to_pylist())
     assert got == {f: decimal.Decimal(int(values[flag == f].astype(object).sum())) for f in ("x", "y")}
+
+
+@pytest.mark.gpu
+def test_a_column_holding_the_least_int64_is_bounded_by_2_to_the_63(cupy_standin) -> None:
+    """|-2^63| is past int64 (NumPy's abs gives -2^63 back): the bound that picks how a warp sums must
+    be 2^63, or the value is summed in 32 bits and lost."""
+    values = np.sort(np.r_[-(2**63), np.zeros(5), np.ones(594)]).astype(np.int64)
+    flags = pa.array(["x" if i % 2 else "y" for i in range(600)])
+    columns = {
+        "a": EncodedColumn("a", pa.int64(), RunLength.encode(values), None, 0),
+        "k": EncodedColumn("k", pa.string(), dictionary_encoded(np.random.default_rng(1), flags), None, 0),
+    }
+    spec = AggSpec("total", "sum", Col("a"), pa.decimal128(38, 0))
+    backend = get_backend("cupy")
+    scan = fused_scan.plan_block(EncodedBlock(600, columns), None, [NamedExpr("k", Col("k"), pa.string())], [spec])
+    assert scan.images["a"].bounds[0] == 2**63 and "cxg_warp_sum26(mine ? v" not in scan.launches[0].source
+    batch = scan.assemble(backend.fused_aggregate(scan, lambda c, k: backend.asarray(scan.images[c].buffers[k])))
+    got = dict(zip(batch.column(0).to_pylist(), batch.column("total").to_pylist(), strict=True))
+    flag = np.array(flags.to_pylist())
+    assert got == {f: decimal.Decimal(int(values[flag == f].astype(object).sum())) for f in ("x", "y")}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["=", "<", ">=", "<>"])
+@pytest.mark.parametrize("literal", [2**63, -(2**63) - 1])
+def test_a_literal_past_int64_against_sorted_runs_is_left_to_the_general_kernels(cupy_standin, op, literal) -> None:
+    """A literal past int64 narrows no range (the runs are int64) and is not fused: the general
+    kernels answer, as the NumPy backend does."""
+    values = np.array([7] * 300 + [2**63 - 1] * 300, dtype=np.int64)
+    block = EncodedBlock(600, {"s": EncodedColumn("s", pa.int64(), RunLength.encode(values), None, 0)})
+    images = {"s": ColumnImage.of("s", [block.columns["s"]])}
+    predicate = Call(op, (Col("s"), Lit(literal, Type(Kind.INT))))
+    first, end, settled = fused_scan.row_ranges(images, np.arange(1), predicate)
+    assert (first[0], end[0], settled) == (0, 600, [frozenset()])
+    count = [AggSpec("n", "count", None, pa.int64())]
+    assert fused_scan.plan(images, [0], predicate, [], count) is None
+    task = BlockTask(predicate, aggregates=tuple(count))
+    holds = {"=": operator.eq, "<": operator.lt, ">=": operator.ge, "<>": operator.ne}[op]
+    expected = sum(holds(int(v), literal) for v in values)
+    for name in ("numpy", "cupy"):
+        [(batch, _)] = run_block(task, block, get_backend(name), ScanStats(), predicate)
+        assert sum(batch.column("n").to_pylist()) == expected, name  # no row: no partial group
 
 
 DAY = Type(Kind.DATE)
