@@ -235,7 +235,7 @@ class LoadedTable:
     table: Table
     blocks: list[tuple[BlockEntry, EncodedBlock]]
     stamp: tuple[int, int] = (0, 0)  # of the current manifest it was read from (a kept version: none)
-    _bounds: dict[str, ColumnBounds] = field(default_factory=dict, repr=False)
+    _bounds: dict[str, ColumnBounds] = field(default_factory=dict, repr=False, compare=False)
 
     def bounds(self, column: str) -> ColumnBounds:
         """The column's min/max over the blocks (made on first use; made twice at once, alike)."""

@@ -158,10 +158,17 @@ def test_a_one_table_query_or_one_without_a_table_is_planned_once(engine, duck, 
         for _ in range(2):
             assert rows_match(rows(engine.answer(plan, catalog=snapshot).table), expected, ordered=True)
         assert engine.plan_kept(query, names, snapshot, None) is plan
-        if names:
+        if names:  # the table as served otherwise: a newer version, or the same number after a reload
             tables = snapshot.tables()
-            newer = {**tables, "lineitem": replace(tables["lineitem"], version=tables["lineitem"].version + 1)}
-            assert engine.plan_kept(query, names, Snapshot(snapshot.nodes, newer, engine.catalog, []), None) is not plan
+            info = tables["lineitem"]
+            keyed = replace(info.schema.placement, keys=("l_partkey",))
+            for other in (
+                replace(info, version=info.version + 1),
+                replace(info, load="another load"),
+                replace(info, schema=replace(info.schema, placement=keyed)),
+            ):
+                served = Snapshot(snapshot.nodes, {**tables, "lineitem": other}, engine.catalog, [])
+                assert engine.plan_kept(query, names, served, None) is not plan
 
 
 READ_TWICE = """

@@ -289,11 +289,14 @@ class Engine:
 
 
 def _served(info: TableInfo) -> tuple[Any, ...] | None:
-    """What a plan reads of a table as served: its version (which fixes its schema), where it is
-    and its rows; None when the nodes serve versions of their own (no version to compare)."""
+    """What a plan reads of a table as served: its version and the load that made it (a version
+    number comes back once a table is dropped and loaded again), its columns and placement, where
+    it is and its rows; None when the nodes serve versions of their own (no version to compare)."""
     if info.version is None:
         return None
-    return info.schema.name, info.version, tuple(info.nodes), repr(info.buckets), info.rows
+    schema = info.schema
+    placed = (schema.sql_columns, repr(schema.placement))
+    return schema.name, info.version, info.load, info.data, placed, tuple(info.nodes), repr(info.buckets), info.rows
 
 
 def _to_spark(plan: Plan, failure: NodeError, catalog: RegionCatalog) -> Plan:
