@@ -98,7 +98,8 @@ def test_exact_sums_past_64_bits(grouped: bool, shared: int | None, monkeypatch)
     backend = get_backend("cupy")
     scan = fused_scan.plan_block(EncodedBlock(n, columns), None, keys, [spec])
     assert scan.groups == (2 if grouped else 1) and "cxg_warp_sum" in scan.launches[0].source
-    assert ("(threadIdx.x / 32) *" in scan.launches[0].source) == (grouped and shared is None)  # a warp's own
+    by_warp = grouped and shared is None  # each warp its own accumulators, ordered by __syncwarp
+    assert ("(threadIdx.x / 32) *" in scan.launches[0].source) == by_warp == ("__syncwarp()" in scan.launches[0].source)
     batch = scan.assemble(backend.fused_aggregate(scan, lambda c, k: backend.asarray(scan.images[c].buffers[k])))
     counts = [n - len(range(0, n, 3)), len(range(0, n, 3))] if grouped else [n]
     rows = sorted(zip(batch.column(0).to_pylist(), batch.column("total").to_pylist(), strict=True))
