@@ -590,7 +590,8 @@ def _kernel_body(condition: str, group: str, values, groups: int, width: int, sl
     the scan's. One group accumulates in registers (at the end reduced over each warp by shuffles:
     one shared atomic per warp), a few warp by warp into each warp's own accumulators in shared
     memory, added without atomics (`_warp_rows`; folded over the warps at the end), more in shared
-    memory (a shared atomic per row and accumulator)."""
+    memory (a shared atomic per row and accumulator; a count's in its low word, as a CUDA block
+    counts fewer than 2^32 rows, so a native 32-bit one where 64 bits is a compare-and-swap loop)."""
     n = groups * width
     copies = WARPS if by_warp(groups, width) else 1  # of the accumulators, in shared memory
     extremes = {s.index: s.kind for s in slots if s.kind in ("min", "max")}
@@ -626,7 +627,7 @@ def _kernel_body(condition: str, group: str, values, groups: int, width: int, sl
                 flush.append(f"if (threadIdx.x % 32 == 0) {{ {update} }}")
     elif copies == 1:  # more groups, or accumulators too many to keep once per warp
         updates.append(f"unsigned long long* g = acc + {group} * {width};")
-        updates.append("atomicAdd(g, 1ULL);")
+        updates.append("atomicAdd((unsigned int*)g, 1u);")  # the count's low word: 32 bits, no CAS loop
         for slot, code, _ in values:
             at = f"g + {slot.index}"
             extreme = f"atomic{slot.kind.capitalize()}((long long*)({at}), {code});"
