@@ -381,7 +381,16 @@ class ndarray:
     def get(
         self, stream: _Stream | None = None, order: str = "C", out: Any = None, blocking: bool = True
     ) -> np.ndarray:
-        return _STANDIN.to_host(self, stream, blocking)
+        if out is not None:  # as the real one checks it
+            if not isinstance(out, np.ndarray):
+                raise TypeError("Only numpy.ndarray can be obtained from cupy.ndarray")
+            if out.dtype != self.dtype:
+                raise TypeError(f"{out.dtype} array cannot be obtained from {self.dtype} array")
+            if out.shape != self.shape:
+                raise ValueError(f"Shape mismatch. Expected shape: {self.shape}, actual shape: {out.shape}")
+            if not (out.flags.c_contiguous or out.flags.f_contiguous):
+                raise RuntimeError("Non-contiguous array is not supported")
+        return _STANDIN.to_host(self, stream, blocking, out)
 
     def item(self) -> Any:
         return _STANDIN.to_host(self, None, True).item()
@@ -817,8 +826,9 @@ class Counts:
     syncs: int = 0  # the host waiting for device work not yet known done: values read back, streams synchronized
     to_device: int = 0  # bytes copied host -> device
     to_host: int = 0  # bytes copied device -> host
+    to_host_pinned: int = 0  # of them, into pinned host memory
     sync_sites: Counter = field(default_factory=Counter)  # where in gpu_kernels the host waited (file:line)
-    pinned: int = 0  # pinned host buffers allocated
+    pinned: int = 0  # pinned host buffers allocated (not found free in the pinned pool)
 
     @property
     def total_launches(self) -> int:
@@ -839,6 +849,7 @@ class StandIn:
         self._null = {d: _Stream(self, d, blocking=True, null=True) for d in range(devices)}
         self._streams: list[weakref.ref] = []
         self._device_used = Counter()  # device -> bytes of arrays allocated without a pool
+        self._pinned_free = Counter()  # size -> pinned host buffers of that size freed to the pool
         self.module = self._cupy_module()
         self.cupyx = self._cupyx_module()
 
@@ -985,13 +996,19 @@ class StandIn:
             self.counts.launches[self.state().device] += 1
         compute(*inputs)
 
-    def to_host(self, array: ndarray, stream: _Stream | None, blocking: bool) -> np.ndarray:
+    def to_host(
+        self, array: ndarray, stream: _Stream | None, blocking: bool, out: np.ndarray | None = None
+    ) -> np.ndarray:
         stream = stream or self.current_stream()
         with self._streamed(stream):
-            data = self.read(array).copy()
+            data = self.read(array).copy() if out is None else out
+            if out is not None:
+                np.copyto(out, self.read(array))
             stream.step()
         with self._lock:
             self.counts.to_host += data.nbytes
+            if isinstance(data, _Pinned):
+                self.counts.to_host_pinned += data.nbytes
         if blocking:
             self.host_waits(stream)
         return data
@@ -1007,7 +1024,11 @@ class StandIn:
         with self._lock:
             self.counts.to_device += host.nbytes
             if isinstance(host, _Pinned) and not stream.null:  # asynchronous: the buffer must live on
-                self.pending_copies.setdefault(id(host), []).append((weakref.ref(host), stream, array._written[1], ""))
+                while isinstance(host.base, _Pinned):  # a view: its buffer is what is released
+                    host = host.base
+                pending = self.pending_copies.setdefault(id(host), [])
+                pending[:] = [p for p in pending if self.host_seen.get(p[1].key, 0) < p[2]]  # those still in flight
+                pending.append((weakref.ref(host), stream, array._written[1], ""))
 
     @contextlib.contextmanager
     def _streamed(self, stream: _Stream) -> Iterator[None]:
@@ -1021,9 +1042,11 @@ class StandIn:
             state.streams[stream.device] = previous
             state.device = device
 
-    def pinned_released(self, key: int) -> None:
-        """A pinned host buffer was freed: a copy from it still in flight read freed memory."""
+    def pinned_released(self, key: int, size: int) -> None:
+        """A pinned host buffer was freed, back to the pool: a copy from it still in flight read freed
+        memory."""
         with self._lock:
+            self._pinned_free[size] += 1
             for _, stream, seq, _ in self.pending_copies.pop(key, []):
                 if self.host_seen.get(stream.key, 0) < seq:
                     self.errors.append(
@@ -1175,9 +1198,16 @@ class StandIn:
         return module
 
     def _pinned(self, array: np.ndarray) -> _Pinned:
-        self.counts.pinned += 1
+        """A pinned host buffer from the pool as CuPy's pinned pool keeps it: a buffer freed before is
+        reused for a size that rounds to the same multiple of 512 bytes, else a new one is allocated."""
+        size = -(-array.nbytes // 512) * 512
+        with self._lock:
+            if self._pinned_free[size]:
+                self._pinned_free[size] -= 1
+            else:
+                self.counts.pinned += 1
         pinned = array.view(_Pinned)
-        weakref.finalize(pinned, self.pinned_released, id(pinned))
+        weakref.finalize(pinned, self.pinned_released, id(pinned), size)
         return pinned
 
     @contextlib.contextmanager

@@ -36,7 +36,7 @@ def event_seconds(cupy: Any, work: Callable[[], Any], repeat: int) -> float:
 def ceilings(cupy: Any, cupyx: Any, nbytes: int, repeat: int) -> dict[str, float]:
     """Bytes per second: a device-to-device copy (read and write counted once each, as a decoding
     kernel's effective bandwidth counts its output), host to device from pinned and from pageable
-    memory, and device to host into pinned memory."""
+    memory, and device to host into pinned and into pageable memory."""
     host = np.random.default_rng(0).integers(0, 255, nbytes, dtype=np.uint8)
     pinned = cupyx.empty_pinned(nbytes, np.uint8)
     pinned[...] = host
@@ -47,6 +47,7 @@ def ceilings(cupy: Any, cupyx: Any, nbytes: int, repeat: int) -> dict[str, float
         "host_to_device_pinned": nbytes / event_seconds(cupy, lambda: device.set(pinned, stream=stream), repeat),
         "host_to_device_pageable": nbytes / event_seconds(cupy, lambda: device.set(host, stream=stream), repeat),
         "device_to_host_pinned": nbytes / event_seconds(cupy, lambda: device.get(stream=stream, out=pinned), repeat),
+        "device_to_host_pageable": nbytes / event_seconds(cupy, lambda: device.get(stream=stream, out=host), repeat),
     }
 
 

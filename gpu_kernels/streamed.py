@@ -292,9 +292,7 @@ class _Ring:
 
     def read(self, array: Any) -> np.ndarray:
         """A device array made on the compute stream, on the host: a wait for the device."""
-        host = array.get(stream=self.compute_stream)
-        self.compute_stream.synchronize()
-        return host
+        return self.backend.copy_to_host(array, self.compute_stream)
 
     def _copied_in(self, chunk: Chunk, slot: int) -> dict[tuple[str, str], Any]:
         """The chunk's buffers packed into the slot's pinned bytes and copied in on the copy stream."""

@@ -222,6 +222,7 @@ def test_the_gpu_benchmark_counts_launches_and_waits_per_query_on_the_stand_in(t
             assert fused["syncs"] == 1 and fused["launches"] <= 4, (name, fused)
         assert general["syncs"] > general["blocks"] and general["launches"] > 3 * general["blocks"], (name, general)
         assert fused["to_device_bytes"] == 0 < fused["first_to_device_bytes"], (name, fused)  # all kept on the device
+        assert fused["to_host_pinned_bytes"] == fused["to_host_bytes"] > 0, (name, fused)  # back into pinned memory
 
 
 def test_the_timed_gpu_benchmark_runs_end_to_end_on_the_stand_in(tmp_path) -> None:
@@ -238,6 +239,7 @@ def test_the_timed_gpu_benchmark_runs_end_to_end_on_the_stand_in(tmp_path) -> No
     assert set(service) == {"Q1", "Q6", "projection"}
     assert all(q["cupy_s"] > 0 and q["numpy_s"] > 0 and q["duckdb_s"] > 0 for q in service.values())
     assert len(figures["compressed_transfer"]) == 2 * 9 and set(figures["partitioning"]) == {"16", "256"}
+    assert set(figures["ceilings"]) == set(bench_gpu.CEILINGS)
     assert all(v > 0 for v in figures["ceilings"].values())
 
 

@@ -108,6 +108,53 @@ def test_a_pinned_buffer_must_outlive_its_copy() -> None:
         del pinned
 
 
+def test_a_view_of_a_pinned_buffer_is_held_to_its_buffer() -> None:
+    """A copy from a view of a pinned buffer needs the buffer alive, not the view: the view may go."""
+    with pytest.raises(StreamOrderError, match="pinned host buffer was released"), installed() as standin:
+        import cupy
+        import cupyx
+
+        stream = cupy.cuda.Stream(non_blocking=True)
+        device = cupy.empty(100, cupy.int64)
+        buffer = cupyx.empty_pinned(4096, np.uint8)
+        view = buffer[:800].view(np.int64)
+        device.set(view, stream=stream)
+        del view
+        gc.collect()
+        assert not standin.errors  # the buffer holds on
+        del buffer
+        gc.collect()
+    with installed() as standin:
+        import cupy
+        import cupyx
+
+        stream = cupy.cuda.Stream(non_blocking=True)
+        device = cupy.empty(100, cupy.int64)
+        buffer = cupyx.empty_pinned(4096, np.uint8)
+        for _ in range(3):
+            device.set(buffer[:800].view(np.int64), stream=stream)
+            stream.synchronize()
+        assert len(standin.pending_copies[id(buffer)]) == 1  # the copies done are forgotten
+
+
+def test_get_into_a_host_array_checks_it_as_cupy_does() -> None:
+    with installed() as standin:
+        import cupy
+        import cupyx
+
+        device = cupy.arange(6, dtype=cupy.int64).reshape(2, 3)
+        pinned = cupyx.empty_pinned((2, 3), np.int64)
+        assert device.get(out=pinned) is pinned and pinned.tolist() == [[0, 1, 2], [3, 4, 5]]
+        assert standin.counts.to_host_pinned == standin.counts.to_host == 48
+        assert device.get(out=np.empty((2, 3), np.int64)).sum() == 15 and standin.counts.to_host_pinned == 48
+        with pytest.raises(TypeError, match="cannot be obtained"):
+            device.get(out=np.empty((2, 3), np.int32))
+        with pytest.raises(ValueError, match="Shape mismatch"):
+            device.get(out=np.empty(6, np.int64))
+        with pytest.raises(TypeError, match=r"Only numpy\.ndarray"):
+            device.get(out=cupy.empty((2, 3), cupy.int64))
+
+
 def test_scatters_take_only_the_dtypes_cupyx_builds_them_for() -> None:
     with installed():
         import cupy

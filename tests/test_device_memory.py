@@ -2,7 +2,8 @@
 fourth: the block pipeline's three and the resident columns'), a table larger than it goes through
 within it (block by block, or streamed in chunks for an aggregate; a projection fused over resident
 columns answers in the result area, or block by block where its answer would outgrow it), and a
-scan that needs more than is left fails alone with `device_out_of_memory` while the node goes on."""
+scan that needs more than is left fails alone with `device_out_of_memory` while the node goes on.
+What comes back to the host lands in pinned buffers of a few sizes."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from cxg.load import load_options
 from gateway.background import serve
-from gpu_kernels import get_backend
+from gpu_kernels import cupy_backend, get_backend
 from regions import load_config
 from storage import LoadOptions, Node, NodeClient, NodeError, Store, TableCache, TableSchema, load_table, scan_table
 from tests.waiting import eventually
@@ -135,3 +136,37 @@ def test_blocks_are_sized_by_the_rule_from_the_device_budget() -> None:
     assert load_options(load_config(None, ["region.slots=4"])).block_budget == default
     on_cpu = load_config(None, ["storage.backend=numpy"])
     assert load_options(on_cpu).block_budget == on_cpu.storage.block_budget == 64 << 20
+
+
+def _buffer(array: np.ndarray) -> np.ndarray:
+    """The host array a view is of."""
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
+@pytest.mark.gpu
+def test_what_comes_back_lands_in_pinned_buffers_of_a_few_sizes(cupy_standin, monkeypatch) -> None:
+    """An array read back lands in pinned host memory, in a buffer of a power-of-two size of at
+    least 4 KiB (CuPy's pinned pool reuses a freed buffer for the same size only); one past
+    PINNED_READ_BACK bytes, in pageable memory of its own size."""
+    import cupy
+
+    backend = get_backend("cupy")
+    sizes = set()
+    for n in (0, 1, 500, 513, 1000, 4000, 5000):
+        got = backend.copy_to_host(cupy.arange(n, dtype=cupy.int64).reshape(1, n))
+        assert got.shape == (1, n) and got.tolist() == [list(range(n))]
+        sizes.add(_buffer(got).nbytes)
+    assert sizes == {4096, 8192, 32768, 65536}
+    if cupy_standin is not None:
+        assert cupy_standin.counts.to_host_pinned == cupy_standin.counts.to_host
+        allocated = cupy_standin.counts.pinned
+        for n in range(1000, 5000, 100):  # 40 sizes, each answer dropped at once: the pool's buffers reused
+            backend.copy_to_host(cupy.zeros(n, cupy.int64))
+        assert cupy_standin.counts.pinned - allocated <= 4
+    monkeypatch.setattr(cupy_backend, "PINNED_READ_BACK", 1000)
+    got = backend.copy_to_host(cupy.arange(200, dtype=cupy.int64))
+    assert got.tolist() == list(range(200)) and _buffer(got).nbytes == 1600
+    if cupy_standin is not None:
+        assert cupy_standin.counts.to_host - cupy_standin.counts.to_host_pinned == 1600

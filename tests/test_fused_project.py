@@ -125,7 +125,8 @@ def _rows(store: Store, backend, request: dict) -> tuple[list[tuple], list[str]]
 def test_a_node_projects_over_its_resident_columns_in_two_waits(tmp_path, cupy_standin, name: str) -> None:
     """Through a node's scan: the projection of 50 blocks is one piece from the resident columns,
     two kernels per signature and a scan, two waits for the device (one where no row holds), its
-    rows the NumPy backend's; the same with a LIMIT goes block by block, and stops early."""
+    rows the NumPy backend's, read back into pinned host memory; the same with a LIMIT goes block
+    by block, and stops early."""
     store = Store(tmp_path / "node")
     data = _lineitem_like(50_000)
     load_table([store], TableSchema.from_arrow("t", data.schema), data, LoadOptions(block_budget=20_000))
@@ -135,9 +136,10 @@ def test_a_node_projects_over_its_resident_columns_in_two_waits(tmp_path, cupy_s
     expected, _ = _rows(store, get_backend("numpy"), request)
     assert _rows(store, cupy, request)[0] == expected  # loads the columns
     counts = cupy_standin.counts
-    launches, waits = counts.total_launches, counts.syncs
+    launches, waits, to_host, pinned = counts.total_launches, counts.syncs, counts.to_host, counts.to_host_pinned
     got, blocks = _rows(store, cupy, request)
     assert got == expected and set(blocks) <= {"resident"}
+    assert counts.to_host_pinned - pinned == counts.to_host - to_host > 0  # read back into pinned memory only
     scan = scan_table(TableCache(store), {"table": "t", **request}, cupy)
     signatures = len(scan.resident(scan.jobs()).scan.launches)
     assert 1 <= signatures <= 4
