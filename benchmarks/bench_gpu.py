@@ -446,10 +446,11 @@ def _planned(cache: TableCache, backend: Any, request: dict) -> Any:
 
 def _resident(cupy: Any, cache: TableCache, backend: Any, request: dict, repeat: int) -> tuple[float, int]:
     """Seconds of the fused kernels over the resident columns (CUDA events around the launches and
-    the read-back, the plan made once), and the bytes of the columns they read."""
+    the read-back, the plan made once), and the bytes of the columns they read: the parts of the
+    blocks they read, of the columns their predicate still tests or their outputs read."""
     prepared = _planned(cache, backend, request)
     seconds = gpu_timing.event_seconds(cupy, lambda: prepared.run(backend), repeat)
-    return seconds, sum(image.nbytes for image in prepared.scan.images.values())
+    return seconds, prepared.scan.bytes_read
 
 
 def _wall(work: Any, repeat: int) -> float:

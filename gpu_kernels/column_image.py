@@ -134,6 +134,14 @@ class ColumnImage:
     def nbytes(self) -> int:
         return sum(b.nbytes for b in self.buffers.values())
 
+    def block_bytes(self, key: str, blocks: np.ndarray) -> int:
+        """The bytes of buffer `key` that the parts of `blocks` take, each with its alignment (a buffer
+        not laid out by block, as the hash inputs, whole)."""
+        buffer, at = self.buffers[key], self.fields.get(f"{key}.at")
+        if at is None:
+            return int(buffer.nbytes)
+        return int((np.append(at[1:], len(buffer)) - at)[blocks].sum()) * buffer.itemsize
+
     def key_codes(self) -> tuple[Values, np.ndarray]:
         """The distinct values of this column over every block (the codes of a group key), and the
         buffer (at place "key") that maps each block's dictionary entry or run to its code among

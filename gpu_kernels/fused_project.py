@@ -47,6 +47,7 @@ from gpu_kernels.fused_scan import (
     Launch,
     NotFusable,
     block_table,
+    bytes_launched,
     columns_of,
     launch_groups,
     rows_launched,
@@ -93,6 +94,11 @@ class FusedProjection:
     def rows_read(self) -> int:
         """Rows the kernels read: those of the blocks' ranges, not launched past them."""
         return rows_launched(self.launches)
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes of the resident columns the kernels read (`fused_scan.bytes_launched`)."""
+        return bytes_launched(self.launches, self.images)
 
     def selected(self, answer: Answer) -> int:
         """Rows the predicate kept."""
@@ -209,7 +215,7 @@ def _launch(images, members: np.ndarray, ranges: np.ndarray, predicate, outputs:
         for kind, declared, body in (("count", count, bodies[0]), ("write", write, bodies[1]))
     )
     table, tiles = block_table(images, members, ranges, g.fields)
-    return Launch(source, name, table, tiles, list(g.pointers), g.scalars), list(values)
+    return Launch(source, name, table, tiles, list(g.pointers), g.scalars, members), list(values)
 
 
 def _output(g: Generator, output: NamedExpr) -> tuple[str, Values]:

@@ -99,6 +99,7 @@ class Launch:
     tiles: int
     buffers: list[tuple[str, str]]  # (column, buffer key) of each pointer argument, in order
     scalars: list  # the literals (NumPy scalars), after the pointers
+    blocks: np.ndarray  # the images' blocks its table rows are, in order
     max_grid: int = MAX_BLOCKS  # CUDA blocks at most: they stride over the tiles
 
     @property
@@ -110,6 +111,12 @@ class Launch:
 def rows_launched(launches: Sequence[Launch]) -> int:
     """The rows of the launches' block tables: those of the blocks' ranges (`row_ranges`)."""
     return sum(int(launch.table[:, 0].sum()) for launch in launches)
+
+
+def bytes_launched(launches: Sequence[Launch], images: Mapping[str, ColumnImage]) -> int:
+    """The bytes of the column buffers the launches read: of each buffer a launch takes, its
+    blocks' parts (whole, though a block's row range may read less of them)."""
+    return sum(images[c].block_bytes(key, launch.blocks) for launch in launches for c, key in set(launch.buffers))
 
 
 @dataclass
@@ -137,6 +144,11 @@ class FusedScan:
     def rows_read(self) -> int:
         """Rows the kernels read: those of the blocks' ranges (`row_ranges`), not launched past them."""
         return rows_launched(self.launches)
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes of the resident columns the kernels read (`bytes_launched`)."""
+        return bytes_launched(self.launches, self.images)
 
     def selected(self, accumulators: np.ndarray) -> int:
         """Rows the predicate kept."""
@@ -565,7 +577,7 @@ def _launch(images, blocks: np.ndarray, ranges: np.ndarray, predicate, keys, agg
     source = prelude() + f'\nextern "C" __global__ void {name}({declared}) {{\n{body}}}\n'
     table, tiles = block_table(images, blocks, ranges, g.fields)
     columns = len(g.reads) + len(keys)
-    launch = Launch(source, name, table, tiles, list(g.pointers), g.scalars)
+    launch = Launch(source, name, table, tiles, list(g.pointers), g.scalars, blocks)
     return launch, (groups, width, slots, [(c, k) for _, c, k in key_reads], columns)
 
 

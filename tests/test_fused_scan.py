@@ -237,6 +237,28 @@ def test_a_range_on_a_column_stored_as_sorted_runs_narrows_the_rows_the_kernel_r
     assert sum(len(launch.table) for launch in scan.launches) == int((end > first).sum())  # empty: not launched
 
 
+def test_the_bytes_a_scan_reads_are_its_launched_blocks_parts_of_the_columns_it_still_reads() -> None:
+    """What a benchmark's rate over compressed bytes counts: of the columns the kernels still read
+    (not one whose comparison the row ranges settle), the parts of the blocks launched (not those
+    min/max or the ranges rule out), each part as aligned in its buffer."""
+    rng = np.random.default_rng(13)
+    blocks = []
+    for start in (8000, 8130, 8260):
+        block = random_block(rng, 3000)
+        block.columns["s"] = EncodedColumn(
+            "s", pa.date32(), RunLength.encode(np.sort(rng.integers(start, start + 140, 3000))), None, 0
+        )
+        blocks.append(block)
+    images = {n: ColumnImage.of(n, [b.columns[n] for b in blocks]) for n in ("p", "s")}
+    predicate = Call("and", (Call(">=", (Col("s"), _day(8100))), Call("<", (Col("s"), _day(8200)))))
+    total = AggSpec("total", "sum", Col("p"), pa.decimal128(38, 2))
+    scan = fused_scan.plan(images, [0, 1, 2], predicate, [], [AggSpec("n", "count", None, pa.int64()), total])
+    assert scan is not None and {c for launch in scan.launches for c, _ in launch.buffers} == {"p"}
+    alone = [ColumnImage.of("p", [blocks[b].columns["p"]]) for b in (0, 1)]  # the third block holds no day asked
+    expected = sum(-(-buffer.nbytes // 8) * 8 for image in alone for buffer in image.buffers.values())
+    assert scan.bytes_read == expected < images["p"].nbytes + images["s"].nbytes
+
+
 @pytest.mark.gpu
 def test_a_range_on_sorted_runs_with_nulls_is_still_tested_on_each_row(cupy_standin) -> None:
     """A NULL's slot holds a value of its run, yet its row does not hold: a sorted column with NULLs
