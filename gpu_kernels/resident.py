@@ -93,11 +93,14 @@ class ResidentArea:
     def planned(self, key: Hashable, plan: Callable[[], ResidentScan | None]) -> ResidentScan | None:
         """The scan `plan()` makes, kept under `key` (its table, blocks and request) for the next
         scan of the same, which finds it while every column it reads is the one it was planned over
-        (each such column counted as found); the least recently used of more than PLANS dropped."""
+        (each such column counted as found; its block tables copied in now if they found no room
+        before); the least recently used of more than PLANS dropped."""
         with self.lock:
             kept = self.plans.get(key)
             if kept is not None and self._holds(kept):
                 self.plans.move_to_end(key)
+                if kept.kept is None:
+                    kept.kept = self._on_device(kept)
                 return kept
         made = plan()
         with self.lock:  # kept only while its columns are resident (loading one may evict another)

@@ -350,6 +350,8 @@ def test_what_does_not_fit_is_refused_and_leaves_the_area_as_it_was(cupy_standin
 
 @pytest.mark.gpu
 def test_a_plan_whose_tables_find_no_room_beside_the_columns_copies_them_at_each_run(tmp_path, cupy_standin) -> None:
+    """Its block tables and accumulators copied at each run, until there is room for them: the plan
+    found kept then gets them, and copies nothing at the next run."""
     store = Store(tmp_path / "node")
     _load(store, _table(7, 5000))
     cupy, numpy = get_backend("cupy"), get_backend("numpy")
@@ -365,6 +367,11 @@ def test_a_plan_whose_tables_find_no_room_beside_the_columns_copies_them_at_each
         assert cupy_standin.counts.to_device > copied
     [plan] = area.plans.values()
     assert plan.kept is None and area.used == area.budget
+    area.budget += plan.scan.launches[0].table.nbytes + plan.scan.initial.nbytes  # room for them now
+    assert _result(store, cupy, request) == expected  # found kept: its tables copied in now
+    copied = cupy_standin.counts.to_device
+    assert _result(store, cupy, request) == expected and cupy_standin.counts.to_device == copied
+    assert plan.kept is not None and area.used == area.budget
 
 
 @pytest.mark.gpu
