@@ -264,7 +264,7 @@ class NativeExecutor:
         snapshot = self.engine.catalog.snapshot()
         try:
             query = self.engine.check(asked.sql, asked.params, snapshot, copy=False)  # only read
-            names = read_tables(query.tree)
+            names = query.tables
             authorize(names, asked.token, asked.may_read)
             plan = self.engine.plan_kept(query, names, snapshot, None if asked.max_rows is None else asked.max_rows + 1)
             if not names:

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-.whl}
 version=${2:-3.12}
-needs=(duckdb sqlglot zstandard tpchgen-cli)
+needs=(duckdb sqlglot zstandard tpchgen-cli urllib3)
 
 # each one's pin, from pyproject.toml (its dependencies and extras)
 pins=$(python3 - "${needs[@]}" <<'EOF'

@@ -42,6 +42,7 @@ released), so a query pinned to one version reads the same data on every node wh
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -89,6 +90,7 @@ log = logging.getLogger("cxg.node")
 IN_FLIGHT = 4  # chunks produced ahead of the network
 EXPIRE_EVERY_S = 60.0  # how often replaced versions nobody released are looked at (storage.store.RETAIN_S)
 CHUNK_BYTES = 1 << 16  # encoded batches are written to the network in chunks of at least this size
+KEPT_REQUEST = 16 << 10  # bytes: a scan request up to this size is read, checked and typed once, then kept
 T = TypeVar("T")
 
 
@@ -283,7 +285,7 @@ class Node:
         self.cache.forget(name)
 
     async def scan(self, request: web.Request) -> web.StreamResponse:
-        scan = await _on_thread(self._plan, await _json_body(request, "scan"))
+        scan = await _on_thread(self._plan, await request.read())
         async with self._slots:
             self.running += 1
             self.counters["started"] += 1
@@ -347,11 +349,14 @@ class Node:
         parts.append(encoder.trailer({METADATA_STATS: json.dumps(stats).encode()}))
         return b"".join(parts)
 
-    def _plan(self, body: object) -> BlockScan:
+    def _plan(self, body: bytes) -> BlockScan:
         """Worker thread: the request checked by the protocol, then planned on its table (a long IN
-        list takes a while to read: not on the event loop)."""
+        list takes a while to read: not on the event loop); a small one read and typed once, and
+        kept for when the same is asked again."""
         try:
-            return scan_table(self.cache, ScanRequest.from_json(body), self.backend)
+            if len(body) > KEPT_REQUEST:
+                return scan_table(self.cache, ScanRequest.from_json(_json(body, "scan")), self.backend)
+            return scan_table(self.cache, _kept_request(body), self.backend, kept=True)
         except MemoryError:
             raise OutOfMemoryError(
                 f"planning the scan needed more memory than node {self.store.node}'s process may hold"
@@ -628,10 +633,20 @@ class Node:
 
 
 async def _json_body(request: web.Request, what: str) -> object:
+    return _json(await request.read(), what)
+
+
+def _json(body: bytes, what: str) -> object:
     try:
-        return await request.json()
+        return json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise UnreadableRequestError("invalid_json", f"the {what} request is not valid JSON: {e}") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _kept_request(body: bytes) -> ScanRequest:
+    """A small scan request's body read and checked, kept for when the same bytes come again."""
+    return ScanRequest.from_json(_json(body, "scan"))
 
 
 async def _on_thread(work: Callable[..., T], *args: Any) -> T:

@@ -97,6 +97,7 @@ def plan_scan(request: ScanRequest, schema: TableSchema) -> ScanPlan:
     return ScanPlan(request.table, task, buckets, request.limit, request.block_range, having)
 
 
+kept_plan_scan = functools.lru_cache(maxsize=256)(plan_scan)  # requests a node is asked again: the same plan
 _HOST = NumpyBackend()  # the merged groups of a HAVING on the node are few: evaluated on the host
 PIECE_ROWS = 1 << 20  # a fused projection's answer goes out in batches of at most this many rows
 
@@ -545,10 +546,13 @@ def scan_table(
     backend: NumpyBackend,
     threads: int = 1,
     cancel: threading.Event | None = None,
+    kept: bool = False,
 ) -> BlockScan:
     """Plan a request (or its JSON form) against a table of the node; raises TableNotFoundError or
-    ScanRequestError."""
+    ScanRequestError. `kept`: its plan kept for the same request on the same schema (a small
+    request: a long IN list is not worth keeping)."""
     if not isinstance(request, ScanRequest):
         request = ScanRequest.from_json(request)
     loaded = cache.get(request.table, request.version)
-    return BlockScan(plan_scan(request, loaded.table.schema), loaded, backend, threads, cancel or threading.Event())
+    plan = (kept_plan_scan if kept else plan_scan)(request, loaded.table.schema)
+    return BlockScan(plan, loaded, backend, threads, cancel or threading.Event())

@@ -18,7 +18,10 @@ from gateway import free_port
 from gateway.background import serve
 from gpu_kernels import final_aggregate, get_backend
 from storage import LoadOptions, Node, NodeClient, NodeError, Store, TableCache, TableSchema, load_table, scan_table
+from storage import node as node_module
+from storage import scan as scan_module
 from storage.hash_aggregate import many_groups
+from storage.node_client import connections
 from tests.kernel_cases import call, col, lit, make_table, plain_strings
 from tests.waiting import eventually
 
@@ -249,6 +252,43 @@ def test_a_client_that_disconnects_mid_stream_frees_its_slot(client: NodeClient,
     assert info["running"] == 0 and info["free_slots"] == 2
     table, _ = client.scan_table({"table": "big", "columns": ["c0"], "limit": 5})
     assert table.num_rows == 5 and client.get("/healthz")["status"] == "ok"
+
+
+def test_a_client_keeps_one_connection_to_a_node_and_a_scan_left_early_closes_its_own(store: Store) -> None:
+    """A process's requests to a node, one after another, go over one kept-alive connection (a scan
+    read to its end gives it back); a scan left before its end closes its connection, which tells
+    the node to stop it; once the node restarts, the next request opens a new one."""
+    port = free_port()
+    with serve(Node(store, get_backend("numpy"), slots=2).app(), port) as url:
+        client = NodeClient(url)
+        pool = connections().connection_from_url(url)
+        opened = pool.num_connections
+        for _ in range(5):
+            assert client.scan_table({"table": "t", "columns": ["k"]})[0].num_rows > 0
+            assert client.get("/healthz")["status"] == "ok"
+        assert pool.num_connections == opened + 1
+        with client.scan({"table": "big", "columns": ["c0", "c1", "c2", "c3"]}) as stream:
+            next(iter(stream))  # the first batch: the rest is left unread
+        eventually(lambda: client.get("/v1/node")["scans"].get("cancelled", 0) == 1, 20, "the scan cancelled")
+        assert pool.num_connections == opened + 2
+    with serve(Node(store, get_backend("numpy"), slots=2).app(), port) as url:  # restarted: the kept one was closed
+        assert NodeClient(url).get("/healthz")["status"] == "ok"
+
+
+def test_a_small_scan_request_asked_again_is_read_and_typed_once(client: NodeClient) -> None:
+    """The node keeps a small request read, checked and typed (by its bytes, then by its value and
+    the table's schema), not one with a long IN list; the answers are the same."""
+    request = {"table": "t", "columns": ["k", "amt"], "filter": call("<", col("amt"), lit(50))}
+    reads, plans = node_module._kept_request.cache_info(), scan_module.kept_plan_scan.cache_info()
+    first, _ = client.scan_table(request)
+    again, _ = client.scan_table(request)
+    assert again.equals(first) and first.num_rows > 0
+    assert node_module._kept_request.cache_info().hits == reads.hits + 1
+    assert scan_module.kept_plan_scan.cache_info().hits == plans.hits + 1
+    listed = {**request, "filter": call("in", col("k"), *[lit(i) for i in range(2_000)])}
+    assert len(json.dumps(listed)) > node_module.KEPT_REQUEST
+    kept = node_module._kept_request.cache_info().currsize
+    assert client.scan_table(listed)[0].num_rows > 0 and node_module._kept_request.cache_info().currsize == kept
 
 
 def test_cxg_node_command_serves_a_data_directory(store: Store) -> None:

@@ -9,6 +9,7 @@ reads them: one read-only statement, its parameters bound by the driver (`check_
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,11 @@ class CheckedQuery:
     names: list[str]
     explain: str  # "", "plan" or "analyze"
     text: str
+
+    @functools.cached_property
+    def tables(self) -> frozenset[str]:
+        """The tables it reads (`read_tables`), found once: a kept check is read again and again."""
+        return read_tables(self.tree)
 
     def copy(self) -> CheckedQuery:
         """The same query over a copy of its tree, to rewrite without touching this one."""

@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from gateway.config import JOINS, SparkFactory, SparkSettings
 from gateway.sql.catalog import RegionCatalog, TableInfo
-from gateway.sql.check import CheckedQuery, check, read_tables
+from gateway.sql.check import CheckedQuery, check
 from gateway.sql.errors import ExecutionError, QueryCancelled, SqlError
 from gateway.sql.exchange import ExchangeOptions
 from gateway.sql.execute import SparkJob, execute
@@ -242,7 +242,7 @@ class Engine:
         snapshot = self.catalog.snapshot()
         try:
             query = self.check(sql, catalog=snapshot, copy=False)  # only read
-            plan = self.plan_kept(query, read_tables(query.tree), snapshot, None)
+            plan = self.plan_kept(query, query.tables, snapshot, None)
             return self.answer(plan, query_id, catalog=snapshot)
         finally:
             snapshot.close()

@@ -5,6 +5,7 @@ ORDER BY and LIMIT are evaluated over the merged result with the same kernels th
 from __future__ import annotations
 
 import contextvars
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -17,8 +18,18 @@ import pyarrow.compute as pc
 from gateway.sql.catalog import RegionCatalog, TableInfo
 from gateway.sql.plan import Plan
 from gateway.sql.profile import node_scan
-from gpu_kernels import BlockEvaluator, NumpyBackend, final_aggregate, fold, to_arrow
-from storage import Expr, NodeClient, ScanCancelled, ScanRequest, kernel_expr, plain_block, type_scan, typed_output
+from gpu_kernels import AggSpec, BlockEvaluator, NumpyBackend, final_aggregate, fold, to_arrow
+from storage import (
+    Expr,
+    NodeClient,
+    ScanCancelled,
+    ScanRequest,
+    TableSchema,
+    kernel_expr,
+    plain_block,
+    type_scan,
+    typed_output,
+)
 
 _BACKEND = NumpyBackend()
 T = TypeVar("T")
@@ -91,6 +102,12 @@ def _scan_nodes(
     return None if enough.is_set() else pa.concat_tables(parts)
 
 
+@functools.lru_cache(maxsize=256)
+def _aggregates(request: ScanRequest, schema: TableSchema) -> tuple[AggSpec, ...]:
+    """The typed aggregates of a one-table query's scan: typed once for a kept plan run again."""
+    return type_scan(request, schema).task.aggregates
+
+
 def answer_one_table(plan: Plan, catalog: RegionCatalog, step: str = "the query") -> pa.Table:
     """The rows of a "nodes" or "coordinator" plan: its scan on the nodes, finished here; the result
     columns are the query's output names. Its scan is named `step` in EXPLAIN ANALYZE."""
@@ -101,7 +118,7 @@ def answer_one_table(plan: Plan, catalog: RegionCatalog, step: str = "the query"
     request = query.request
     merged = scan_nodes(catalog, info, request, f"{step}: {query.scan.table}")
     if query.aggregating:
-        merged = final_aggregate(merged, query.keys, list(type_scan(request, info.schema).task.aggregates))
+        merged = final_aggregate(merged, query.keys, list(_aggregates(request, info.schema)))
     sort_keys = [(f"__k{i}", key) for i, (key, _, _) in enumerate(query.order)]
     result = evaluate(merged, query.outputs + sort_keys, query.having)
     if sort_keys:
