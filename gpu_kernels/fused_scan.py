@@ -602,15 +602,15 @@ def _kernel_body(condition: str, group: str, values, groups: int, width: int, sl
     the scan's. One group accumulates in registers (at the end reduced over each warp by shuffles:
     one shared atomic per warp), a few warp by warp into each warp's own accumulators in shared
     memory, added without atomics (`_warp_rows`; folded over the warps at the end), more in shared
-    memory (a shared atomic per row and accumulator; a count's in its low word, as a CUDA block
-    counts fewer than 2^32 rows, so a native 32-bit one where 64 bits is a compare-and-swap loop)."""
+    memory by a shared atomic per row and accumulator, 32-bit ones where 64 bits is a compare-and-swap
+    loop: a count's on its low word (a CUDA block counts fewer than 2^32 rows), a sum's on the words
+    of its halves (`cxg_add`), an extreme's of values under 2^31 on its low word (`_widened`)."""
     n = groups * width
     copies = WARPS if by_warp(groups, width) else 1  # of the accumulators, in shared memory
     extremes = {s.index: s.kind for s in slots if s.kind in ("min", "max")}
-    initial = "".join(
-        f"s == {i} ? {'0x7FFFFFFFFFFFFFFFULL' if kind == 'min' else '0x8000000000000000ULL'} : "
-        for i, kind in extremes.items()
-    )
+    rowwise = groups > 1 and copies == 1  # a shared atomic a row
+    narrow = {s.index for s, _, bound in values if rowwise and s.kind != "sum" and bound < 1 << 31}  # in 32 bits
+    initial = "".join(f"s == {i} ? {_EXTREMES[kind, i in narrow]} : " for i, kind in extremes.items())
     least = " || ".join(f"s == {i}" for i, k in extremes.items() if k == "min") or "false"
     greatest = " || ".join(f"s == {i}" for i, k in extremes.items() if k == "max") or "false"
     registers, updates, flush = [], [], []
@@ -637,13 +637,17 @@ def _kernel_body(condition: str, group: str, values, groups: int, width: int, sl
                 flush.append(f"{r} = cxg_warp_{slot.kind}({r});")
                 update = f"atomic{slot.kind.capitalize()}((long long*)&acc[{slot.index}], {r});"
                 flush.append(f"if (threadIdx.x % 32 == 0) {{ {update} }}")
-    elif copies == 1:  # more groups, or accumulators too many to keep once per warp
+    elif rowwise:  # more groups, or accumulators too many to keep once per warp
         updates.append(f"unsigned long long* g = acc + {group} * {width};")
         updates.append("atomicAdd((unsigned int*)g, 1u);")  # the count's low word: 32 bits, no CAS loop
         for slot, code, _ in values:
-            at = f"g + {slot.index}"
-            extreme = f"atomic{slot.kind.capitalize()}((long long*)({at}), {code});"
-            updates.append(f"cxg_add({at}, {code});" if slot.kind == "sum" else extreme)
+            at, extreme = f"g + {slot.index}", f"atomic{slot.kind.capitalize()}"
+            if slot.kind == "sum":
+                updates.append(f"cxg_add({at}, {code});")
+            elif slot.index in narrow:  # its low word, sign-extended before the fold
+                updates.append(f"{extreme}((int*)({at}), (int)({code}));")
+            else:
+                updates.append(f"{extreme}((long long*)({at}), {code});")
     nl = "\n"
     rows = (
         _warp_rows(condition, group, values, width, n)
@@ -673,6 +677,7 @@ def _kernel_body(condition: str, group: str, values, groups: int, width: int, sl
     }}
     {nl.join("    " + f for f in flush).strip()}
     __syncthreads();
+    {_widened(narrow, n, width)}
     for (int i = threadIdx.x; i < {n}; i += blockDim.x) {{
         const int s = i % {width};
         unsigned long long rows = 0, v = acc[i];
@@ -699,6 +704,29 @@ def _kernel_body(condition: str, group: str, values, groups: int, width: int, sl
         }}
     }}
 """
+
+
+_EXTREMES = {  # a minimum's or maximum's accumulator before any row: in 64 bits, or in its low 32 (narrow)
+    ("min", False): "0x7FFFFFFFFFFFFFFFULL",
+    ("max", False): "0x8000000000000000ULL",
+    ("min", True): "0x7FFFFFFFULL",
+    ("max", True): "0x80000000ULL",
+}
+
+
+def _widened(narrow: set[int], n: int, width: int) -> str:
+    """The code that sign-extends the accumulators kept in their low 32 bits (at slots `narrow` of
+    each group's `width`) to 64, once every row is in: then they fold as the others do."""
+    if not narrow:
+        return ""
+    slots = " || ".join(f"s == {i}" for i in sorted(narrow))
+    return f"""for (int i = threadIdx.x; i < {n}; i += blockDim.x) {{
+        const int s = i % {width};
+        if ({slots}) {{
+            acc[i] = (unsigned long long)(long long)(int)(unsigned int)acc[i];
+        }}
+    }}
+    __syncthreads();"""
 
 
 def by_warp(groups: int, width: int) -> bool:

@@ -138,6 +138,37 @@ def test_a_warps_sums_in_32_bit_parts_are_exact_up_to_their_bounds(top: int, red
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("top", "narrow"),
+    [((1 << 31) - 1, True), (1 << 31, False), ((1 << 32) + 5, False), ((1 << 62) + 3, False)],
+)
+def test_many_groups_add_by_32_bit_atomics_exactly_and_keep_small_extremes_in_32_bits(top: int, narrow: bool) -> None:
+    """More groups than go warp by warp: a row's sum goes into its group's two 64-bit halves as
+    32-bit words, a word's wrap carried into the next (values of both signs, whose low words wrap
+    many times a CUDA block); a minimum or maximum of values under 2^31 in magnitude by a native
+    32-bit atomic on its low word, sign-extended before the fold. All exact against Python's."""
+    n = 6000
+    rng = np.random.default_rng(top % 1000)
+    values = rng.choice(np.array([top, -top, top - 1, -1, 1, 0, (top >> 1) + 1, -(top >> 3)], dtype=np.int64), n)
+    flags = pa.array([f"g{i % 12}" for i in range(n)])
+    columns = {
+        "a": EncodedColumn("a", pa.decimal128(38, 0), RunLength.encode(values), None, 0),
+        "k": EncodedColumn("k", pa.string(), dictionary_encoded(np.random.default_rng(1), flags), None, 0),
+    }
+    specs = [AggSpec(f, f, Col("a"), pa.decimal128(38, 0)) for f in ("sum", "min", "max")]
+    backend = get_backend("cupy")
+    scan = fused_scan.plan_block(EncodedBlock(n, columns), None, [NamedExpr("k", Col("k"), pa.string())], specs)
+    source = scan.launches[0].source
+    assert scan.groups == 12 and "__syncwarp()" not in source and "cxg_add(" in source  # an atomic a row
+    assert ("atomicMin((int*)" in source) == ("atomicMax((int*)" in source) == narrow
+    batch = scan.assemble(backend.fused_aggregate(scan, lambda c, k: backend.asarray(scan.images[c].buffers[k])))
+    flag = np.array(flags.to_pylist())
+    got = {r["k"]: (r["sum"], r["min"], r["max"]) for r in batch.to_pylist()}
+    mine = {f: values[flag == f].astype(object) for f in set(flag)}
+    assert got == {f: tuple(decimal.Decimal(int(x)) for x in (v.sum(), v.min(), v.max())) for f, v in mine.items()}
+
+
+@pytest.mark.gpu
 def test_a_column_holding_the_least_int64_is_bounded_by_2_to_the_63(cupy_standin) -> None:
     """|-2^63| is past int64 (NumPy's abs gives -2^63 back): the bound that picks how a warp sums must
     be 2^63, or the value is summed in 32 bits and lost."""

@@ -43,10 +43,26 @@ __device__ __forceinline__ long long cxg_block_of(const long long* __restrict__ 
 }
 
 // A signed value added to a sum kept as two 64-bit halves (its low 32 bits, unsigned, and its high
-// 32 bits, signed, in two's complement): exact for fewer than 2^32 rows whatever the values.
+// 32 bits, signed, in two's complement): exact for fewer than 2^32 rows whatever the values. Each
+// half is added as its two 32-bit words by native 32-bit atomics (a 64-bit one on shared memory is a
+// compare-and-swap loop on sm_90): a low word's wrap is carried into its high word by the one thread
+// whose add wrapped it (atomicAdd hands it the word before), so every 64-bit half is what 64-bit
+// adds make of it. A value of 0 to 2^32 - 1 is one atomic, a small negative one two.
 __device__ __forceinline__ void cxg_add(unsigned long long* slot, long long value) {
-    atomicAdd(slot, (unsigned long long)(value & 0xFFFFFFFFLL));
-    atomicAdd(slot + 1, (unsigned long long)(value >> 32));
+    unsigned int* word = (unsigned int*)slot;  // little-endian: the low half's low and high word, the high half's
+    const unsigned int low = (unsigned int)(value & 0xFFFFFFFFLL);
+    if (low != 0u && atomicAdd(&word[0], low) > 0xFFFFFFFFu - low) {
+        atomicAdd(&word[1], 1u);
+    }
+    const unsigned long long high = (unsigned long long)(value >> 32);
+    const unsigned int part = (unsigned int)high;
+    unsigned int next = (unsigned int)(high >> 32);  // 0, or all ones where the value is negative
+    if (part != 0u && atomicAdd(&word[2], part) > 0xFFFFFFFFu - part) {
+        next += 1u;
+    }
+    if (next != 0u) {
+        atomicAdd(&word[3], next);
+    }
 }
 
 // The same into a thread's own two halves (registers): no atomics.
