@@ -32,19 +32,31 @@ from storage.scan_protocol import (
 )
 
 CANCEL_CHECK_S = 0.05  # how often a whole query's wait looks at its cancellation
-KEPT_CONNECTIONS = 32  # idle keep-alive connections a process keeps per node
-_pool: tuple[int, urllib3.PoolManager] | None = None  # (the process that made it, the pool)
+KEPT_CONNECTIONS = 128  # idle keep-alive connections a process keeps per node
+_pool: urllib3.PoolManager | None = None
 _pool_lock = threading.Lock()
 
 
 def connections() -> urllib3.PoolManager:
-    """This process's keep-alive connections to the nodes (a forked child makes its own: the
-    parent's sockets are not its to use)."""
+    """This process's keep-alive connections to the nodes."""
     global _pool
     with _pool_lock:
-        if _pool is None or _pool[0] != os.getpid():
-            _pool = (os.getpid(), urllib3.PoolManager(num_pools=256, maxsize=KEPT_CONNECTIONS, retries=False))
-        return _pool[1]
+        if _pool is None:
+            _pool = urllib3.PoolManager(num_pools=256, maxsize=KEPT_CONNECTIONS, retries=False)
+        return _pool
+
+
+def _forked() -> None:
+    """In a forked child: a pool of its own (the parent's sockets are not its to use; their copies
+    here closed), and a lock that no thread of the parent's holds."""
+    global _pool, _pool_lock
+    _pool_lock = threading.Lock()
+    if _pool is not None:
+        _pool.clear()
+        _pool = None
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 class NodeError(StorageError):
@@ -130,27 +142,40 @@ class NodeClient:
         self.timeout = timeout
 
     def _open(
-        self, path: str, body: dict | None = None, method: str | None = None, raw: bytes | None = None
+        self,
+        path: str,
+        body: dict | None = None,
+        method: str | None = None,
+        raw: bytes | None = None,
+        reads: bool = False,
     ) -> urllib3.BaseHTTPResponse:
         """The node's answer, its body not read yet; NodeError for an error it answered (its code and
-        status) or where it cannot be reached."""
+        status) or where it cannot be reached. A GET, or a request that `reads` only, is sent once
+        more where its connection breaks before any answer: a kept connection the node closed (it
+        closes one left idle) as the request went out."""
         data = raw if raw is not None else None if body is None else json.dumps(body).encode()
         content_type = OCTET_STREAM if raw is not None else JSON
-        try:
-            response = connections().request(
-                method or ("GET" if data is None else "POST"),
-                self.base_url + path,
-                body=data,
-                headers={"Content-Type": content_type} if data else {},
-                preload_content=False,
-                redirect=False,
-                timeout=urllib3.Timeout(connect=self.timeout, read=self.timeout),
-            )
-        except (urllib3.exceptions.HTTPError, OSError) as e:
-            slow = isinstance(e, urllib3.exceptions.TimeoutError | TimeoutError) and not isinstance(
-                e, urllib3.exceptions.NewConnectionError
-            )
-            raise NodeError("node_unreachable", f"cannot reach node {self.base_url}: {e}", timed_out=slow) from None
+        method = method or ("GET" if data is None else "POST")
+        tries = 2 if reads or method == "GET" else 1
+        for tried in range(1, tries + 1):
+            try:
+                response = connections().request(
+                    method,
+                    self.base_url + path,
+                    body=data,
+                    headers={"Content-Type": content_type} if data else {},
+                    preload_content=False,
+                    redirect=False,
+                    timeout=urllib3.Timeout(connect=self.timeout, read=self.timeout),
+                )
+            except (urllib3.exceptions.HTTPError, OSError) as e:
+                if isinstance(e, urllib3.exceptions.ProtocolError) and tried < tries:
+                    continue
+                slow = isinstance(e, urllib3.exceptions.TimeoutError | TimeoutError) and not isinstance(
+                    e, urllib3.exceptions.NewConnectionError
+                )
+                raise NodeError("node_unreachable", f"cannot reach node {self.base_url}: {e}", timed_out=slow) from None
+            break
         if response.status < 400:
             return response
         try:
@@ -167,9 +192,9 @@ class NodeClient:
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return json.loads(self._read(path, body, "POST"))
 
-    def _read(self, path: str, body: dict | None = None, method: str | None = None) -> bytes:
+    def _read(self, path: str, body: dict | None = None, method: str | None = None, raw: bytes | None = None) -> bytes:
         """A whole answer's body; its reading cut off (timed out, reset) is a NodeError, as its opening is."""
-        with self._open(path, body, method) as response:
+        with self._open(path, body, method, raw) as response:
             try:
                 return response.read()
             except (urllib3.exceptions.HTTPError, OSError) as e:
@@ -181,16 +206,13 @@ class NodeClient:
 
     def post_bytes(self, path: str, payload: bytes) -> dict[str, Any]:
         """POST `payload` (octet stream); the JSON answer."""
-        with self._open(path, method="POST", raw=payload) as response:
-            return json.loads(response.read())
+        return json.loads(self._read(path, method="POST", raw=payload))
 
     def put_bytes(self, path: str, payload: bytes) -> None:
-        with self._open(path, method="PUT", raw=payload) as response:
-            response.read()
+        self._read(path, method="PUT", raw=payload)
 
     def delete(self, path: str) -> None:
-        with self._open(path, method="DELETE") as response:
-            response.read()
+        self._read(path, method="DELETE")
 
     def scan(self, request: ScanRequest | dict[str, Any]) -> ScanStream:
         """Start a scan; `request` typed, or in its JSON form (sent as it is, the node checks it)."""
@@ -216,7 +238,7 @@ class NodeClient:
                     raise ScanCancelled("query cancelled") from None
 
     def _stream(self, path: str, body: dict[str, Any]) -> ScanStream:
-        response = self._open(path, body)
+        response = self._open(path, body, reads=True)  # a scan, a query: they write nothing
         node = response.headers.get(HEADER_NODE, self.base_url)
         try:
             reader = pa.ipc.open_stream(response)

@@ -123,12 +123,22 @@ class Literal:
         return {"lit": self.value} if self.type is None else {"lit": self.value, "type": self.type}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ValueList:
-    """The right side of a long IN: literals of one type, none NULL."""
+    """The right side of a long IN: literals of one type, none NULL. Equal as `Literal`s are: by
+    their values' types too ([1, 0], [true, false] and [1.0, 0.0] are other requests)."""
 
     items: tuple[Any, ...]
     type: str | None = None
+
+    def _key(self) -> tuple[tuple[type, ...], tuple[Any, ...], str | None]:
+        return tuple(type(item) for item in self.items), self.items, self.type
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ValueList) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
     def to_json(self) -> dict[str, Any]:
         items = list(self.items)

@@ -6,8 +6,10 @@ import http.client
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +19,22 @@ import pytest
 from gateway import free_port
 from gateway.background import serve
 from gpu_kernels import final_aggregate, get_backend
-from storage import LoadOptions, Node, NodeClient, NodeError, Store, TableCache, TableSchema, load_table, scan_table
+from storage import (
+    LoadOptions,
+    Node,
+    NodeClient,
+    NodeError,
+    ScanRequest,
+    ScanRequestError,
+    Store,
+    TableCache,
+    TableSchema,
+    load_table,
+    scan_table,
+)
 from storage import node as node_module
 from storage import scan as scan_module
+from storage.catalog import Column
 from storage.hash_aggregate import many_groups
 from storage.node_client import connections
 from tests.kernel_cases import call, col, lit, make_table, plain_strings
@@ -275,6 +290,58 @@ def test_a_client_keeps_one_connection_to_a_node_and_a_scan_left_early_closes_it
         assert NodeClient(url).get("/healthz")["status"] == "ok"
 
 
+def _closing_server(answers: list[bool]) -> tuple[str, threading.Thread]:
+    """A server of one request per connection's turn in `answers`: True answers it (200, kept
+    alive), False closes the connection on it unanswered (as a node closes a connection left idle
+    just as a request goes out on it); one connection until it closes, then the next."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    reply = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+
+    def run() -> None:
+        turns = list(reversed(answers))
+        with listener:
+            while turns:
+                connection, _ = listener.accept()
+                with connection, connection.makefile("rb") as stream:
+                    while turns:
+                        while stream.readline() not in (b"\r\n", b""):  # the request's head (no body)
+                            pass
+                        if not turns.pop():
+                            break
+                        connection.sendall(reply)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return f"http://127.0.0.1:{listener.getsockname()[1]}", thread
+
+
+def test_a_read_on_a_kept_connection_the_node_closed_goes_again_on_a_new_one_a_write_does_not() -> None:
+    url, server = _closing_server([True, False, True, True, False])
+    client = NodeClient(url)
+    assert client.get("/healthz") == {}  # the connection is kept
+    assert client.get("/healthz") == {}  # closed unanswered: sent again, on a new connection
+    assert client.get("/healthz") == {}
+    with pytest.raises(NodeError) as failed:  # a write is not sent twice: the node may have taken it
+        client.delete("/v1/tables/t")
+    assert failed.value.code == "node_unreachable" and failed.value.status == 502
+    server.join(10)
+    assert not server.is_alive()
+
+
+def test_a_forked_child_reaches_a_node_over_connections_of_its_own(client: NodeClient, node_url: str) -> None:
+    assert client.get("/healthz")["status"] == "ok"  # the parent keeps a connection
+    parent = connections()
+    child = os.fork()
+    if child == 0:  # the child tells how it went by its exit status
+        status = 1
+        try:
+            status = 0 if connections() is not parent and NodeClient(node_url).get("/healthz")["status"] == "ok" else 2
+        finally:
+            os._exit(status)
+    assert os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
+    assert connections() is parent and client.get("/healthz")["status"] == "ok"
+
+
 def test_a_small_scan_request_asked_again_is_read_and_typed_once(client: NodeClient) -> None:
     """The node keeps a small request read, checked and typed (by its bytes, then by its value and
     the table's schema), not one with a long IN list; the answers are the same."""
@@ -289,6 +356,22 @@ def test_a_small_scan_request_asked_again_is_read_and_typed_once(client: NodeCli
     assert len(json.dumps(listed)) > node_module.KEPT_REQUEST
     kept = node_module._kept_request.cache_info().currsize
     assert client.scan_table(listed)[0].num_rows > 0 and node_module._kept_request.cache_info().currsize == kept
+
+
+def test_a_kept_plan_is_found_by_an_equal_request_only_its_values_types_too() -> None:
+    """IN [1, 0] on a boolean column is refused, kept [true, false] or not; IN [1.0, 2.0] is not
+    IN [1, 2] (Python finds them equal)."""
+    schema = TableSchema("t", (Column("b", "bool"), Column("k", "int64")))
+
+    def request(column: str, values: list) -> ScanRequest:
+        return ScanRequest.from_json(
+            {"table": "t", "columns": ["k"], "filter": call("in", col(column), {"values": values})}
+        )
+
+    scan_module.kept_plan_scan(request("b", [True, False]), schema)
+    with pytest.raises(ScanRequestError, match="cannot combine bool and int"):
+        scan_module.kept_plan_scan(request("b", [1, 0]), schema)
+    assert request("k", [1, 2]) != request("k", [1.0, 2.0]) and request("k", [1, 2]) == request("k", [1, 2])
 
 
 def test_cxg_node_command_serves_a_data_directory(store: Store) -> None:

@@ -102,10 +102,15 @@ def _scan_nodes(
     return None if enough.is_set() else pa.concat_tables(parts)
 
 
-@functools.lru_cache(maxsize=256)
 def _aggregates(request: ScanRequest, schema: TableSchema) -> tuple[AggSpec, ...]:
-    """The typed aggregates of a one-table query's scan: typed once for a kept plan run again."""
-    return type_scan(request, schema).task.aggregates
+    """The typed aggregates of a one-table query's scan: typed once for a kept plan run again (by
+    what they depend on, not by the filter, which may hold a long IN list)."""
+    return _typed_aggregates(request.table, request.group_by, request.aggregates, schema)
+
+
+@functools.lru_cache(maxsize=256)
+def _typed_aggregates(table: str, group_by: tuple, aggregates: tuple, schema: TableSchema) -> tuple[AggSpec, ...]:
+    return type_scan(ScanRequest(table, group_by=group_by, aggregates=aggregates), schema).task.aggregates
 
 
 def answer_one_table(plan: Plan, catalog: RegionCatalog, step: str = "the query") -> pa.Table:
