@@ -11,7 +11,7 @@ test:
 	.venv/bin/ruff format --check .
 	.venv/bin/lint-imports --no-logo
 	.venv/bin/python -m pytest -m "not gpu" -n 2 --dist loadfile --no-loadscope-reorder
-	.venv/bin/python -m pytest -m gpu --cov=gpu_kernels.cupy_backend --cov=gpu_kernels.device_pipeline --cov=gpu_kernels.resident --cov=gpu_kernels.streamed \
+	.venv/bin/python -m pytest -m gpu --cov=gpu_kernels.cupy_backend --cov=gpu_kernels.device_pipeline --cov=gpu_kernels.resident --cov=gpu_kernels.streamed --cov=gpu_kernels.pinned \
 		--cov-report=term-missing --cov-fail-under=100
 
 # The fast lane: the tests marked `check`, from the modules that mark them (the others are not even

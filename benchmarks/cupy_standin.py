@@ -146,6 +146,10 @@ class OutOfMemoryError(MemoryError):
         )
 
 
+class CUDARuntimeError(RuntimeError):
+    """What CUDA's runtime calls raise (cudaErrorMemoryAllocation where the host has no more to pin)."""
+
+
 class StreamOrderError(AssertionError):
     """A read that no wait orders after its write, or a host buffer released under a copy."""
 
@@ -829,6 +833,7 @@ class Counts:
     to_host_pinned: int = 0  # of them, into pinned host memory
     sync_sites: Counter = field(default_factory=Counter)  # where in gpu_kernels the host waited (file:line)
     pinned: int = 0  # pinned host buffers allocated (not found free in the pinned pool)
+    pinned_released: int = 0  # pinned host buffers the pool gave back to the host
 
     @property
     def total_launches(self) -> int:
@@ -842,7 +847,7 @@ class StandIn:
         self.atomic_order = np.random.default_rng(0)  # the order of a float sum's atomic adds (seeded)
         self.counts = Counts()
         self.host_seen: dict[int, int] = {}
-        self.pending_copies: dict[int, list[tuple[Any, _Stream, int, str]]] = {}  # id(pinned) -> in-flight copies
+        self.pending_copies: dict[int, list[tuple[_Stream, int]]] = {}  # pinned buffer -> in-flight copies from it
         self.errors: list[str] = []
         self._local = threading.local()
         self._lock = threading.RLock()
@@ -850,6 +855,7 @@ class StandIn:
         self._streams: list[weakref.ref] = []
         self._device_used = Counter()  # device -> bytes of arrays allocated without a pool
         self._pinned_free = Counter()  # size -> pinned host buffers of that size freed to the pool
+        self._pinned_spans: dict[int, tuple[int, int]] = {}  # pinned buffer -> its addresses [start, end)
         self.module = self._cupy_module()
         self.cupyx = self._cupyx_module()
 
@@ -1007,7 +1013,7 @@ class StandIn:
             stream.step()
         with self._lock:
             self.counts.to_host += data.nbytes
-            if isinstance(data, _Pinned):
+            if self._pinned_buffer(data) is not None:
                 self.counts.to_host_pinned += data.nbytes
         if blocking:
             self.host_waits(stream)
@@ -1023,12 +1029,11 @@ class StandIn:
             array._written = stream.step()
         with self._lock:
             self.counts.to_device += host.nbytes
-            if isinstance(host, _Pinned) and not stream.null:  # asynchronous: the buffer must live on
-                while isinstance(host.base, _Pinned):  # a view: its buffer is what is released
-                    host = host.base
-                pending = self.pending_copies.setdefault(id(host), [])
-                pending[:] = [p for p in pending if self.host_seen.get(p[1].key, 0) < p[2]]  # those still in flight
-                pending.append((weakref.ref(host), stream, array._written[1], ""))
+            buffer = self._pinned_buffer(host)
+            if buffer is not None and not stream.null:  # asynchronous: the buffer must live on
+                pending = self.pending_copies.setdefault(buffer, [])
+                pending[:] = [p for p in pending if self.host_seen.get(p[0].key, 0) < p[1]]  # those still in flight
+                pending.append((stream, array._written[1]))
 
     @contextlib.contextmanager
     def _streamed(self, stream: _Stream) -> Iterator[None]:
@@ -1042,12 +1047,22 @@ class StandIn:
             state.streams[stream.device] = previous
             state.device = device
 
+    def _pinned_buffer(self, host: Any) -> int | None:
+        """The pinned buffer (its key) holding a host array's memory, as CUDA tells pinned memory by
+        its address: an array made over a pinned buffer's bytes is pinned whatever its Python type."""
+        if not isinstance(host, np.ndarray) or host.nbytes == 0:
+            return None
+        at = host.ctypes.data
+        with self._lock:
+            return next((key for key, (start, end) in self._pinned_spans.items() if start <= at < end), None)
+
     def pinned_released(self, key: int, size: int) -> None:
         """A pinned host buffer was freed, back to the pool: a copy from it still in flight read freed
         memory."""
         with self._lock:
             self._pinned_free[size] += 1
-            for _, stream, seq, _ in self.pending_copies.pop(key, []):
+            del self._pinned_spans[key]
+            for stream, seq in self.pending_copies.pop(key, []):
                 if self.host_seen.get(stream.key, 0) < seq:
                     self.errors.append(
                         f"a pinned host buffer was released while its copy on {_name_of(stream)} was in flight"
@@ -1151,12 +1166,14 @@ class StandIn:
             getDevice=lambda: self.state().device,
             memGetInfo=lambda: (self.memory - self._device_used[self.state().device], self.memory),
             deviceSynchronize=lambda: _Device().synchronize(),
+            CUDARuntimeError=CUDARuntimeError,
         )
         for name in vars(runtime):
             if name not in surface()["runtime"]:
                 raise AssertionError(f"the stand-in offers cupy.cuda.runtime.{name}, which the real one lacks")
         cuda.runtime = runtime
         module.cuda = cuda
+        module.get_default_pinned_memory_pool = lambda: types.SimpleNamespace(free_all_blocks=self._free_pinned)
         return module
 
     def _bincount(self, x: np.ndarray, weights: np.ndarray | None = None, minlength: int = 0) -> np.ndarray:
@@ -1197,18 +1214,25 @@ class StandIn:
         module.zeros_pinned = lambda shape, dtype=float, order="C": self._pinned(np.zeros(shape, dtype, order))
         return module
 
-    def _pinned(self, array: np.ndarray) -> _Pinned:
-        """A pinned host buffer from the pool as CuPy's pinned pool keeps it: a buffer freed before is
-        reused for a size that rounds to the same multiple of 512 bytes, else a new one is allocated."""
-        size = -(-array.nbytes // 512) * 512
+    def _pinned(self, array: np.ndarray) -> np.ndarray:
+        """A pinned host buffer from the pool as CuPy's pinned pool keeps it: a size rounded up to a
+        multiple of 512 bytes, then to a power of two; a buffer of that size freed before is reused,
+        else a new one is allocated."""
+        size = 1 << (-(-max(array.nbytes, 1) // 512) * 512 - 1).bit_length()
         with self._lock:
             if self._pinned_free[size]:
                 self._pinned_free[size] -= 1
             else:
                 self.counts.pinned += 1
-        pinned = array.view(_Pinned)
-        weakref.finalize(pinned, self.pinned_released, id(pinned), size)
-        return pinned
+            self._pinned_spans[id(array)] = (array.ctypes.data, array.ctypes.data + max(array.nbytes, 1))
+        weakref.finalize(array, self.pinned_released, id(array), size)
+        return array
+
+    def _free_pinned(self) -> None:
+        """`free_all_blocks` of the pinned pool: the buffers freed to it go back to the host."""
+        with self._lock:
+            self.counts.pinned_released += sum(self._pinned_free.values())
+            self._pinned_free.clear()
 
     @contextlib.contextmanager
     def _using_allocator(self, allocator: Any = None) -> Iterator[None]:
@@ -1225,10 +1249,6 @@ class StandIn:
         gc.collect()
         if self.errors:
             raise StreamOrderError("; ".join(dict.fromkeys(self.errors)))
-
-
-class _Pinned(np.ndarray):
-    """A pinned host buffer (`cupyx.empty_pinned`): its copies to the device are asynchronous."""
 
 
 _SCATTER_DTYPES = {  # what the real cupyx.scatter_* take (CuPy's _scatter_op: no int64, no narrow integers)

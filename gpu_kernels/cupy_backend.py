@@ -6,14 +6,12 @@ then, when it is made: the kernels load without it. Bit unpacking is a CUDA C ke
 a binary search per row, grouped min/max use cupyx's scatter operations where they take the dtype,
 else a sort by group and value. The backend also holds what every scan on it shares: the compiled
 kernels, each device's memory areas (`gpu_kernels.device_pipeline`), and where each thread's
-results are staged. What goes to the host goes into pinned host memory (`pinned`): copies to and
-from it ran at 55 GB/s on the H200 machine, from pageable memory at 9.
+results are staged, and the pinned host memory arrays are read back into (`gpu_kernels.pinned`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,8 +23,10 @@ from gpu_kernels.backend import Array, NumpyBackend, Partitioned
 from gpu_kernels.cuda_kernels import KERNELS, MAX_BUCKETS, MAX_PARTITION_GRID, PARTITION_ROWS, THREADS, launch_shape
 from gpu_kernels.fused_project import Answer, FusedProjection
 from gpu_kernels.fused_scan import FusedScan
+from gpu_kernels.pinned import PinnedBuffers
 
 PINNED_READ_BACK = 64 << 20  # bytes: an array up to this size is read back into pinned host memory
+PINNED_HELD = 256 << 20  # bytes of pinned host memory the read-backs hold at most
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ class CupyBackend(NumpyBackend):
         self.resident: dict[tuple[int, int | None], Any] = {}  # (device, budget) -> its resident columns
         self.rings: dict[int, list[Any]] = {}  # device -> the streamed scans' rings not in use (`gpu_kernels.streamed`)
         self.areas_lock = threading.Lock()
+        self.pinned = PinnedBuffers(cupy, cupyx, PINNED_HELD)  # what arrays are read back into
 
     def _module(self, source: str) -> Any:
         """A CUDA C source as a module, compiled for the device on first use of one of its kernels."""
@@ -73,20 +74,10 @@ class CupyBackend(NumpyBackend):
         """Results of this thread's blocks go through `pool` (the result area) and out on `stream`."""
         self._staging.pool, self._staging.stream = pool, stream
 
-    def pinned(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-        """An uninitialized host array in pinned memory from CuPy's pinned pool, in a buffer of a
-        power-of-two size of at least 4 KiB: the pool reuses a freed buffer for the same size only,
-        so sizes in classes keep what it holds to a few buffers a class, not one per size asked."""
-        dtype = np.dtype(dtype)
-        nbytes = math.prod(shape) * dtype.itemsize
-        buffer = self.cupyx.empty_pinned(1 << max(nbytes - 1, 4095).bit_length(), np.uint8)
-        return buffer[:nbytes].view(dtype).reshape(shape)
-
     def copy_to_host(self, array: Array, stream: Any = None) -> np.ndarray:
         """`array` copied to the host on `stream` (the current one by default), the host waiting: into
-        pinned memory up to PINNED_READ_BACK bytes, else into pageable memory (larger answers would
-        keep that much of the host pinned in the pool)."""
-        out = self.pinned(array.shape, array.dtype) if array.nbytes <= PINNED_READ_BACK else None
+        pinned memory up to PINNED_READ_BACK bytes while `pinned` has room, else into pageable memory."""
+        out = self.pinned.array(array.shape, array.dtype) if array.nbytes <= PINNED_READ_BACK else None
         return array.get(stream=stream, out=out)
 
     def _copied_out(self, staged: Array) -> np.ndarray:

@@ -150,7 +150,7 @@ class _DeviceLane:
         staged = []
         with cupy.cuda.using_allocator(self.areas.input.malloc), self.copy_stream:
             for host in parts:
-                pinned = self.backend.pinned(host.shape, host.dtype)
+                pinned = self.backend.cupyx.empty_pinned(host.shape, host.dtype)
                 pinned[...] = host
                 device = cupy.empty(host.shape, host.dtype)
                 device.set(pinned, stream=self.copy_stream)

@@ -114,9 +114,14 @@ def rows_launched(launches: Sequence[Launch]) -> int:
 
 
 def bytes_launched(launches: Sequence[Launch], images: Mapping[str, ColumnImage]) -> int:
-    """The bytes of the column buffers the launches read: of each buffer a launch takes, its
-    blocks' parts (whole, though a block's row range may read less of them)."""
-    return sum(images[c].block_bytes(key, launch.blocks) for launch in launches for c, key in set(launch.buffers))
+    """The bytes of the column buffers the launches read, each counted once: of each buffer, the
+    parts of the blocks of the launches that take it (whole, though a block's row range may read
+    less of them)."""
+    blocks: dict[tuple[str, str], list[np.ndarray]] = {}
+    for launch in launches:
+        for pair in set(launch.buffers):
+            blocks.setdefault(pair, []).append(launch.blocks)
+    return sum(images[c].block_bytes(key, np.unique(np.concatenate(b))) for (c, key), b in blocks.items())
 
 
 @dataclass

@@ -3,9 +3,11 @@ fourth: the block pipeline's three and the resident columns'), a table larger th
 within it (block by block, or streamed in chunks for an aggregate; a projection fused over resident
 columns answers in the result area, or block by block where its answer would outgrow it), and a
 scan that needs more than is left fails alone with `device_out_of_memory` while the node goes on.
-What comes back to the host lands in pinned buffers of a few sizes."""
+What comes back to the host lands in pinned buffers, reused, within a limit."""
 
 from __future__ import annotations
+
+import types
 
 import numpy as np
 import pyarrow as pa
@@ -14,6 +16,7 @@ import pytest
 from cxg.load import load_options
 from gateway.background import serve
 from gpu_kernels import cupy_backend, get_backend
+from gpu_kernels.pinned import PinnedBuffers
 from regions import load_config
 from storage import LoadOptions, Node, NodeClient, NodeError, Store, TableCache, TableSchema, load_table, scan_table
 from tests.waiting import eventually
@@ -138,35 +141,51 @@ def test_blocks_are_sized_by_the_rule_from_the_device_budget() -> None:
     assert load_options(on_cpu).block_budget == on_cpu.storage.block_budget == 64 << 20
 
 
-def _buffer(array: np.ndarray) -> np.ndarray:
-    """The host array a view is of."""
-    while isinstance(array.base, np.ndarray):
-        array = array.base
-    return array
-
-
 @pytest.mark.gpu
-def test_what_comes_back_lands_in_pinned_buffers_of_a_few_sizes(cupy_standin, monkeypatch) -> None:
+def test_what_comes_back_lands_in_pinned_buffers_reused_within_a_limit(cupy_standin, monkeypatch) -> None:
     """An array read back lands in pinned host memory, in a buffer of a power-of-two size of at
-    least 4 KiB (CuPy's pinned pool reuses a freed buffer for the same size only); one past
-    PINNED_READ_BACK bytes, in pageable memory of its own size."""
+    least 4 KiB, which comes back for the next of its size once no array (nor view) made in it is
+    left; at most the limit's bytes held: past it the buffers kept are freed, and where that leaves
+    no room, or the array passes PINNED_READ_BACK bytes, it lands in pageable memory."""
     import cupy
+    import cupyx
 
     backend = get_backend("cupy")
-    sizes = set()
-    for n in (0, 1, 500, 513, 1000, 4000, 5000):
+    pinned = PinnedBuffers(cupy, cupyx, 32 << 10)
+    monkeypatch.setattr(backend, "pinned", pinned)
+    counts = cupy_standin.counts if cupy_standin is not None else None
+
+    def read(n: int) -> np.ndarray:
         got = backend.copy_to_host(cupy.arange(n, dtype=cupy.int64).reshape(1, n))
-        assert got.shape == (1, n) and got.tolist() == [list(range(n))]
-        sizes.add(_buffer(got).nbytes)
-    assert sizes == {4096, 8192, 32768, 65536}
-    if cupy_standin is not None:
-        assert cupy_standin.counts.to_host_pinned == cupy_standin.counts.to_host
-        allocated = cupy_standin.counts.pinned
-        for n in range(1000, 5000, 100):  # 40 sizes, each answer dropped at once: the pool's buffers reused
-            backend.copy_to_host(cupy.zeros(n, cupy.int64))
-        assert cupy_standin.counts.pinned - allocated <= 4
+        assert got.tolist() == [list(range(n))]
+        return got
+
+    small, larger = read(1), read(513)  # 8 bytes, 4,104 bytes
+    assert (pinned.held, pinned.kept) == (4096 + 8192, {})
+    view = larger[:, :3]
+    del larger
+    assert not pinned.kept  # its view holds its buffer
+    del view
+    assert [len(b) for b in pinned.kept.values()] == [1]
+    again = read(600)  # 4,800 bytes: the same buffer
+    assert pinned.held == 4096 + 8192 and not any(pinned.kept.values())
+    del again, small
+    assert read(0).shape == (1, 0) and pinned.held == 4096 + 8192  # nothing to copy: no buffer
+    big = read(3000)  # 24,000 bytes: a buffer of 32 KiB, for which the two kept ones are freed
+    assert pinned.held == 32 << 10 and not any(pinned.kept.values())
+    if counts is not None:
+        assert counts.pinned_released >= 2 and counts.to_host_pinned == counts.to_host
+    before = (counts.to_host, counts.to_host_pinned) if counts is not None else None
+    read(600)  # no room left beside the one in use: pageable memory
     monkeypatch.setattr(cupy_backend, "PINNED_READ_BACK", 1000)
-    got = backend.copy_to_host(cupy.arange(200, dtype=cupy.int64))
-    assert got.tolist() == list(range(200)) and _buffer(got).nbytes == 1600
-    if cupy_standin is not None:
-        assert cupy_standin.counts.to_host - cupy_standin.counts.to_host_pinned == 1600
+    del big
+    read(200)  # 1,600 bytes: past PINNED_READ_BACK
+    if counts is not None:
+        assert (counts.to_host - before[0], counts.to_host_pinned - before[1]) == (4800 + 1600, 0)
+    assert pinned.held == 32 << 10
+
+    def refused(*args: object) -> None:
+        raise MemoryError("the host has no more to pin")
+
+    fresh = PinnedBuffers(cupy, types.SimpleNamespace(empty_pinned=refused), 1 << 20)
+    assert fresh.array((10,), np.int64) is None and fresh.held == 0  # refused by the host: pageable memory
