@@ -40,6 +40,7 @@ bench:
 	.venv/bin/python -m benchmarks.bench_tpcds --sf 1 --json docs/bench/tpcds_sf1_node.json
 	.venv/bin/python -m benchmarks.bench_tpcds --sf 1 --joins spark --json docs/bench/tpcds_sf1.json
 	.venv/bin/python -m benchmarks.bench_gateway --dispatch both --json docs/bench/gateway.json
+	.venv/bin/python -m benchmarks.bench_service --json docs/bench/service.json
 	.venv/bin/python -m benchmarks.bench_performsys --json docs/bench/performsys.json
 	.venv/bin/python -m benchmarks.bench_performsys --tables 4.1 --dispatch free-slot-first \
 		--plot docs/bench/performsys_speedup_free_slot_first.png --json docs/bench/performsys_free_slot_first.json

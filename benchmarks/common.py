@@ -20,10 +20,12 @@ def parser(description: str, default_sf: float = 1.0) -> argparse.ArgumentParser
     return p
 
 
-def bench_main(argv: list[str] | None, doc: str, run: Any, report: Any, repeat: int, joins: bool = False) -> None:
+def bench_main(
+    argv: list[str] | None, doc: str, run: Any, report: Any, repeat: int, joins: bool = False, default_sf: float = 1.0
+) -> None:
     """The command line of a benchmark that takes a scale factor, a number of timed runs and (with
     `joins`) where joins run: run, print the report, write the JSON figures."""
-    p = parser(doc.splitlines()[0])
+    p = parser(doc.splitlines()[0], default_sf)
     p.add_argument("--repeat", type=int, default=repeat, help=f"timed runs per query and system (default {repeat})")
     if joins:
         p.add_argument(

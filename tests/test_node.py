@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from benchmarks import bench_service
 from gateway import free_port
 from gateway.background import serve
 from gpu_kernels import final_aggregate, get_backend
@@ -396,3 +397,11 @@ def test_cxg_node_command_serves_a_data_directory(store: Store) -> None:
     finally:
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=20) == 0
+
+
+def test_the_service_benchmark_runs_end_to_end(tmp_path: Path) -> None:
+    """`benchmarks.bench_service`, each step timed, every answer through the engine DuckDB's."""
+    bench_service.main(["--repeat", "2", "--json", str(tmp_path / "service.json")])
+    figures = json.loads((tmp_path / "service.json").read_text())
+    assert set(figures["queries"]) == {"Q6, no row", "Q6"} and figures["floor_ms"] > 0
+    assert all(q[path] > 0 for q in figures["queries"].values() for path in bench_service.PATHS)
