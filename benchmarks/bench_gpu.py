@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -43,6 +42,7 @@ import pyarrow as pa
 
 from benchmarks import gpu_timing, kernel_checks
 from benchmarks.bench_scan import QUERIES, decoded_bytes
+from benchmarks.common import median_seconds
 from benchmarks.compare import rows, rows_match
 from benchmarks.cupy_standin import installed
 from gateway.background import serve
@@ -355,17 +355,17 @@ def _timed_scan(
     """One query's times (`_timed_scans`) and the bytes its rates count."""
     numpy, backend = get_backend("numpy"), get_backend("cupy")
     expected, _ = _scan(cache, numpy, request, keys)
-    row: dict[str, Any] = {"numpy_s": _wall(lambda: _scan(cache, numpy, request, keys), repeat)}
-    row["duckdb_s"] = _wall(lambda: con.sql(sql).to_arrow_table(), repeat)
+    row: dict[str, Any] = {"numpy_s": median_seconds(lambda: _scan(cache, numpy, request, keys), repeat)}
+    row["duckdb_s"] = median_seconds(lambda: con.sql(sql).to_arrow_table(), repeat)
     row["resident_s"], row["compressed_bytes"] = _resident(cupy, cache, backend, request, repeat)
-    row["plan_s"] = _wall(lambda: _planned(cache, backend, request), repeat)
+    row["plan_s"] = median_seconds(lambda: _planned(cache, backend, request), repeat)
     row["scan_s"] = _checked(cache, backend, request, keys, expected, repeat)
     backend.keeps_columns = False  # block by block from host memory
     try:
         row["pipeline_s"] = _checked(cache, backend, request, keys, expected, repeat)
     finally:
         del backend.keeps_columns
-    row["streamed_s"] = _wall(lambda: _streamed(cache, backend, request, keys, expected), repeat)
+    row["streamed_s"] = median_seconds(lambda: _streamed(cache, backend, request, keys, expected), repeat)
     stats = scan_table(cache, {"table": "lineitem", **request}, numpy)
     list(stats.pieces())
     row["decoded_bytes"] = decoded_bytes(cache, request, stats.stats)
@@ -402,9 +402,9 @@ def _through_the_service(cache: TableCache, con: duckdb.DuckDBPyConnection, repe
                     expected = con.sql(sql).fetchall()
                     if got.engine != "nodes" or not rows_match(rows(got.table), expected, ordered=True):
                         raise SystemExit(f"{name} through the {label} node: not DuckDB's answer ({got.engine})")
-                    results[name][f"{label}_s"] = _wall(lambda q=sql, e=engine: e.execute(q), repeat)
+                    results[name][f"{label}_s"] = median_seconds(lambda q=sql, e=engine: e.execute(q), repeat)
         for name, sql in SERVICE.items():
-            results[name]["duckdb_s"] = _wall(lambda q=sql: con.sql(q).fetchall(), repeat)
+            results[name]["duckdb_s"] = median_seconds(lambda q=sql: con.sql(q).fetchall(), repeat)
     return results
 
 
@@ -431,7 +431,7 @@ def _checked(cache: TableCache, backend: Any, request: dict, keys: list[str], ex
     if not got.equals(expected):
         path = "resident columns" if backend.keeps_columns else "block pipeline"
         raise SystemExit(f"{request}: CuPy ({path}) answers {got.to_pylist()}, NumPy {expected.to_pylist()}")
-    return _wall(lambda: _scan(cache, backend, request, keys), repeat)
+    return median_seconds(lambda: _scan(cache, backend, request, keys), repeat)
 
 
 def _planned(cache: TableCache, backend: Any, request: dict) -> Any:
@@ -451,17 +451,6 @@ def _resident(cupy: Any, cache: TableCache, backend: Any, request: dict, repeat:
     prepared = _planned(cache, backend, request)
     seconds = gpu_timing.event_seconds(cupy, lambda: prepared.run(backend), repeat)
     return seconds, prepared.scan.bytes_read
-
-
-def _wall(work: Any, repeat: int) -> float:
-    """Median wall-clock seconds of `work` after one run not counted."""
-    work()
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 def timed_report(figures: dict[str, Any]) -> None:

@@ -15,9 +15,7 @@ runs, in ms.
 from __future__ import annotations
 
 import json
-import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,7 @@ from typing import Any
 import duckdb
 
 from benchmarks.bench_scan import QUERIES
-from benchmarks.common import bench_main
+from benchmarks.common import bench_main, median_seconds
 from benchmarks.compare import rows, rows_match
 from gateway.background import serve
 from gateway.sql.engine import Engine
@@ -47,15 +45,8 @@ PATHS = ("in_process", "node_client", "engine", "duckdb")
 
 
 def _median_ms(work: Callable[[], Any], repeat: int) -> float:
-    """The median of `repeat` timed runs of `work`, after a tenth of them (at least one) not counted."""
-    for _ in range(max(1, repeat // 10)):
-        work()
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times) * 1000
+    """The median of `repeat` timed runs of `work` in ms, after a tenth of them (at least one) not counted."""
+    return median_seconds(work, repeat, max(1, repeat // 10)) * 1000
 
 
 def run(sf: float, repeat: int) -> dict[str, Any]:

@@ -4,8 +4,9 @@ line, with a scale factor and a JSON file, and timing."""
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -50,3 +51,15 @@ def timed() -> Iterator[dict[str, float]]:
 
 def mb(n: float) -> str:
     return f"{n / 1e6:,.1f}"
+
+
+def median_seconds(work: Callable[[], Any], repeat: int, warm_up: int = 1) -> float:
+    """The median wall-clock seconds of `repeat` runs of `work`, after `warm_up` runs not counted."""
+    for _ in range(warm_up):
+        work()
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
