@@ -52,7 +52,7 @@ class PinnedBuffers:
         """A new buffer of `size` bytes, kept ones freed first where it would pass the limit."""
         if self.held + size > self.limit:
             freed = 0
-            for kept in self.kept.values():
+            for kept in list(self.kept.values()):  # a finalizer run meanwhile may add a size
                 while kept and self.held - freed + size > self.limit:
                     freed += kept.pop().nbytes
             if freed:
