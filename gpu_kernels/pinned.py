@@ -11,6 +11,7 @@ memory instead. CuPy's pool alone keeps every buffer it ever made.
 
 from __future__ import annotations
 
+import collections
 import math
 import threading
 import weakref
@@ -28,7 +29,11 @@ class PinnedBuffers:
         self.cupy, self.cupyx, self.limit = cupy, cupyx, limit
         self.kept: dict[int, list[np.ndarray]] = {}  # size -> buffers no array uses now
         self.held = 0  # bytes of buffers handed out or kept
-        self.lock = threading.RLock()  # a buffer comes back (its arrays' finalizer) at any point, this thread's too
+        self.lock = threading.Lock()
+        # buffers back from their arrays (a finalizer, run at any point, in any thread, maybe one that
+        # holds CuPy's pool lock this one waits for under `lock`): kept at the next `array`, so that
+        # coming back takes no lock
+        self.returned: collections.deque[tuple[int, np.ndarray]] = collections.deque()
 
     def array(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
         """An uninitialized array in pinned memory, or None where no room is left for it."""
@@ -38,6 +43,7 @@ class PinnedBuffers:
             return np.empty(shape, dtype)
         size = 1 << (max(nbytes, SMALLEST) - 1).bit_length()
         with self.lock:
+            self._keep_returned()
             spare = self.kept.get(size)
             buffer = spare.pop() if spare else self._new(size)
         if buffer is None:
@@ -48,18 +54,22 @@ class PinnedBuffers:
         weakref.finalize(handed, self._back, size, buffer)
         return handed.view(dtype).reshape(shape)
 
+    def _keep_returned(self) -> None:
+        """The buffers back from their arrays kept for their sizes (in a call of its own: no local
+        name here holds one past it, which would keep a buffer freed below from going)."""
+        while self.returned:
+            size, buffer = self.returned.popleft()
+            self.kept.setdefault(size, []).append(buffer)
+
     def _new(self, size: int) -> np.ndarray | None:
         """A new buffer of `size` bytes, kept ones freed first where it would pass the limit."""
         if self.held + size > self.limit:
-            freed = 0
-            for kept in list(self.kept.values()):  # a finalizer run meanwhile may add a size
-                while kept and self.held - freed + size > self.limit:
-                    freed += kept.pop().nbytes
-            if freed:
-                self.held -= freed
-                self.cupy.get_default_pinned_memory_pool().free_all_blocks()  # back to the host
-            if self.held + size > self.limit:
-                return None
+            if self.held - sum(b.nbytes for kept in self.kept.values() for b in kept) + size > self.limit:
+                return None  # the kept ones would not make room: they stay for their sizes
+            for kept in self.kept.values():
+                while kept and self.held + size > self.limit:
+                    self.held -= kept.pop().nbytes
+            self.cupy.get_default_pinned_memory_pool().free_all_blocks()  # back to the host
         try:
             buffer = self.cupyx.empty_pinned(size, np.uint8)
         except (self.cupy.cuda.runtime.CUDARuntimeError, MemoryError):  # the host has no more to pin
@@ -68,5 +78,4 @@ class PinnedBuffers:
         return buffer
 
     def _back(self, size: int, buffer: np.ndarray) -> None:
-        with self.lock:
-            self.kept.setdefault(size, []).append(buffer)
+        self.returned.append((size, buffer))

@@ -314,7 +314,8 @@ class Node:
                 raise
             finally:
                 self.running -= 1
-                self._queries.pop(asked.id, None)
+                if self._queries.get(asked.id) is query:  # a retry of the same id may have taken its place
+                    del self._queries[asked.id]
         headers = {HEADER_BACKEND: self.backend.name, HEADER_NODE: self.store.node}
         return web.Response(body=body, content_type=ARROW_STREAM, headers=headers)
 

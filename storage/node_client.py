@@ -47,13 +47,19 @@ def connections() -> urllib3.PoolManager:
 
 
 def _forked() -> None:
-    """In a forked child: a pool of its own (the parent's sockets are not its to use; their copies
-    here closed), and a lock that no thread of the parent's holds."""
+    """In a forked child: a pool of its own (the parent's sockets are not its to use), and a lock
+    that no thread of the parent's holds. The parent's pool is left as it is: its locks may be held."""
     global _pool, _pool_lock
-    _pool_lock = threading.Lock()
-    if _pool is not None:
-        _pool.clear()
-        _pool = None
+    _pool, _pool_lock = None, threading.Lock()
+
+
+def _timed_out(error: BaseException) -> bool:
+    """Whether a request failed for want of an answer in time (reached, busy or hung), not for want
+    of the node: a timeout connecting or reading, or sending (urllib3 wraps that one)."""
+    if isinstance(error, urllib3.exceptions.NewConnectionError):
+        return False
+    cause = error.args[-1] if isinstance(error, urllib3.exceptions.ProtocolError) and error.args else error
+    return isinstance(error, urllib3.exceptions.TimeoutError) or isinstance(cause, TimeoutError)
 
 
 os.register_at_fork(after_in_child=_forked)
@@ -169,11 +175,9 @@ class NodeClient:
                     timeout=urllib3.Timeout(connect=self.timeout, read=self.timeout),
                 )
             except (urllib3.exceptions.HTTPError, OSError) as e:
-                if isinstance(e, urllib3.exceptions.ProtocolError) and tried < tries:
+                slow = _timed_out(e)
+                if isinstance(e, urllib3.exceptions.ProtocolError) and not slow and tried < tries:
                     continue
-                slow = isinstance(e, urllib3.exceptions.TimeoutError | TimeoutError) and not isinstance(
-                    e, urllib3.exceptions.NewConnectionError
-                )
                 raise NodeError("node_unreachable", f"cannot reach node {self.base_url}: {e}", timed_out=slow) from None
             break
         if response.status < 400:
@@ -201,7 +205,7 @@ class NodeClient:
                 raise NodeError(
                     "node_unreachable",
                     f"node {self.base_url} broke off its answer: {e}",
-                    timed_out=isinstance(e, urllib3.exceptions.TimeoutError | TimeoutError),
+                    timed_out=_timed_out(e),
                 ) from None
 
     def post_bytes(self, path: str, payload: bytes) -> dict[str, Any]:

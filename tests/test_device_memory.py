@@ -164,9 +164,9 @@ def test_what_comes_back_lands_in_pinned_buffers_reused_within_a_limit(cupy_stan
     assert (pinned.held, pinned.kept) == (4096 + 8192, {})
     view = larger[:, :3]
     del larger
-    assert not pinned.kept  # its view holds its buffer
+    assert not pinned.returned  # its view holds its buffer
     del view
-    assert [len(b) for b in pinned.kept.values()] == [1]
+    assert [size for size, _ in pinned.returned] == [8192]  # back, kept at the next read-back
     again = read(600)  # 4,800 bytes: the same buffer
     assert pinned.held == 4096 + 8192 and not any(pinned.kept.values())
     del again, small
@@ -189,3 +189,8 @@ def test_what_comes_back_lands_in_pinned_buffers_reused_within_a_limit(cupy_stan
 
     fresh = PinnedBuffers(cupy, types.SimpleNamespace(empty_pinned=refused), 1 << 20)
     assert fresh.array((10,), np.int64) is None and fresh.held == 0  # refused by the host: pageable memory
+    tight = PinnedBuffers(cupy, cupyx, 32 << 10)
+    first, in_use = tight.array((1024,), np.int64), tight.array((4,), np.int64)  # 8 KiB and 4 KiB
+    del first
+    assert tight.array((4000,), np.int64) is None  # 32 KiB: freeing the kept 8 KiB would not make room
+    assert tight.held == 12 << 10 and [len(b) for b in tight.kept.values()] == [1] and in_use.size == 4

@@ -329,6 +329,20 @@ def test_a_read_on_a_kept_connection_the_node_closed_goes_again_on_a_new_one_a_w
     assert not server.is_alive()
 
 
+def test_a_request_the_node_does_not_read_in_time_is_timed_out_and_not_sent_again(monkeypatch) -> None:
+    """A scan whose node never reads it: timed out (busy or hung, not known down) after one send,
+    not sent again as a read on a closed connection is."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    pool, sent = connections(), []
+    request = pool.request
+    monkeypatch.setattr(pool, "request", lambda *a, **k: (sent.append(a), request(*a, **k))[1])
+    client = NodeClient(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout=0.5)
+    with listener, pytest.raises(NodeError) as failed:
+        client.scan({"table": "t", "columns": ["k"], "filter": call("in", col("k"), *[lit(i) for i in range(1_500_000)])})
+    assert failed.value.timed_out and failed.value.code == "node_unreachable" and len(sent) == 1
+
+
 def test_a_forked_child_reaches_a_node_over_connections_of_its_own(client: NodeClient, node_url: str) -> None:
     assert client.get("/healthz")["status"] == "ok"  # the parent keeps a connection
     parent = connections()

@@ -47,7 +47,8 @@ __device__ __forceinline__ long long cxg_block_of(const long long* __restrict__ 
 // half is added as its two 32-bit words by native 32-bit atomics (a 64-bit one on shared memory is a
 // compare-and-swap loop on sm_90): a low word's wrap is carried into its high word by the one thread
 // whose add wrapped it (atomicAdd hands it the word before), so every 64-bit half is what 64-bit
-// adds make of it. A value of 0 to 2^32 - 1 is one atomic, a small negative one two.
+// adds make of it. A value of 0 to 2^32 - 1 is one atomic (two where it wraps its word), a negative
+// one two to four.
 __device__ __forceinline__ void cxg_add(unsigned long long* slot, long long value) {
     unsigned int* word = (unsigned int*)slot;  // little-endian: the low half's low and high word, the high half's
     const unsigned int low = (unsigned int)(value & 0xFFFFFFFFLL);
