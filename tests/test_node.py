@@ -338,15 +338,19 @@ def test_a_request_the_node_does_not_read_in_time_is_timed_out_and_not_sent_agai
     request = pool.request
     monkeypatch.setattr(pool, "request", lambda *a, **k: (sent.append(a), request(*a, **k))[1])
     client = NodeClient(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout=0.5)
+    listed = call("in", col("k"), *[lit(i) for i in range(1_500_000)])  # more than the sockets buffer
     with listener, pytest.raises(NodeError) as failed:
-        client.scan({"table": "t", "columns": ["k"], "filter": call("in", col("k"), *[lit(i) for i in range(1_500_000)])})
+        client.scan({"table": "t", "columns": ["k"], "filter": listed})
     assert failed.value.timed_out and failed.value.code == "node_unreachable" and len(sent) == 1
 
 
 def test_a_forked_child_reaches_a_node_over_connections_of_its_own(client: NodeClient, node_url: str) -> None:
+    """A child's requests go over a pool of its own, even where a thread of the parent's held the
+    parent's pool's lock as it forked (the child does not touch it)."""
     assert client.get("/healthz")["status"] == "ok"  # the parent keeps a connection
     parent = connections()
-    child = os.fork()
+    with parent.pools.lock:  # as a thread of the parent's taking a connection would
+        child = os.fork()
     if child == 0:  # the child tells how it went by its exit status
         status = 1
         try:
