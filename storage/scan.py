@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -69,6 +69,7 @@ class ScanPlan:
     limit: int | None = None
     block_range: tuple[int, int] | None = None  # [start, stop) among the blocks kept by `buckets`
     having: E.Expr | None = None  # merge the groups, keep those where it holds
+    tests: tuple[BoundsTest | None, ...] = ()  # each conjunct of the predicate as a test of a block's min/max
 
     @property
     def schema(self) -> pa.Schema:
@@ -94,7 +95,9 @@ def plan_scan(request: ScanRequest, schema: TableSchema) -> ScanPlan:
     except E.ExprError as e:
         raise ScanRequestError(str(e)) from e
     buckets = None if request.buckets is None else frozenset(request.buckets)
-    return ScanPlan(request.table, task, buckets, request.limit, request.block_range, having)
+    types = {c.name: E.arrow_kind(c.arrow_type) for c in schema.columns}
+    tests = tuple(bounds_tests(E.conjuncts(task.predicate), types))
+    return ScanPlan(request.table, task, buckets, request.limit, request.block_range, having, tests)
 
 
 kept_plan_scan = functools.lru_cache(maxsize=256)(plan_scan)  # requests a node is asked again: the same plan
@@ -155,7 +158,7 @@ def _array(values: list[Any]) -> np.ndarray:
 
 
 def prune(
-    tests: list[BoundsTest | None], bounds: Callable[[str], ColumnBounds], blocks: int
+    tests: Sequence[BoundsTest | None], bounds: Callable[[str], ColumnBounds], blocks: int
 ) -> list[tuple[int, ...] | None]:
     """For each of a table version's `blocks`, the positions of the conjuncts still to evaluate on
     it, or None where its min/max rule out every row; `bounds(column)`: the column's `ColumnBounds`.
@@ -361,9 +364,7 @@ class BlockScan:
     def jobs(self) -> list[Job]:
         """The blocks to read, each with the positions of the conjuncts its statistics left to
         evaluate (the others pruned: a block none of whose rows can match is skipped)."""
-        types = {c.name: E.arrow_kind(c.arrow_type) for c in self.loaded.table.schema.columns}
-        tests = bounds_tests(E.conjuncts(self.plan.task.predicate), types)
-        pruned = prune(tests, self.loaded.bounds, len(self.loaded.blocks))
+        pruned = prune(self.plan.tests, self.loaded.bounds, len(self.loaded.blocks))
         jobs = []
         buckets = self.plan.buckets
         blocks = [(i, e, b) for i, (e, b) in enumerate(self.loaded.blocks) if buckets is None or e.bucket in buckets]
